@@ -1,0 +1,135 @@
+"""Wire format and socket behaviour. Run: python -m pytest -q tests/test_wire.py"""
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+import zmq
+
+import wire
+
+
+@pytest.mark.parametrize("cls", list(wire.MESSAGES.values()))
+def test_every_message_round_trips(cls):
+    # Fill every field with a value of its declared type, arrays included where lists are allowed.
+    values = {}
+    for f in wire.dataclasses.fields(cls):
+        hint = wire.typing.get_type_hints(cls)[f.name]
+        values[f.name] = {int: 7, float: 0.5, str: "x", bool: True,
+                          list: [np.arange(6, dtype=np.int32).reshape(2, 3), "s", 3],
+                          dict: {"a": np.ones(3, ml_dtypes.bfloat16), "b": [1, 2]}}[hint]
+    msg = cls(**values)
+    got, rid = wire.decode(wire.encode(msg, rid=42))
+    assert rid == 42 and type(got) is cls
+    for name, value in values.items():
+        out = getattr(got, name)
+        if isinstance(value, list):
+            assert np.array_equal(out[0], value[0]) and out[0].dtype == np.int32 and out[1:] == value[1:]
+        elif isinstance(value, dict):
+            assert out["a"].dtype == ml_dtypes.bfloat16 and np.array_equal(out["a"], value["a"])
+            assert out["b"] == [1, 2]
+        else:
+            assert out == value
+
+
+def test_bf16_array_travels_bit_exact():
+    x = (np.random.default_rng(0).standard_normal((17, 5)) * 1e3).astype(ml_dtypes.bfloat16)
+    msg, _ = wire.decode(wire.encode(wire.PushWeights(3, ["w"], [x], [0])))
+    assert msg.arrays[0].tobytes() == x.tobytes() and msg.arrays[0].shape == (17, 5)
+
+
+@pytest.mark.parametrize("frames, reason", [
+    ([], "empty"),
+    ([b"\xc1garbage"], "not msgpack"),
+    ([wire.msgpack.packb([1, 2])], "must be a map"),
+    ([wire.msgpack.packb({"type": "ping", "v": 99, "rid": 1, "body": {}})], "protocol version"),
+    ([wire.msgpack.packb({"type": "nope", "v": 1, "rid": 1, "body": {}})], "unknown message type"),
+    ([wire.msgpack.packb({"type": "lease_work", "v": 1, "rid": 1, "body": {}})], "missing fields"),
+    ([wire.msgpack.packb({"type": "ping", "v": 1, "rid": 1, "body": {"x": 1}})], "unknown fields"),
+    ([wire.msgpack.packb({"type": "lease_work", "v": 1, "rid": 1, "body": {"worker": 5}})], "must be str"),
+    ([wire.msgpack.packb({"type": "weights_unchanged", "v": 1, "rid": 1, "body": {"version": True}})],
+     "must be int"),
+    ([wire.msgpack.packb({"type": "work", "v": 1, "rid": 1,
+                          "body": {"items": [{"__nd__": 0, "dtype": "float32", "shape": [4]}]}}), b"abc"],
+     "expected"),
+    ([wire.msgpack.packb({"type": "work", "v": 1, "rid": 1,
+                          "body": {"items": [{"__nd__": 3, "dtype": "float32", "shape": [1]}]}})],
+     "bad array reference"),
+    ([wire.msgpack.packb({"type": "work", "v": 1, "rid": 1,
+                          "body": {"items": [{"__nd__": 0, "dtype": "object", "shape": [1]}]}}), b"x"],
+     "bad array reference"),
+])
+def test_malformed_messages_are_clear_errors(frames, reason):
+    with pytest.raises(wire.WireError, match=reason):
+        wire.decode(frames)
+
+
+def test_server_answers_bad_messages_and_keeps_serving():
+    server = wire.Server("echo", "tcp://127.0.0.1:0")
+    port = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+    addr = f"tcp://127.0.0.1:{port}"
+
+    def lease(msg, peer):
+        if msg.max_items < 0:
+            raise ValueError("max_items must be >= 0")
+        return wire.Work(items=[{"n": msg.max_items}])
+    server.on(wire.LeaseWork, lease)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        client = wire.Client("t", addr, timeout_s=5)
+        raw = zmq.Context.instance().socket(zmq.DEALER)
+        raw.connect(addr)
+        raw.send_multipart([b"\x00\xffjunk", b"tail"])       # garbage
+        reply, _ = wire.decode(raw.recv_multipart())
+        assert isinstance(reply, wire.Error) and "malformed" in reply.error
+        with pytest.raises(wire.RemoteError, match="max_items must be >= 0"):
+            client.call(wire.LeaseWork(worker="w", max_items=-1))
+        with pytest.raises(wire.RemoteError, match="does not serve"):
+            client.call(wire.GetStats())
+        assert client.call(wire.LeaseWork(worker="w", max_items=2)).items == [{"n": 2}]
+        assert isinstance(client.call(wire.Ping()), wire.Pong)
+        assert server.bad_messages == 2
+        raw.close(0)
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_client_timeout_names_what_it_waited_for():
+    ctx = zmq.Context.instance()
+    silent = ctx.socket(zmq.ROUTER)
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    client = wire.Client("worker-0", f"tcp://127.0.0.1:{port}", timeout_s=0.2)
+    with pytest.raises(TimeoutError, match=r"worker-0: no reply to lease_work \(work item\) from tcp://127.0.0.1"):
+        client.call(wire.LeaseWork(worker="w"), what="work item")
+    silent.close(0)
+    client.close()
+
+
+def test_non_loopback_bind_requires_curve():
+    with pytest.raises(ValueError, match="without CURVE keys"):
+        wire.Server("ps", "tcp://0.0.0.0:0")
+
+
+def test_curve_client_without_key_is_refused(tmp_path):
+    import subprocess, sys
+    subprocess.run([sys.executable, "wire.py", "keygen", str(tmp_path)], check=True,
+                   cwd=wire.__file__.rsplit("/", 1)[0], capture_output=True)
+    key = str(tmp_path / "curve.key")
+    server = wire.Server("secure", "tcp://127.0.0.1:0", curve_key=key)
+    port = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        good = wire.Client("good", f"tcp://127.0.0.1:{port}", timeout_s=5, curve_key=key)
+        assert isinstance(good.call(wire.Ping()), wire.Pong)
+        bad = wire.Client("bad", f"tcp://127.0.0.1:{port}", timeout_s=0.5)
+        with pytest.raises(TimeoutError):
+            bad.call(wire.Ping())
+        good.close(); bad.close()
+    finally:
+        stop.set(); thread.join(); server.close()
