@@ -139,6 +139,7 @@ class LeaseWork:
     worker: str
     max_items: int = 1
     lease_s: float = 60.0
+    wait_s: float = 0.0  # long poll: wait up to this long for an item when the queue is empty
 
 
 @message("work")
@@ -187,6 +188,51 @@ class VerifyBatch:
 class Verdicts:
     """Verifier -> worker: one dict {passed, reward, status, detail, fraction} per job, in order."""
     verdicts: list
+
+
+# --- records carried inside messages ------------------------------------------------------------
+# Work items and rollouts are plain dicts (so a researcher can add a field without a protocol bump);
+# these checks run wherever one enters a role, so a malformed one is an error reply, not a crash later.
+
+ITEM_FIELDS = {"item_id": str, "prompt": str, "group_size": int, "seq_len": int,
+               "max_new_tokens": int, "min_version": int}
+ROLLOUT_FIELDS = {"item_id": str, "version": int, "worker": str, "prompt_len": int,
+                  "tokens_GT": np.ndarray, "logp_GT": np.ndarray, "mask_GT": np.ndarray,
+                  "rewards_G": np.ndarray}
+
+
+def check_record(kind: str, record, fields: dict) -> dict:
+    if not isinstance(record, dict):
+        raise WireError(f"{kind} must be a map, got {type(record).__name__}")
+    for name, typ in fields.items():
+        if name not in record:
+            raise WireError(f"{kind} lacks field {name!r}")
+        value = record[name]
+        if typ is int and isinstance(value, bool) or not isinstance(value, typ):
+            raise WireError(f"{kind}.{name} must be {typ.__name__}, got {type(value).__name__}")
+    return record
+
+
+def check_item(item) -> dict:
+    check_record("work item", item, ITEM_FIELDS)
+    if item["group_size"] < 1 or item["max_new_tokens"] < 1 or item["seq_len"] < 2:
+        raise WireError(f"work item {item['item_id']}: group_size, max_new_tokens and seq_len must be positive")
+    return item
+
+
+def check_rollout(rollout) -> dict:
+    check_record("rollout", rollout, ROLLOUT_FIELDS)
+    G, T = rollout["tokens_GT"].shape if rollout["tokens_GT"].ndim == 2 else (-1, -1)
+    if G < 1 or rollout["tokens_GT"].dtype != np.int32:
+        raise WireError("rollout.tokens_GT must be a non-empty int32 [G, T] array")
+    for name in ("logp_GT", "mask_GT"):
+        if rollout[name].shape != (G, T) or rollout[name].dtype != np.float32:
+            raise WireError(f"rollout.{name} must be float32 of shape {(G, T)}")
+    if rollout["rewards_G"].shape != (G,) or not np.all(np.isfinite(rollout["rewards_G"])):
+        raise WireError(f"rollout.rewards_G must be {G} finite values")
+    if not 0 < rollout["prompt_len"] < T:
+        raise WireError(f"rollout.prompt_len {rollout['prompt_len']} outside (0, {T})")
+    return rollout
 
 
 # ----------------------------------------------------------------------------- encoding

@@ -1,0 +1,147 @@
+"""The parameter server as a real process on loopback. Run: python -m pytest -q tests/test_param_server.py"""
+import threading
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+import zmq
+
+import wire
+from conftest import free_port, wait_until
+from param_server import crc32
+
+
+def start(roles, tmp_path, name="ps"):
+    port = free_port()
+    proc = roles.start(name, "param_server.py", "--bind", f"tcp://127.0.0.1:{port}",
+                       "--state-dir", str(tmp_path / "ps_state"))
+    client = wire.Client("test", f"tcp://127.0.0.1:{port}", timeout_s=10)
+    client.call(wire.Ping(), timeout_s=30, what="param server start")
+    return proc, client, port
+
+
+def push(version, scale=1.0):
+    arrays = [np.full((4, 3), scale * version, ml_dtypes.bfloat16), np.arange(5, dtype=np.float32) * scale]
+    return wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [crc32(a) for a in arrays])
+
+
+def item(i, **kw):
+    return {"item_id": f"it{i}", "prompt": f"p{i}", "group_size": 2, "seq_len": 8,
+            "max_new_tokens": 4, "min_version": 0, **kw}
+
+
+def rollout(item_id, version=0, G=2, T=8):
+    return {"item_id": item_id, "version": version, "worker": "w", "prompt_len": 3,
+            "tokens_GT": np.ones((G, T), np.int32), "logp_GT": np.zeros((G, T), np.float32),
+            "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.array([1.0, 0.0], np.float32)}
+
+
+def test_weights_versioned_verified_and_persisted(roles, tmp_path):
+    proc, client, port = start(roles, tmp_path)
+    assert client.call(wire.GetWeights()).version == -1           # nothing yet: WeightsUnchanged(-1)
+    bad = push(1)
+    bad.checksums[1] ^= 1                                         # one flipped bit in a checksum
+    with pytest.raises(wire.RemoteError, match="checksum mismatch for tensor 'b.bias'"):
+        client.call(bad)
+    assert isinstance(client.call(wire.GetWeights()), wire.WeightsUnchanged)  # nothing half-applied
+    client.call(push(1)); client.call(push(2))
+    got = client.call(wire.GetWeights(have_version=1))
+    assert isinstance(got, wire.Weights) and got.version == 2
+    assert got.arrays[0].dtype == ml_dtypes.bfloat16 and float(got.arrays[0][0, 0]) == 2.0
+    assert isinstance(client.call(wire.GetWeights(have_version=2)), wire.WeightsUnchanged)
+
+    # A waiter for a future version is answered as soon as it is pushed.
+    result = {}
+    waiter = wire.Client("waiter", f"tcp://127.0.0.1:{port}", timeout_s=10)
+    t = threading.Thread(target=lambda: result.setdefault("r", waiter.call(
+        wire.GetWeights(have_version=2, min_version=3, wait_s=5))))
+    t.start(); time.sleep(0.3)
+    client.call(push(3)); t.join()
+    assert result["r"].version == 3
+
+    # Killed and restarted: the newest version is served from disk.
+    roles.kill(proc)
+    _, client2, _ = start(roles, tmp_path, name="ps2")
+    got = client2.call(wire.GetWeights())
+    assert got.version == 3 and np.array_equal(got.arrays[1], np.arange(5, dtype=np.float32))
+
+    # A trainer resumed from an earlier checkpoint rolls the versions back.
+    client2.call(push(2, scale=-1.0))
+    got = client2.call(wire.GetWeights(have_version=3))
+    assert got.version == 2 and float(got.arrays[1][1]) == -1.0
+
+
+def test_corrupt_persisted_weights_are_ignored(roles, tmp_path):
+    (tmp_path / "ps_state").mkdir()
+    (tmp_path / "ps_state" / "weights.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{trunc")
+    proc, client, _ = start(roles, tmp_path)
+    assert client.call(wire.GetWeights()).version == -1
+    assert "ignoring corrupt persisted weights" in roles.log(proc)
+
+
+def test_leases_expire_and_duplicates_are_used_once(roles, tmp_path):
+    _, client, _ = start(roles, tmp_path)
+    assert client.call(wire.EnqueueWork([item(0), item(1), item(0)])).info["added"] == 2
+    first = client.call(wire.LeaseWork("slow", max_items=1, lease_s=0.3)).items
+    assert [i["item_id"] for i in first] == ["it0"]
+    time.sleep(0.6)                                                # the lease runs out...
+    again = client.call(wire.LeaseWork("fast", max_items=2, lease_s=30)).items
+    assert [i["item_id"] for i in again] == ["it0", "it1"]         # ...and it0 is reissued first
+    ok = client.call(wire.SubmitRollout("fast", "it0", again[0]["lease"], rollout("it0")))
+    assert ok.info["status"] == "accepted"
+    late = client.call(wire.SubmitRollout("slow", "it0", first[0]["lease"], rollout("it0")))
+    assert late.info["status"] == "duplicate"                      # the slow original: dropped
+    got = client.call(wire.GetRollouts(max_items=10))
+    assert [r["item_id"] for r in got.rollouts] == ["it0"]
+    again2 = client.call(wire.SubmitRollout("slow", "it0", first[0]["lease"], rollout("it0")))
+    assert again2.info["status"] == "duplicate"                    # still recognised after delivery
+    stats = client.call(wire.GetStats()).info
+    assert stats["duplicate"] == 2 and stats["reissued"] == 1 and stats["lease_expired"] == 1
+    # Enqueueing a delivered item again is a no-op, unless the trainer asks for a requeue (resume).
+    assert client.call(wire.EnqueueWork([item(0)])).info["added"] == 0
+    assert client.call(wire.EnqueueWork([item(0)], requeue=True)).info["added"] == 1
+
+
+def test_long_polls_for_work_and_rollouts(roles, tmp_path):
+    _, client, port = start(roles, tmp_path)
+    other = wire.Client("w", f"tcp://127.0.0.1:{port}", timeout_s=10)
+    t0 = time.monotonic()
+    assert client.call(wire.LeaseWork("w", wait_s=0.3)).items == []  # empty queue: answered at the deadline
+    assert 0.25 < time.monotonic() - t0 < 5
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", other.call(wire.GetRollouts(5, wait_s=5))))
+    t.start(); time.sleep(0.2)
+    client.call(wire.EnqueueWork([item(7)]))
+    leased = client.call(wire.LeaseWork("w", wait_s=1)).items
+    client.call(wire.SubmitRollout("w", "it7", leased[0]["lease"], rollout("it7", version=4)))
+    t.join()
+    assert [r["version"] for r in result["r"].rollouts] == [4]
+
+
+@pytest.mark.parametrize("msg, reason", [
+    (wire.EnqueueWork([{"item_id": "x"}]), "lacks field"),
+    (wire.EnqueueWork([item(1, group_size=0)]), "must be positive"),
+    (wire.EnqueueWork(["not a dict"]), "must be a map"),
+    (wire.SubmitRollout("w", "it1", "l", {**rollout("it1"), "logp_GT": np.zeros((2, 3), np.float32)}),
+     "logp_GT must be float32 of shape"),
+    (wire.SubmitRollout("w", "it1", "l", {**rollout("it1"), "rewards_G": np.array([np.nan, 1], np.float32)}),
+     "finite"),
+    (wire.PushWeights(1, ["a"], [np.zeros(2, np.float32)], []), "equal length"),
+    (wire.GetRollouts(0), "max_items"),
+    (wire.LeaseWork("w", lease_s=-1), "lease_s"),
+])
+def test_bad_requests_get_errors_and_change_nothing(roles, tmp_path, msg, reason):
+    _, client, port = start(roles, tmp_path)
+    client.call(wire.EnqueueWork([item(1)]))
+    before = client.call(wire.GetStats()).info
+    with pytest.raises(wire.RemoteError, match=reason):
+        client.call(msg)
+    raw = zmq.Context.instance().socket(zmq.DEALER)
+    raw.connect(f"tcp://127.0.0.1:{port}")
+    raw.send_multipart([b"\x92\x01"])                              # truncated msgpack
+    assert isinstance(wire.decode(raw.recv_multipart())[0], wire.Error)
+    raw.close(0)
+    after = client.call(wire.GetStats()).info
+    for key in ("queued", "leased", "finished", "submitted", "version"):
+        assert after.get(key) == before.get(key)
