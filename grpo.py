@@ -1,0 +1,564 @@
+"""grpo.py: GRPO and its state-of-the-art variants as pure JAX functions (no I/O, no model code).
+
+Test: python -m pytest -q tests/test_grpo.py
+
+The trainer composes these functions; a researcher changes the algorithm here and nowhere else.
+The DEFAULT variant, `GRPOConfig()` with no arguments, is:
+  1. Advantages: GRPO group normalisation, A_i = (r_i - mean_G(r)) / (std_G(r) + eps), with the std
+     WITHIN each group of G completions of one prompt (population std, ddof=0) [Shao et al. 2024, eq. 3
+     ("outcome supervision")]. A group whose rewards are all equal gets A = 0 exactly.
+  2. No KL term: beta = 0, so the reference policy is never run or read (DAPO, Dr. GRPO drop it).
+  3. Token-level PPO clipped surrogate with the ratio centred on the proximal ("old") policy and the
+     DAPO clip-higher range [1 - eps_low, 1 + eps_high] = [0.8, 1.28] [Yu et al. 2025, eq. 10]; no dual clip.
+  4. Loss = token mean over every completion token of the batch (DAPO token-level loss), NOT the
+     per-sequence mean of the original GRPO.
+  5. Off-policy correction: truncated importance sampling w = min(pi_old / pi_behav, C), C = 2, in the
+     decoupled PPO form (clip around pi_old, weight the samples by pi_old / pi_behav) [Hilton et al. 2022;
+     Yao et al. 2025]. When the behaviour log-probs are not given (or equal pi_old) w = 1 exactly.
+
+The policy loss, step by step (the same step numbers mark the code in `policy_loss`):
+  Step 1  mask:    padded tokens are replaced by 0 BEFORE any arithmetic, so -inf/NaN there never reach
+                   the loss or the gradient.
+  Step 2  ratio:   ppo:  r_t = exp(logp_t - sg(logp_old_t))              (token level)
+                   gspo: s_i = exp(1/|y_i| * sum_t (logp_t - sg(logp_old_t)))  (sequence level, length
+                         normalised [Zheng et al. 2025, eq. 7]), broadcast to the tokens of sequence i.
+                   log-ratios are clamped to [-20, 20] (as verl does) so exp() stays finite.
+  Step 3  clip:    l_t = max(-A_i r_t, -A_i clip(r_t, 1 - eps_low, 1 + eps_high))   (= -min(...) of PPO)
+  Step 4  dual:    if A_i < 0: l_t = min(l_t, -C_dual A_i)      [Ye et al. 2020, dual-clip PPO]
+  Step 5  IS:      l_t = w_t l_t, w = f(pi_old / pi_behav) per `is_correction`, stop-gradient.
+  Step 6  KL:      l_t = l_t + beta * k(logp_t, logp_ref_t)  (k1/k2/k3 of Schulman 2020); skipped if beta=0.
+  Step 7  reduce:  token_mean:              sum_{i,t} m l / sum_{i,t} m                 (DAPO)
+                   seq_mean_token_mean:     mean_{i: |y_i|>0} (sum_t m l / |y_i|)        (GRPO)
+                   seq_mean_token_sum_norm: sum_{i,t} m l / (B * max_len)              (Dr. GRPO)
+
+Sources: GRPO: Shao et al. 2024 (DeepSeekMath, arXiv:2402.03300). Dr. GRPO: Liu et al. 2025
+("Understanding R1-Zero-Like Training", arXiv:2503.20783). DAPO: Yu et al. 2025 (arXiv:2503.14476).
+GSPO: Zheng et al. 2025 (arXiv:2507.18071). RLOO: Ahmadian et al. 2024 ("Back to Basics",
+arXiv:2402.14740). KL estimators k1/k2/k3: J. Schulman, "Approximating KL divergence" (2020 blog).
+TIS: Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training" (blog).
+Decoupled PPO: Hilton et al. 2022 ("Batch size-invariance for policy optimization", arXiv:2110.00641).
+Dual clip: Ye et al. 2020 ("Mastering Complex Control in MOBA Games", arXiv:1912.09729).
+pass@k: Chen et al. 2021 (Codex, arXiv:2107.03374, eq. 1 and its numerically stable form).
+
+Shape key (suffixes of names): B batch rows (in the loss: one row per completion, i.e. prompts x G;
+in the advantage functions: one row per prompt), G group size, T completion tokens. A `mask_BT` is 1 on
+completion tokens that count and 0 on prompt or padding positions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ADVANTAGES = ("grpo", "drgrpo", "rloo", "reinforce")
+POLICY_LOSSES = ("ppo", "gspo")
+LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+IS_CORRECTIONS = ("none", "tis", "token_mask", "seq_mask")
+
+# exp(20) ~ 4.9e8: far outside any sane ratio, still finite in f32 (and its square is too).
+LOG_RATIO_CLAMP = 20.0
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Which variant of the policy-gradient update to run; paper symbols in each field's doc."""
+
+    group_size: int = 8
+    """G: completions sampled per prompt (GRPO Alg. 1). >= 2 for every group baseline, >= 1 for reinforce."""
+    advantage: str = "grpo"
+    """grpo: (r - mean_G)/(std_G + eps); drgrpo: r - mean_G; rloo: r_i - mean_{j!=i} r_j; reinforce: r - mean_batch."""
+    adv_eps: float = 1e-6
+    """eps in the GRPO std division; > 0 (a zero-variance group gets A = 0 exactly regardless)."""
+    policy_loss: str = "ppo"
+    """ppo: token-level clipped surrogate; gspo: sequence-level, length-normalised ratio (Zheng et al. 2025)."""
+    clip_eps_low: float = 0.2
+    """epsilon_low: the ratio is clipped below at 1 - epsilon_low; in (0, 1). GSPO's paper uses 3e-4."""
+    clip_eps_high: float = 0.28
+    """epsilon_high: the ratio is clipped above at 1 + epsilon_high (DAPO clip-higher: 0.28). GSPO's paper: 4e-4."""
+    dual_clip_c: float | None = None
+    """c of dual-clip PPO (Ye et al. 2020): for A < 0 the loss is capped at -c*A; None = off; must be > 1."""
+    loss_agg: str = "token_mean"
+    """token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr. GRPO, / (B * max_len))."""
+    max_len: int = 0
+    """L_max: the generation budget in tokens; Dr. GRPO's constant normaliser and DAPO's overlong limit; 0 = unset."""
+    kl_beta: float = 0.0
+    """beta: weight of the KL(pi || pi_ref) penalty in the loss; 0 skips the reference policy entirely."""
+    kl_estimator: str = "k3"
+    """k1 | k2 | k3 (Schulman 2020); GRPO uses k3 (Shao et al. 2024, eq. 4)."""
+    is_correction: str = "tis"
+    """Off-policy weight on pi_old/pi_behav: none | tis (min(rho, C)) | token_mask | seq_mask (rho kept if in [1/C, C])."""
+    is_cap: float = 2.0
+    """C: TIS truncation (Yao et al. 2025 use 2); for the masks the kept band is [1/C, C], inclusive; >= 1 (> 1 for masks)."""
+    overlong_buffer_len: int = 0
+    """L_cache of DAPO's soft overlong punishment (eq. 13); 0 = off; needs 0 < L_cache <= max_len."""
+    overlong_penalty_factor: float = 1.0
+    """Scale of the overlong punishment (DAPO: 1.0); the reward drops linearly to -factor over the buffer."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering: give truncated completions zero loss weight (see `overlong_mask`)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose G rewards are all equal (see `zero_variance_groups`)."""
+
+    def __post_init__(self):
+        def bad(field, why):
+            raise ValueError(f"GRPOConfig.{field}={getattr(self, field)!r}: {why}")
+
+        for name, allowed in (("advantage", ADVANTAGES), ("policy_loss", POLICY_LOSSES),
+                              ("loss_agg", LOSS_AGGS), ("kl_estimator", KL_ESTIMATORS),
+                              ("is_correction", IS_CORRECTIONS)):
+            if getattr(self, name) not in allowed:
+                bad(name, f"must be one of {allowed}")
+        if not _is_int(self.group_size) or self.group_size < 1:
+            bad("group_size", "must be an int >= 1")
+        if self.advantage != "reinforce" and self.group_size < 2:
+            bad("group_size", f"advantage={self.advantage!r} needs a group baseline, so G >= 2")
+        if not _is_real(self.adv_eps) or self.adv_eps <= 0:
+            bad("adv_eps", "must be a finite number > 0")
+        if not _is_real(self.clip_eps_low) or not 0 < self.clip_eps_low < 1:
+            bad("clip_eps_low", "must be in (0, 1) so that 1 - eps_low is a positive ratio")
+        if not _is_real(self.clip_eps_high) or self.clip_eps_high <= 0:
+            bad("clip_eps_high", "must be a finite number > 0")
+        if self.dual_clip_c is not None and (not _is_real(self.dual_clip_c) or self.dual_clip_c <= 1):
+            bad("dual_clip_c", "must be None or a finite number > 1 (Ye et al. 2020)")
+        if not _is_int(self.max_len) or self.max_len < 0:
+            bad("max_len", "must be an int >= 0")
+        if self.loss_agg == "seq_mean_token_sum_norm" and self.max_len <= 0:
+            bad("max_len", "loss_agg='seq_mean_token_sum_norm' (Dr. GRPO) needs the constant max_len > 0")
+        if not _is_real(self.kl_beta) or self.kl_beta < 0:
+            bad("kl_beta", "must be a finite number >= 0")
+        if not _is_real(self.is_cap) or self.is_cap < 1:
+            bad("is_cap", "must be a finite number >= 1")
+        if self.is_correction in ("token_mask", "seq_mask") and self.is_cap <= 1:
+            bad("is_cap", "the masked corrections keep [1/C, C], which needs C > 1")
+        if not _is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
+            bad("overlong_buffer_len", "must be an int >= 0")
+        if self.overlong_buffer_len > 0 and not 0 < self.overlong_buffer_len <= self.max_len:
+            bad("overlong_buffer_len", f"needs 0 < L_cache <= max_len (max_len={self.max_len})")
+        if not _is_real(self.overlong_penalty_factor) or self.overlong_penalty_factor < 0:
+            bad("overlong_penalty_factor", "must be a finite number >= 0")
+        if (self.overlong_filter or self.overlong_buffer_len > 0) and self.max_len <= 0:
+            bad("max_len", "the overlong filter/penalty needs max_len > 0")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Advantages and group filters (one row per prompt, G completions each)
+
+def group_advantages(rewards_BG, cfg: GRPOConfig):
+    """A_BG from rewards_BG (B prompts x G completions), per `cfg.advantage`; f32.
+
+    The baselines differ in what they estimate: GRPO and Dr. GRPO subtract the group mean (GRPO also
+    divides by the group std, which Dr. GRPO shows biases the update towards easy and hard prompts);
+    RLOO subtracts the mean of the OTHER G-1 completions, which keeps the estimator unbiased; REINFORCE
+    subtracts the mean over the whole batch. When every reward of a group (for reinforce: of the batch) is
+    equal the advantage is exactly 0, not a rounding residue divided by eps.
+    """
+    r_BG = jnp.asarray(rewards_BG, jnp.float32)
+    if r_BG.ndim != 2 or r_BG.shape[1] != cfg.group_size:
+        raise ValueError(f"rewards_BG has shape {r_BG.shape}; expected (B, G={cfg.group_size})")
+    G = cfg.group_size
+    mean_B1 = r_BG.mean(axis=1, keepdims=True)
+    if cfg.advantage == "grpo":
+        std_B1 = r_BG.std(axis=1, keepdims=True)  # ddof=0, within the group (not over the batch)
+        adv_BG = (r_BG - mean_B1) / (std_B1 + cfg.adv_eps)
+    elif cfg.advantage == "drgrpo":
+        adv_BG = r_BG - mean_B1
+    elif cfg.advantage == "rloo":
+        baseline_BG = (r_BG.sum(axis=1, keepdims=True) - r_BG) / (G - 1)  # mean of the other G-1
+        adv_BG = r_BG - baseline_BG
+    else:  # reinforce with a batch baseline
+        adv_BG = r_BG - r_BG.mean()
+        return jnp.where(jnp.all(r_BG == r_BG.reshape(-1)[0]), 0.0, adv_BG)
+    return jnp.where(zero_variance_groups(r_BG)[:, None], adv_BG, 0.0)
+
+
+def zero_variance_groups(rewards_BG):
+    """keep_B: True where a group's rewards are NOT all equal (DAPO dynamic sampling, Yu et al. 2025 eq. 11).
+
+    A group whose G completions all got the same reward has advantage 0 under every group baseline, so it
+    adds no gradient, only dilutes the token mean; DAPO over-samples and keeps only groups with keep=True.
+    """
+    r_BG = jnp.asarray(rewards_BG)
+    if r_BG.ndim != 2:
+        raise ValueError(f"rewards_BG must be 2-D (B, G); got shape {r_BG.shape}")
+    return jnp.any(r_BG != r_BG[:, :1], axis=1)
+
+
+def overlong_penalty(lengths_B, max_len: int, buffer_len: int, penalty: float = 1.0):
+    """DAPO soft overlong punishment R_length (Yu et al. 2025, eq. 13), f32, to ADD to the rewards.
+
+    With L_max = max_len and L_cache = buffer_len:
+        0                                    if |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+        -1                                   if |y| > L_max
+    all multiplied by `penalty`.
+    """
+    if not _is_int(max_len) or not _is_int(buffer_len) or not 0 < buffer_len <= max_len:
+        raise ValueError(f"overlong_penalty needs ints 0 < buffer_len <= max_len; got {buffer_len=}, {max_len=}")
+    if not _is_real(penalty) or penalty < 0:
+        raise ValueError(f"overlong_penalty: penalty must be a finite number >= 0; got {penalty!r}")
+    L_B = jnp.asarray(lengths_B, jnp.float32)
+    soft_start = max_len - buffer_len
+    ramp_B = (soft_start - L_B) / buffer_len
+    r_B = jnp.where(L_B <= soft_start, 0.0, jnp.where(L_B <= max_len, ramp_B, -1.0))
+    return penalty * r_B
+
+
+def overlong_mask(lengths_B, max_len: int, finished_B=None):
+    """keep_B for DAPO overlong filtering: False for completions cut off by the length budget.
+
+    Without `finished_B` a completion that used the whole budget (length >= max_len) counts as truncated,
+    since the length alone cannot tell whether its last token was EOS; pass finished_B (True where the
+    sampler emitted EOS) to keep those. Multiply the loss mask by keep_B[:, None].
+    """
+    if not _is_int(max_len) or max_len <= 0:
+        raise ValueError(f"overlong_mask: max_len must be an int > 0; got {max_len!r}")
+    keep_B = jnp.asarray(lengths_B) < max_len
+    if finished_B is not None:
+        keep_B = keep_B | jnp.asarray(finished_B, bool)
+    return keep_B
+
+
+# ----------------------------------------------------------------------------------------------------
+# KL estimators and the policy loss (one row per completion)
+
+def kl_penalty(logp_BT, logp_ref_BT, estimator: str = "k3", mask_BT=None):
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020), f32.
+
+    With log r = logp_ref - logp (r = pi_ref/pi):  k1 = -log r;  k2 = (log r)^2 / 2;  k3 = (r - 1) - log r.
+    k1 is unbiased but can be negative; k3 is unbiased and >= 0 (GRPO eq. 4); k2 is biased, low variance.
+    log r is clamped to [-20, 20] so k3 stays finite. With mask_BT, masked positions are 0 (and may hold
+    -inf/NaN); without it, inputs must be finite.
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_penalty: estimator={estimator!r} must be one of {KL_ESTIMATORS}")
+    logp_BT = jnp.asarray(logp_BT, jnp.float32)
+    logp_ref_BT = jnp.asarray(logp_ref_BT, jnp.float32)
+    if logp_BT.shape != logp_ref_BT.shape:
+        raise ValueError(f"kl_penalty: logp {logp_BT.shape} and logp_ref {logp_ref_BT.shape} differ")
+    if mask_BT is not None:
+        mask_BT = jnp.asarray(mask_BT).astype(bool)
+        logp_BT = jnp.where(mask_BT, logp_BT, 0.0)
+        logp_ref_BT = jnp.where(mask_BT, logp_ref_BT, 0.0)
+    log_r_BT = jnp.clip(logp_ref_BT - logp_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if estimator == "k1":
+        kl_BT = -log_r_BT
+    elif estimator == "k2":
+        kl_BT = 0.5 * jnp.square(log_r_BT)
+    else:
+        kl_BT = jnp.expm1(log_r_BT) - log_r_BT
+    return kl_BT if mask_BT is None else jnp.where(mask_BT, kl_BT, 0.0)
+
+
+def _check_BT(name, x, shape_BT):
+    if x.shape != shape_BT:
+        raise ValueError(f"{name} has shape {x.shape}; expected {shape_BT} like logp_BT")
+
+
+def _masked_mean(x_BT, m_BT):
+    """Sum of x over the mask / number of mask tokens; 0 when the mask is empty."""
+    return jnp.sum(x_BT * m_BT) / jnp.maximum(jnp.sum(m_BT), 1.0)
+
+
+def aggregate(loss_BT, mask_BT, cfg: GRPOConfig):
+    """Step 7: reduce per-token losses to a scalar per `cfg.loss_agg` (see the module docstring).
+
+    token_mean: every token of the batch weighs the same, so long completions are not under-weighted
+    (DAPO). seq_mean_token_mean: each completion weighs the same (GRPO); completions with no tokens are
+    left out of the mean over sequences. seq_mean_token_sum_norm: divide by the constant B * max_len, so
+    neither length nor the number of live tokens scales a token's gradient (Dr. GRPO).
+    An all-masked batch gives exactly 0 in every mode.
+    """
+    m_BT = jnp.asarray(mask_BT).astype(jnp.float32)
+    x_BT = jnp.where(m_BT > 0, loss_BT, 0.0)
+    if cfg.loss_agg == "token_mean":
+        return jnp.sum(x_BT) / jnp.maximum(jnp.sum(m_BT), 1.0)
+    if cfg.loss_agg == "seq_mean_token_mean":
+        len_B = jnp.sum(m_BT, axis=1)
+        seq_B = jnp.sum(x_BT, axis=1) / jnp.maximum(len_B, 1.0)
+        return jnp.sum(seq_B) / jnp.maximum(jnp.sum(len_B > 0), 1)
+    if x_BT.shape[1] > cfg.max_len:
+        raise ValueError(f"completions have T={x_BT.shape[1]} > max_len={cfg.max_len}; Dr. GRPO's "
+                         "normaliser must be the generation budget")
+    return jnp.sum(x_BT) / (x_BT.shape[0] * cfg.max_len)
+
+
+def _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig):
+    """Steps 1-4, shared by `policy_loss` and `step_metrics`. Inputs must be float arrays of equal shape."""
+    # Step 1: masked positions become 0 before any arithmetic (their values may be -inf or NaN).
+    m_BT = jnp.asarray(mask_BT).astype(bool)
+    logp_BT = jnp.where(m_BT, logp_BT.astype(jnp.float32), 0.0)
+    logp_old_BT = jax.lax.stop_gradient(jnp.where(m_BT, logp_old_BT.astype(jnp.float32), 0.0))
+    A_B1 = jax.lax.stop_gradient(adv_B.astype(jnp.float32))[:, None]
+
+    # Step 2: importance ratio to the proximal policy pi_old.
+    if cfg.policy_loss == "ppo":
+        log_ratio_BT = jnp.clip(logp_BT - logp_old_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    else:  # gspo: s_i = (pi(y_i)/pi_old(y_i))^(1/|y_i|), the geometric mean of the token ratios
+        len_B = jnp.maximum(jnp.sum(m_BT, axis=1), 1)
+        log_s_B = jnp.sum(logp_BT - logp_old_BT, axis=1) / len_B
+        log_s_B = jnp.clip(log_s_B, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        log_ratio_BT = jnp.broadcast_to(log_s_B[:, None], logp_BT.shape)
+    ratio_BT = jnp.exp(log_ratio_BT)
+
+    # Step 3: clipped surrogate, l = max(-A r, -A clip(r)); ties go to the unclipped term (its gradient).
+    lo, hi = 1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high
+    pg_unclipped_BT = -A_B1 * ratio_BT
+    pg_clipped_BT = -A_B1 * jnp.clip(ratio_BT, lo, hi)
+    clip_active_BT = pg_clipped_BT > pg_unclipped_BT
+    pg_BT = jnp.where(clip_active_BT, pg_clipped_BT, pg_unclipped_BT)
+
+    # Step 4: dual clip: for A < 0 a huge ratio would give an unbounded loss; cap it at -c A.
+    dual_active_BT = jnp.zeros_like(m_BT)
+    if cfg.dual_clip_c is not None:
+        pg_dual_B1 = -cfg.dual_clip_c * A_B1
+        dual_active_BT = (A_B1 < 0) & (pg_BT > pg_dual_B1)
+        pg_BT = jnp.where(dual_active_BT, pg_dual_B1, pg_BT)
+
+    return dict(m_BT=m_BT, logp_BT=logp_BT, logp_old_BT=logp_old_BT, ratio_BT=ratio_BT, pg_BT=pg_BT,
+                clip_low_BT=clip_active_BT & (ratio_BT < lo) & m_BT,
+                clip_high_BT=clip_active_BT & (ratio_BT > hi) & m_BT,
+                dual_BT=dual_active_BT & m_BT)
+
+
+def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
+    """Step 5: off-policy weight w_BT on rho = pi_old / pi_behav (stop-gradient), f32; 1 on padding.
+
+    pi_behav is the policy that SAMPLED the tokens (a stale version, or the same weights computed by the
+    sampler's graph); pi_old is the proximal policy the clip is centred on. Decoupled PPO (Hilton et al.
+    2022) weights the clipped objective by rho; the variants bound its variance:
+      none:       w = 1
+      tis:        w_t = min(rho_t, C)                                    (Yao et al. 2025)
+      token_mask: w_t = rho_t if 1/C <= rho_t <= C else 0                (masked IS, per token)
+      seq_mask:   w_t = rho_i if 1/C <= rho_i <= C else 0, rho_i = prod_t rho_t over sequence i's tokens
+                  (sequence-level masked/rejection IS: one bad token rejects its whole completion).
+    Computed in log space: per-token log rho clamped to [-20, 20]; the sequence sum is not clamped
+    before the band test, so a -1e4 behaviour log-prob still rejects the sequence, and w stays finite.
+    """
+    m_BT = jnp.asarray(mask_BT).astype(bool)
+    if cfg.is_correction == "none" or logp_behav_BT is None:
+        return jnp.ones(m_BT.shape, jnp.float32)
+    old_BT = jnp.where(m_BT, jnp.asarray(logp_old_BT, jnp.float32), 0.0)
+    behav_BT = jnp.where(m_BT, jnp.asarray(logp_behav_BT, jnp.float32), 0.0)
+    log_rho_BT = jax.lax.stop_gradient(old_BT - behav_BT)
+    log_C = math.log(cfg.is_cap)
+    if cfg.is_correction == "tis":
+        w_BT = jnp.exp(jnp.minimum(jnp.clip(log_rho_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), log_C))
+    elif cfg.is_correction == "token_mask":
+        inside_BT = jnp.abs(log_rho_BT) <= log_C
+        w_BT = jnp.where(inside_BT, jnp.exp(jnp.clip(log_rho_BT, -log_C, log_C)), 0.0)
+    else:
+        log_rho_B1 = jnp.sum(log_rho_BT, axis=1, keepdims=True)
+        inside_B1 = jnp.abs(log_rho_B1) <= log_C
+        w_B1 = jnp.where(inside_B1, jnp.exp(jnp.clip(log_rho_B1, -log_C, log_C)), 0.0)
+        w_BT = jnp.broadcast_to(w_B1, m_BT.shape)
+    return jnp.where(m_BT, w_BT, 1.0)
+
+
+def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
+                logp_ref_BT=None):
+    """The policy-gradient loss (to MINIMISE) and an aux dict; see the module docstring for the steps.
+
+    logp_BT: log pi_theta of the sampled tokens (differentiated). logp_old_BT: the proximal policy pi_old
+    (stop-gradient; at the first step on-policy it equals logp_BT, so the ratio is exactly 1).
+    logp_behav_BT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_BT: the
+    reference policy, read only when kl_beta > 0. adv_B: one advantage per completion row (flatten the
+    B x G advantages). Masked positions may hold anything, -inf and NaN included.
+
+    aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
+    (fraction of tokens whose clip is active, i.e. zero gradient: A<0 & r<1-eps_low / A>0 & r>1+eps_high),
+    dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis or rejected by a mask),
+    num_tokens, and the arrays ratio_BT and is_weight_BT (1 on padding).
+    """
+    logp_BT = jnp.asarray(logp_BT)
+    shape_BT = logp_BT.shape
+    if logp_BT.ndim != 2:
+        raise ValueError(f"logp_BT must be 2-D (B, T); got shape {shape_BT}")
+    logp_old_BT, mask_BT = jnp.asarray(logp_old_BT), jnp.asarray(mask_BT)
+    _check_BT("logp_old_BT", logp_old_BT, shape_BT)
+    _check_BT("mask_BT", mask_BT, shape_BT)
+    adv_B = jnp.asarray(adv_B)
+    if adv_B.shape != shape_BT[:1]:
+        raise ValueError(f"adv_B has shape {adv_B.shape}; expected ({shape_BT[0]},), one per completion")
+    if logp_behav_BT is not None:
+        logp_behav_BT = jnp.asarray(logp_behav_BT)
+        _check_BT("logp_behav_BT", logp_behav_BT, shape_BT)
+    if cfg.kl_beta > 0:
+        if logp_ref_BT is None:
+            raise ValueError("kl_beta > 0 needs logp_ref_BT (the reference policy's log-probs)")
+        logp_ref_BT = jnp.asarray(logp_ref_BT)
+        _check_BT("logp_ref_BT", logp_ref_BT, shape_BT)
+
+    s = _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg)  # Steps 1-4
+    m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
+
+    # Step 5: off-policy correction weight (decoupled PPO), no gradient.
+    w_BT = is_weights(logp_old_BT, logp_behav_BT, m_BT, cfg)
+    pg_BT = w_BT * s["pg_BT"]
+    pg_loss = aggregate(pg_BT, mf_BT, cfg)
+
+    # Step 6: KL to the reference; with beta = 0 logp_ref_BT is never touched.
+    kl_loss = jnp.zeros((), jnp.float32)
+    if cfg.kl_beta > 0:
+        kl_BT = kl_penalty(s["logp_BT"], logp_ref_BT, cfg.kl_estimator, m_BT)
+        kl_loss = aggregate(kl_BT, mf_BT, cfg)
+    # Step 7 happened in aggregate(); both terms are reduced the same way, so the sum is too.
+    loss = pg_loss + cfg.kl_beta * kl_loss
+
+    if logp_behav_BT is None or cfg.is_correction == "none":
+        modified_BT = jnp.zeros_like(m_BT)
+    else:
+        old_BT = jnp.where(m_BT, logp_old_BT.astype(jnp.float32), 0.0)
+        behav_BT = jnp.where(m_BT, logp_behav_BT.astype(jnp.float32), 0.0)
+        if cfg.is_correction == "tis":  # truncated
+            modified_BT = m_BT & (old_BT - behav_BT > math.log(cfg.is_cap))
+        else:  # rejected
+            modified_BT = m_BT & (w_BT == 0)
+    aux = dict(pg_loss=pg_loss, kl_loss=kl_loss,
+               clip_frac_low=_masked_mean(s["clip_low_BT"], mf_BT),
+               clip_frac_high=_masked_mean(s["clip_high_BT"], mf_BT),
+               dual_clip_frac=_masked_mean(s["dual_BT"], mf_BT),
+               is_weight_mean=_masked_mean(w_BT, mf_BT),
+               is_frac_modified=_masked_mean(modified_BT, mf_BT),
+               num_tokens=jnp.sum(mf_BT),
+               ratio_BT=jax.lax.stop_gradient(jnp.where(m_BT, s["ratio_BT"], 1.0)),
+               is_weight_BT=w_BT)
+    return loss, aux
+
+
+# ----------------------------------------------------------------------------------------------------
+# Metrics that explain a step
+
+def _masked_stats(x, m, prefix):
+    """mean/std/min/max of x over m (same shape); all 0 when m is empty."""
+    mf = m.astype(jnp.float32)
+    n = jnp.sum(mf)
+    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1.0)
+    var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n, 1.0)
+    any_ = n > 0
+    return {f"{prefix}_mean": mean, f"{prefix}_std": jnp.sqrt(var),
+            f"{prefix}_min": jnp.where(any_, jnp.min(jnp.where(m, x, jnp.inf)), 0.0),
+            f"{prefix}_max": jnp.where(any_, jnp.max(jnp.where(m, x, -jnp.inf)), 0.0)}
+
+
+def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewards_BG=None,
+                 entropy_BT=None):
+    """Scalars that explain one update (f32; all 0 on an all-masked batch). Formulas in the README table.
+
+    The ratio here is the token-level r_t = pi/pi_old (for gspo too, where clip fractions use s_i);
+    approx_kl is the k3 estimate of KL(pi_old || pi) on the sampled tokens (as in CleanRL's PPO).
+    """
+    logp_BT = jnp.asarray(logp_BT)
+    if logp_BT.ndim != 2:
+        raise ValueError(f"logp_BT must be 2-D (B, T); got shape {logp_BT.shape}")
+    logp_old_BT, mask_BT, adv_B = jnp.asarray(logp_old_BT), jnp.asarray(mask_BT), jnp.asarray(adv_B)
+    _check_BT("logp_old_BT", logp_old_BT, logp_BT.shape)
+    _check_BT("mask_BT", mask_BT, logp_BT.shape)
+    if adv_B.shape != logp_BT.shape[:1]:
+        raise ValueError(f"adv_B has shape {adv_B.shape}; expected ({logp_BT.shape[0]},)")
+    s = _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg)
+    m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
+    log_r_BT = jnp.clip(s["logp_BT"] - s["logp_old_BT"], -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    r_BT = jnp.exp(log_r_BT)
+    r_stats = _masked_stats(r_BT, m_BT, "ratio")
+    out = dict(clip_frac_low=_masked_mean(s["clip_low_BT"], mf_BT),
+               clip_frac_high=_masked_mean(s["clip_high_BT"], mf_BT),
+               dual_clip_frac=_masked_mean(s["dual_BT"], mf_BT),
+               approx_kl=_masked_mean(jnp.expm1(log_r_BT) - log_r_BT, mf_BT),
+               ratio_mean=r_stats["ratio_mean"], ratio_min=r_stats["ratio_min"], ratio_max=r_stats["ratio_max"],
+               **{"frac_ratio_outside_0.5_2": _masked_mean((r_BT < 0.5) | (r_BT > 2.0), mf_BT)},
+               num_tokens=jnp.sum(mf_BT),
+               len_mean=jnp.sum(mf_BT) / m_BT.shape[0])
+    out.update(_masked_stats(adv_B.astype(jnp.float32), jnp.any(m_BT, axis=1), "adv"))
+    if entropy_BT is not None:
+        entropy_BT = jnp.asarray(entropy_BT)
+        _check_BT("entropy_BT", entropy_BT, logp_BT.shape)
+        out["entropy"] = _masked_mean(jnp.where(m_BT, entropy_BT.astype(jnp.float32), 0.0), mf_BT)
+    if rewards_BG is not None:
+        r_BG = jnp.asarray(rewards_BG, jnp.float32)
+        if r_BG.ndim != 2:
+            raise ValueError(f"rewards_BG must be 2-D (B, G); got shape {r_BG.shape}")
+        out.update(_masked_stats(r_BG, jnp.ones(r_BG.shape, bool), "reward"))
+        out["frac_zero_var_groups"] = 1.0 - jnp.mean(zero_variance_groups(r_BG).astype(jnp.float32))
+    return out
+
+
+def mismatch_metrics(logp_sampler_BT, logp_trainer_BT, mask_BT):
+    """How far the trainer's log-probs are from what the sampler reported for the same tokens (NUMERICS.md).
+
+    With d = logp_trainer - logp_sampler over masked tokens: bitwise_frac = fraction with EXACT equality
+    (compared in f32, which is exact for bf16/f32 inputs); max/mean |d|; k3_kl = mean(exp(d) - 1 - d), the
+    k3 estimate of KL(sampler || trainer); max |exp(d) - 1|; fraction of exp(d) outside [0.5, 2]. exp()
+    uses d clamped to [-20, 20]. With no tokens: bitwise_frac = 1 (nothing differs), the rest 0.
+    """
+    s_BT, t_BT = jnp.asarray(logp_sampler_BT), jnp.asarray(logp_trainer_BT)
+    if s_BT.ndim != 2:
+        raise ValueError(f"logp_sampler_BT must be 2-D (B, T); got shape {s_BT.shape}")
+    _check_BT("logp_trainer_BT", t_BT, s_BT.shape)
+    m_BT = jnp.asarray(mask_BT)
+    _check_BT("mask_BT", m_BT, s_BT.shape)
+    m_BT = m_BT.astype(bool)
+    mf_BT = m_BT.astype(jnp.float32)
+    n = jnp.sum(mf_BT)
+    s_BT = jnp.where(m_BT, s_BT.astype(jnp.float32), 0.0)
+    t_BT = jnp.where(m_BT, t_BT.astype(jnp.float32), 0.0)
+    d_BT = t_BT - s_BT
+    dc_BT = jnp.clip(d_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio_BT = jnp.exp(dc_BT)
+    return {"bitwise_frac": jnp.where(n > 0, _masked_mean(s_BT == t_BT, mf_BT), 1.0),
+            "max_abs_logp_diff": jnp.max(jnp.where(m_BT, jnp.abs(d_BT), 0.0)),
+            "mean_abs_logp_diff": _masked_mean(jnp.abs(d_BT), mf_BT),
+            "k3_kl": _masked_mean(jnp.expm1(dc_BT) - dc_BT, mf_BT),
+            "max_abs_ratio_minus_1": jnp.max(jnp.where(m_BT, jnp.abs(ratio_BT - 1.0), 0.0)),
+            "frac_ratio_outside_0.5_2": _masked_mean((ratio_BT < 0.5) | (ratio_BT > 2.0), mf_BT),
+            "num_tokens": n}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation: unbiased pass@k (Chen et al. 2021)
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k).
+
+    Chen et al. 2021 (Codex paper, Fig. 3) evaluate it as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never
+    forms the huge binomials; if n - c < k every k-subset holds a correct sample and pass@k = 1.
+    """
+    for name, v in (("n", n), ("c", c), ("k", k)):
+        if not _is_int(v):
+            raise ValueError(f"pass_at_k: {name}={v!r} must be an int")
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def pass_at_k_array(n_N, c_N, k: int) -> np.ndarray:
+    """pass_at_k for arrays of (n, c) pairs (e.g. one per problem), vectorised in numpy, float64.
+
+    Row j multiplies (1 - k/i) over i = n_j - c_j + 1 .. n_j, padded with factors of 1 to max(c).
+    """
+    n_N = np.asarray(n_N)
+    c_N = np.asarray(c_N)
+    if n_N.shape != c_N.shape or n_N.ndim != 1:
+        raise ValueError(f"pass_at_k_array needs 1-D n and c of one shape; got {n_N.shape}, {c_N.shape}")
+    if not (np.issubdtype(n_N.dtype, np.integer) and np.issubdtype(c_N.dtype, np.integer)) and n_N.size:
+        raise ValueError("pass_at_k_array: n and c must be integer arrays")
+    if not _is_int(k) or k < 1 or np.any(c_N < 0) or np.any(c_N > n_N) or np.any(n_N < k):
+        raise ValueError(f"pass_at_k_array needs 0 <= c <= n and 1 <= k <= n elementwise; got k={k!r}")
+    if n_N.size == 0:
+        return np.zeros((0,), np.float64)
+    j_C = np.arange(int(c_N.max()))
+    i_NC = (n_N - c_N + 1)[:, None] + j_C[None, :]
+    factor_NC = np.where(j_C[None, :] < c_N[:, None], 1.0 - k / np.maximum(i_NC, 1), 1.0)
+    return np.where(n_N - c_N < k, 1.0, 1.0 - np.prod(factor_NC, axis=1))

@@ -1,0 +1,544 @@
+"""Tests for grpo.py: hand-computed numbers for every variant, identities, masking, degenerate inputs.
+
+Run: python -m pytest -q tests/test_grpo.py
+Each hand-computed case is chosen so that a plausible bug (std over the batch instead of the group,
+ddof=1, wrong aggregation axis, mask ignored, clip sides swapped) gives a different number.
+"""
+import dataclasses
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import grpo  # noqa: E402
+from grpo import GRPOConfig  # noqa: E402
+
+jax.config.update("jax_platforms", "cpu")
+
+
+def cfg_(**kw):
+    return GRPOConfig(**kw)
+
+
+def close(a, b, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=tol, atol=tol)
+
+
+def all_finite(tree):
+    return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree_util.tree_leaves(tree))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Advantages
+
+# Group 0 = [1,0,0,0]; group 1 = [3,1,2,2]. Group means 0.25 and 2 differ from the batch mean 9/8.
+REWARDS = np.array([[1.0, 0.0, 0.0, 0.0], [3.0, 1.0, 2.0, 2.0]], np.float32)
+
+
+def test_grpo_advantage_by_hand():
+    # group 0: mean .25, deviations (.75,-.25,-.25,-.25), pop var = (.5625 + 3*.0625)/4 = .1875,
+    #   std = .4330127 -> adv = .75/.4330127 = 1.7320508, -.25/.4330127 = -.5773503
+    # group 1: mean 2, deviations (1,-1,0,0), pop var = 2/4 = .5, std = .7071068 -> (1.4142136, -1.4142136, 0, 0)
+    # (ddof=1 would give 1.5 and 1.2247; the batch std 0.9922 would give 0.756 ... : both differ.)
+    adv = grpo.group_advantages(REWARDS, cfg_(group_size=4))
+    close(adv, [[1.7320508, -0.5773503, -0.5773503, -0.5773503], [1.4142136, -1.4142136, 0.0, 0.0]])
+
+
+def test_drgrpo_advantage_by_hand():
+    # r - group mean, no std division: (.75,-.25,-.25,-.25) and (1,-1,0,0)
+    adv = grpo.group_advantages(REWARDS, cfg_(group_size=4, advantage="drgrpo"))
+    close(adv, [[0.75, -0.25, -0.25, -0.25], [1.0, -1.0, 0.0, 0.0]])
+
+
+def test_rloo_advantage_by_hand():
+    # r_i - mean of the other three: group 0: 1-0 = 1, 0-1/3 = -1/3 (x3);
+    # group 1: 3-(1+2+2)/3 = 4/3, 1-(3+2+2)/3 = -4/3, 2-(3+1+2)/3 = 0, 0
+    adv = grpo.group_advantages(REWARDS, cfg_(group_size=4, advantage="rloo"))
+    close(adv, [[1.0, -1 / 3, -1 / 3, -1 / 3], [4 / 3, -4 / 3, 0.0, 0.0]])
+
+
+def test_reinforce_advantage_by_hand():
+    # batch mean = (1+0+0+0+3+1+2+2)/8 = 9/8 = 1.125; adv = r - 1.125
+    adv = grpo.group_advantages(REWARDS, cfg_(group_size=4, advantage="reinforce"))
+    close(adv, REWARDS - 1.125)
+
+
+@pytest.mark.parametrize("advantage", grpo.ADVANTAGES)
+def test_all_equal_group_gives_exact_zero_advantage(advantage):
+    # 0.1*3/3 != 0.1 in floating point; the advantage must still be exactly 0, not residue/eps.
+    r = np.array([[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]], np.float32)
+    adv = np.asarray(grpo.group_advantages(r, cfg_(group_size=3, advantage=advantage)))
+    assert np.array_equal(adv, np.zeros_like(adv))
+    # a mixed batch: only the all-equal group is zeroed
+    r2 = np.array([[0.1, 0.1, 0.1], [0.0, 1.0, 1.0]], np.float32)
+    adv2 = np.asarray(grpo.group_advantages(r2, cfg_(group_size=3, advantage=advantage)))
+    assert np.all(np.isfinite(adv2))
+    if advantage != "reinforce":
+        assert np.array_equal(adv2[0], np.zeros(3)) and np.any(adv2[1] != 0)
+
+
+def test_advantage_rejects_wrong_group_size():
+    with pytest.raises(ValueError, match="G=4"):
+        grpo.group_advantages(np.zeros((2, 3)), cfg_(group_size=4))
+
+
+def test_zero_variance_groups_and_overlong():
+    keep = grpo.zero_variance_groups(np.array([[1, 1, 1], [0, 1, 0], [0, 0, 0], [2, 2, 3]]))
+    assert np.asarray(keep).tolist() == [False, True, False, True]
+    # L_max = 10, L_cache = 4, soft zone starts at 6: L=6 -> 0; L=8 -> (6-8)/4 = -.5;
+    # L=10 -> (6-10)/4 = -1; L=12 (beyond L_max) -> -1; L=7 with factor .5 -> .5*(6-7)/4 = -.125
+    close(grpo.overlong_penalty(np.array([3, 6, 8, 10, 12]), 10, 4), [0, 0, -0.5, -1.0, -1.0])
+    close(grpo.overlong_penalty(np.array([7]), 10, 4, 0.5), [-0.125])
+    assert np.asarray(grpo.overlong_mask(np.array([3, 10, 12]), 10)).tolist() == [True, False, False]
+    keep = grpo.overlong_mask(np.array([3, 10, 12]), 10, finished_B=np.array([True, True, False]))
+    assert np.asarray(keep).tolist() == [True, True, False]
+    with pytest.raises(ValueError, match="buffer_len"):
+        grpo.overlong_penalty(np.array([3]), 10, 11)
+    with pytest.raises(ValueError, match="max_len"):
+        grpo.overlong_mask(np.array([3]), 0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# PPO clipped surrogate, hand-computed
+
+def ppo_case():
+    """2 completions, T=3. Row 0: A=+1, ratios (1.5, 1.0, 0.9). Row 1: A=-1, ratios (0.5, 1.1, pad=100)."""
+    ratio = np.array([[1.5, 1.0, 0.9], [0.5, 1.1, 100.0]])
+    logp_old = np.array([[-1.0, -2.0, -0.5], [-3.0, -1.5, -0.7]])
+    logp = logp_old + np.log(ratio)
+    mask = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
+    adv = np.array([1.0, -1.0])
+    return [jnp.asarray(x, jnp.float32) for x in (logp, logp_old, adv, mask)]
+
+
+# clip range [0.8, 1.28]. Token losses l = max(-A r, -A clip(r)):
+#  row 0 (A=+1): r=1.5 -> -1.28 (high clip); r=1.0 -> -1.0; r=0.9 -> -0.9     sum -3.18, 3 tokens
+#  row 1 (A=-1): r=0.5 -> max(.5, .8) = .8 (low clip); r=1.1 -> 1.1           sum  1.90, 2 tokens
+#  (mask ignored: + max(100, 1.28) = 100; sides swapped: r=1.5 -> -1.2 and r=.5 -> .72)
+@pytest.mark.parametrize("agg,max_len,expected", [
+    ("token_mean", 0, (-3.18 + 1.9) / 5),                       # -0.256
+    ("seq_mean_token_mean", 0, (-3.18 / 3 + 1.9 / 2) / 2),      # (-1.06 + .95)/2 = -0.055
+    ("seq_mean_token_sum_norm", 4, (-3.18 + 1.9) / (2 * 4)),    # -0.16
+])
+def test_ppo_loss_by_hand(agg, max_len, expected):
+    logp, logp_old, adv, mask = ppo_case()
+    cfg = cfg_(loss_agg=agg, max_len=max_len, is_correction="none")
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg)
+    close(loss, expected)
+    close(aux["pg_loss"], expected)
+    close(aux["clip_frac_low"], 1 / 5)   # row 1, token 0
+    close(aux["clip_frac_high"], 1 / 5)  # row 0, token 0
+    assert float(aux["kl_loss"]) == 0.0 and float(aux["num_tokens"]) == 5.0
+
+
+def test_ppo_gradient_by_hand():
+    # token_mean: dL/dlogp_t = -A r_t / 5 where unclipped, 0 where the clip is active, 0 on padding:
+    # row 0: (0, -1.0/5, -0.9/5); row 1: (0, +1.1/5, 0)
+    logp, logp_old, adv, mask = ppo_case()
+    cfg = cfg_(is_correction="none")
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg)[0])(logp)
+    close(g, [[0.0, -0.2, -0.18], [0.0, 0.22, 0.0]])
+
+
+def test_dual_clip_by_hand():
+    # A=-1, ratios (4, 2), c=3: PPO gives max(r, clip r) = (4, 2); dual clip caps at -c*A = 3 -> (3, 2).
+    # token mean: 2.5 with dual clip, 3.0 without. A=+1 rows are untouched: r=4 -> -1.28.
+    logp_old = jnp.zeros((2, 2))
+    logp = jnp.log(jnp.array([[4.0, 2.0], [4.0, 4.0]]))
+    mask = jnp.array([[1, 1], [0, 0]], jnp.float32)
+    adv = jnp.array([-1.0, 1.0])
+    plain = grpo.policy_loss(logp, logp_old, adv, mask, cfg_(is_correction="none"))[0]
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg_(is_correction="none", dual_clip_c=3.0))
+    close(plain, 3.0)
+    close(loss, 2.5)
+    close(aux["dual_clip_frac"], 0.5)
+    mask2 = jnp.array([[0, 0], [1, 1]], jnp.float32)
+    close(grpo.policy_loss(logp, logp_old, adv, mask2, cfg_(is_correction="none", dual_clip_c=3.0))[0], -1.28)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GSPO
+
+def test_gspo_loss_and_gradient_by_hand():
+    # row 0: A=+1, log ratios (.2, -.1, .05): mean .05 -> s = e^.05 = 1.0512711 inside [.8, 1.28] -> l = -1.0512711
+    # row 1: A=-1, log ratios (-.5, -.3, pad 5.0): mean over 2 tokens -.4 -> s = e^-.4 = .6703200 < .8
+    #        -> l = max(.67032, .8) = .8 (clipped)   (mask ignored: mean 1.4 -> s=4.055 -> l = 4.055)
+    # seq_mean_token_mean: (-1.0512711 + .8)/2 = -.12563555
+    # token_mean (each token carries its sequence's l): (3*-1.0512711 + 2*.8)/5 = -.31076266
+    # gradient (seq mean): row 0 d/dlogp_t = (1/2) * (-A) * s * (1/3) = -1.0512711/6 = -.17521185; row 1: 0
+    lr = jnp.array([[0.2, -0.1, 0.05], [-0.5, -0.3, 5.0]])
+    logp_old = jnp.array([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0]])
+    logp = logp_old + lr
+    mask = jnp.array([[1, 1, 1], [1, 1, 0]], jnp.float32)
+    adv = jnp.array([1.0, -1.0])
+    cfg = cfg_(policy_loss="gspo", loss_agg="seq_mean_token_mean", is_correction="none")
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg)
+    close(loss, -0.12563555)
+    close(aux["clip_frac_low"], 2 / 5)  # both tokens of row 1
+    cfg_tm = dataclasses.replace(cfg, loss_agg="token_mean")
+    close(grpo.policy_loss(logp, logp_old, adv, mask, cfg_tm)[0], -0.31076266)
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg)[0])(logp)
+    close(g, [[-0.17521185] * 3, [0.0, 0.0, 0.0]])
+
+
+# ----------------------------------------------------------------------------------------------------
+# KL
+
+def test_kl_estimators_by_hand():
+    # token 0: logp=-1, ref=-1.5: log r = ref - logp = -.5: k1 = .5, k2 = .125, k3 = e^-.5 - 1 + .5 = .10653066
+    # token 1: logp=-2, ref=-1:   log r = +1:             k1 = -1, k2 = .5,   k3 = e - 1 - 1 = .71828183
+    # (k3 with the direction swapped would give .14872 and .36788)
+    logp = jnp.array([[-1.0, -2.0]])
+    ref = jnp.array([[-1.5, -1.0]])
+    close(grpo.kl_penalty(logp, ref, "k1"), [[0.5, -1.0]])
+    close(grpo.kl_penalty(logp, ref, "k2"), [[0.125, 0.5]])
+    close(grpo.kl_penalty(logp, ref, "k3"), [[0.10653066, 0.71828183]])
+    with pytest.raises(ValueError, match="estimator"):
+        grpo.kl_penalty(logp, ref, "k4")
+
+
+def test_kl_term_in_loss_by_hand():
+    # on-policy (ratio 1) with A = 0: the pg term is 0, so loss = beta * token-mean k3.
+    # tokens: k3 = .10653066 and .71828183, the third is padding -> mean .41240625; beta=.1 -> .041240625
+    logp = jnp.array([[-1.0, -2.0, -jnp.inf]])
+    ref = jnp.array([[-1.5, -1.0, jnp.nan]])
+    mask = jnp.array([[1, 1, 0]], jnp.float32)
+    cfg = cfg_(kl_beta=0.1, is_correction="none")
+    loss, aux = grpo.policy_loss(logp, logp, jnp.zeros(1), mask, cfg, logp_ref_BT=ref)
+    close(loss, 0.041240625)
+    close(aux["kl_loss"], 0.41240625)
+    with pytest.raises(ValueError, match="logp_ref_BT"):
+        grpo.policy_loss(logp, logp, jnp.zeros(1), mask, cfg)
+
+
+def test_beta_zero_never_reads_reference():
+    logp, logp_old, adv, mask = ppo_case()
+    cfg = cfg_()
+    loss_none = grpo.policy_loss(logp, logp_old, adv, mask, cfg)[0]
+    loss_nan = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_ref_BT=jnp.full_like(logp, jnp.nan))[0]
+    assert float(loss_none) == float(loss_nan)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Off-policy corrections
+
+def is_case():
+    """pi = pi_old (ratio 1), A = +1 for both rows, so each token's pg loss is -1 times its weight w.
+
+    rho = pi_old/pi_behav: row 0 (0.25, 1.0, 1.5, 3.0); row 1 (2.5, 1.5, pad 1000, pad 1000). 6 tokens.
+    """
+    rho = np.array([[0.25, 1.0, 1.5, 3.0], [2.5, 1.5, 1000.0, 1000.0]])
+    logp_old = np.full((2, 4), -2.0)
+    behav = logp_old - np.log(rho)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], np.float32)
+    return [jnp.asarray(x, jnp.float32) for x in (logp_old, logp_old, np.ones(2), mask, behav)]
+
+
+# C = 2. token_mean over 6 tokens, loss = -(sum of w)/6:
+#  none:       w = 1 everywhere                                        -> -6/6 = -1
+#  tis:        min(rho, 2): (.25, 1, 1.5, 2) + (2, 1.5) = 4.75 + 3.5     -> -8.25/6 = -1.375
+#  token_mask: rho in [.5, 2] else 0: (0, 1, 1.5, 0) + (0, 1.5) = 4.0   -> -4/6 = -.6666667
+#  seq_mask:   row 0: prod .25*1*1.5*3 = 1.125 in band -> 4 * 1.125 = 4.5;
+#              row 1: prod 2.5*1.5 = 3.75 > 2 -> rejected (a padded 1000 in the product would also reject row 0)
+#                                                                       -> -4.5/6 = -.75
+@pytest.mark.parametrize("mode,expected,modified", [
+    ("none", -1.0, 0.0), ("tis", -1.375, 2 / 6), ("token_mask", -4 / 6, 3 / 6), ("seq_mask", -0.75, 2 / 6)])
+def test_is_corrections_by_hand(mode, expected, modified):
+    logp, logp_old, adv, mask, behav = is_case()
+    cfg = cfg_(is_correction=mode, is_cap=2.0)
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=behav)
+    close(loss, expected)
+    close(aux["is_frac_modified"], modified)
+    # w is stop-gradient: d loss / d logp_t = -w_t / 6 (ratio 1, no clip active)
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
+    w = np.asarray(aux["is_weight_BT"]) * np.asarray(mask)
+    close(g, -w / 6)
+
+
+def test_no_behaviour_logprobs_means_no_correction():
+    logp, logp_old, adv, mask, _ = is_case()
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg_(is_correction="tis"))
+    close(loss, -1.0)
+    assert np.array_equal(np.asarray(aux["is_weight_BT"]), np.ones((2, 4)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# On-policy identity: clipped loss gradient == REINFORCE gradient (tiny linear softmax policy)
+
+B, T, D, V = 4, 5, 3, 6
+_rng = np.random.default_rng(0)
+X_BTD = jnp.asarray(_rng.normal(size=(B, T, D)), jnp.float32)
+W_DV = jnp.asarray(_rng.normal(size=(D, V)), jnp.float32)
+TOK_BT = jnp.asarray(_rng.integers(0, V, size=(B, T)))
+LENS = np.array([5, 3, 1, 4])
+MASK_BT = jnp.asarray(np.arange(T)[None, :] < LENS[:, None], jnp.float32)
+ADV_B = jnp.array([1.5, -0.5, 2.0, -1.0])
+
+
+def linear_logp(W_DV, x_BTD=X_BTD, tok_BT=TOK_BT):
+    logits_BTV = jnp.einsum("BTD,DV->BTV", x_BTD, W_DV)
+    return jnp.take_along_axis(jax.nn.log_softmax(logits_BTV, axis=-1), tok_BT[..., None], axis=-1)[..., 0]
+
+
+def reinforce_loss(W_DV, agg):
+    """-A * logp aggregated the same way: the REINFORCE (score-function) gradient."""
+    x_BT = -ADV_B[:, None] * linear_logp(W_DV) * MASK_BT
+    if agg == "token_mean":
+        return x_BT.sum() / MASK_BT.sum()
+    if agg == "seq_mean_token_mean":
+        return (x_BT.sum(1) / MASK_BT.sum(1)).mean()
+    return x_BT.sum() / (B * 8)
+
+
+@pytest.mark.parametrize("policy_loss,agg", [
+    ("ppo", "token_mean"), ("ppo", "seq_mean_token_mean"), ("ppo", "seq_mean_token_sum_norm"),
+    ("gspo", "seq_mean_token_mean")])
+def test_on_policy_gradient_equals_reinforce(policy_loss, agg):
+    cfg = cfg_(policy_loss=policy_loss, loss_agg=agg, max_len=8, dual_clip_c=3.0)
+
+    def clipped(W):
+        logp = linear_logp(W)
+        return grpo.policy_loss(logp, jax.lax.stop_gradient(logp), ADV_B, MASK_BT, cfg,
+                                logp_behav_BT=jax.lax.stop_gradient(logp))
+
+    (loss, aux), g = jax.value_and_grad(clipped, has_aux=True)(W_DV)
+    ratio = np.asarray(aux["ratio_BT"])
+    assert np.array_equal(ratio, np.ones_like(ratio))  # exactly 1, every token
+    assert float(aux["clip_frac_low"]) == 0.0 and float(aux["clip_frac_high"]) == 0.0
+    g_ref = jax.grad(reinforce_loss)(W_DV, agg)
+    assert float(jnp.abs(g_ref).max()) > 1e-3  # not a trivially zero gradient
+    close(g, g_ref, 1e-6)
+    # value: ratio 1 -> loss = -A aggregated
+    close(loss, grpo.aggregate(-ADV_B[:, None] * jnp.ones((B, T)), MASK_BT, cfg))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Masking: padded tokens never change the loss or its gradient
+
+CONFIGS = [cfg_(policy_loss=p, loss_agg=a, max_len=8, is_correction=c, kl_beta=kb, dual_clip_c=dc)
+           for p in grpo.POLICY_LOSSES for a in grpo.LOSS_AGGS for c in grpo.IS_CORRECTIONS
+           for kb, dc in ((0.0, None), (0.05, 3.0))]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}-{c.kl_beta}")
+def test_padding_never_changes_loss_or_gradient(cfg):
+    rng = np.random.default_rng(1)
+    logp = jnp.asarray(-rng.uniform(0.1, 3.0, (3, 4)), jnp.float32)
+    old = logp + jnp.asarray(rng.normal(0, 0.3, (3, 4)), jnp.float32)
+    behav = old + jnp.asarray(rng.normal(0, 0.3, (3, 4)), jnp.float32)
+    ref = logp + jnp.asarray(rng.normal(0, 0.3, (3, 4)), jnp.float32)
+    mask = jnp.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], jnp.float32)
+    adv = jnp.array([1.0, -2.0, 0.5])
+
+    def run(lp, o, b, r, m):
+        return grpo.policy_loss(lp, o, adv, m, cfg, logp_behav_BT=b, logp_ref_BT=r)[0]
+
+    loss, g = jax.value_and_grad(run)(logp, old, behav, ref, mask)
+    # same data, two more padded positions per row holding -inf / NaN / huge values,
+    # and the existing padded positions overwritten with garbage too
+    pad = lambda x, v: jnp.concatenate([jnp.where(mask > 0, x, v), jnp.full((3, 2), v)], axis=1)
+    mask2 = jnp.concatenate([mask, jnp.zeros((3, 2))], axis=1)
+    loss2, g2 = jax.value_and_grad(run)(pad(logp, -jnp.inf), pad(old, jnp.nan), pad(behav, 1e4),
+                                        pad(ref, -jnp.inf), mask2)
+    close(loss2, loss, 1e-6)
+    g2 = np.asarray(g2)
+    close(g2[:, :4] * np.asarray(mask), np.asarray(g) * np.asarray(mask), 1e-6)
+    assert np.array_equal(g2[np.asarray(mask2) == 0], np.zeros(int((np.asarray(mask2) == 0).sum())))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Degenerate inputs: finite, documented
+
+@pytest.mark.parametrize("cfg", CONFIGS[::3], ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}")
+def test_degenerate_inputs_are_finite(cfg):
+    def everything(lp, o, adv, m, b, r, rewards=None):
+        (loss, aux), g = jax.value_and_grad(
+            lambda x: grpo.policy_loss(x, o, adv, m, cfg, logp_behav_BT=b, logp_ref_BT=r), has_aux=True)(lp)
+        met = grpo.step_metrics(lp, o, adv, m, cfg, rewards_BG=rewards, entropy_BT=jnp.ones_like(lp))
+        mm = grpo.mismatch_metrics(b, lp, m)
+        assert all_finite((loss, aux, g, met, mm)), (loss, aux, g, met, mm)
+        return loss, g
+
+    # all-masked batch with -inf everywhere: loss exactly 0, gradient exactly 0
+    ninf = jnp.full((2, 3), -jnp.inf)
+    loss, g = everything(ninf, ninf, jnp.array([1.0, -1.0]), jnp.zeros((2, 3)), ninf, ninf,
+                         rewards=jnp.zeros((1, 2)))
+    assert float(loss) == 0.0 and np.array_equal(np.asarray(g), np.zeros((2, 3)))
+    # very negative log-probs on real tokens, in every direction: -1e4 vs 0
+    a = jnp.array([[-1e4, 0.0, -1e4], [0.0, -1e4, -1e4]])
+    b = jnp.array([[0.0, -1e4, -1e4], [-1e4, 0.0, 0.0]])
+    everything(a, b, jnp.array([1.0, -1.0]), jnp.ones((2, 3)), a, b)
+    everything(b, a, jnp.array([-1.0, 1.0]), jnp.ones((2, 3)), b, a)
+    # completions of length 0 and 1 beside a normal one
+    lp = jnp.array([[-1.0, -2.0, -0.5], [-0.3, -jnp.inf, -jnp.inf], [-jnp.inf] * 3])
+    m = jnp.array([[1, 1, 1], [1, 0, 0], [0, 0, 0]], jnp.float32)
+    everything(lp, lp - 0.1, jnp.array([1.0, -1.0, 2.0]), m, lp + 0.1, lp - 0.2)
+
+
+def test_empty_completion_does_not_dilute_means():
+    # a length-0 row is left out of both the token mean and the mean over sequences
+    logp, logp_old, adv, mask = ppo_case()
+    for agg in ("token_mean", "seq_mean_token_mean"):
+        cfg = cfg_(loss_agg=agg, is_correction="none")
+        base = grpo.policy_loss(logp, logp_old, adv, mask, cfg)[0]
+        z = jnp.zeros((1, 3))
+        with_empty = grpo.policy_loss(jnp.concatenate([logp, z - jnp.inf]), jnp.concatenate([logp_old, z]),
+                                      jnp.concatenate([adv, jnp.ones(1)]), jnp.concatenate([mask, z]), cfg)[0]
+        close(with_empty, base, 1e-6)
+
+
+def test_all_equal_group_gives_zero_loss_and_gradient():
+    rewards = jnp.array([[1.0, 1.0]])
+    cfg = cfg_(group_size=2, is_correction="none")
+    adv_B = grpo.group_advantages(rewards, cfg).reshape(-1)
+    logp = jnp.array([[-1.0, -2.0], [-0.5, -0.1]])
+    loss, g = jax.value_and_grad(lambda x: grpo.policy_loss(x, logp - 0.3, adv_B, jnp.ones((2, 2)), cfg)[0])(logp)
+    assert float(loss) == 0.0 and np.array_equal(np.asarray(g), np.zeros((2, 2)))
+
+
+def test_shape_errors():
+    logp, logp_old, adv, mask = ppo_case()
+    cfg = cfg_()
+    with pytest.raises(ValueError, match="adv_B"):
+        grpo.policy_loss(logp, logp_old, adv[:1], mask, cfg)
+    with pytest.raises(ValueError, match="mask_BT"):
+        grpo.policy_loss(logp, logp_old, adv, mask[:, :2], cfg)
+    with pytest.raises(ValueError, match="logp_behav_BT"):
+        grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=logp[:1])
+    with pytest.raises(ValueError, match="max_len"):  # T=3 > max_len=2 for Dr. GRPO
+        grpo.policy_loss(logp, logp_old, adv, mask, cfg_(loss_agg="seq_mean_token_sum_norm", max_len=2))
+
+
+def test_policy_loss_jits():
+    logp, logp_old, adv, mask = ppo_case()
+    cfg = cfg_(kl_beta=0.1)
+    f = jax.jit(lambda *a: grpo.policy_loss(*a, cfg, logp_behav_BT=a[1] - 0.1, logp_ref_BT=a[0] + 0.2))
+    loss_j, _ = f(logp, logp_old, adv, mask)
+    loss_e, _ = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=logp_old - 0.1,
+                                 logp_ref_BT=logp + 0.2)
+    close(loss_j, loss_e, 1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Metrics
+
+def test_step_metrics_by_hand():
+    # ppo_case: ratios on the 5 real tokens (1.5, 1.0, .9, .5, 1.1): mean 5.0/5 = 1.0, min .5, max 1.5;
+    # outside [.5, 2]: none (.5 is inside) -> 0. approx_kl = mean(r - 1 - ln r):
+    #   1.5: .5 - .4054651 = .0945349; 1.0: 0; .9: -.1 + .1053605 = .0053605; .5: -.5 + .6931472 = .1931472;
+    #   1.1: .1 - .0953102 = .0046898  -> sum .2977324 / 5 = .05954648
+    # entropy: rows (1,2,3 | 4,5,pad 99) -> (1+2+3+4+5)/5 = 3. adv over rows with tokens: (1, -1): mean 0, std 1.
+    # rewards [[1,0],[1,1]]: mean .75, std sqrt(.1875)=.4330127; one of two groups has zero variance -> .5
+    logp, logp_old, adv, mask = ppo_case()
+    ent = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 99.0]])
+    m = grpo.step_metrics(logp, logp_old, adv, mask, cfg_(), rewards_BG=jnp.array([[1.0, 0.0], [1.0, 1.0]]),
+                          entropy_BT=ent)
+    close(m["ratio_mean"], 1.0)
+    close(m["ratio_min"], 0.5)
+    close(m["ratio_max"], 1.5)
+    close(m["frac_ratio_outside_0.5_2"], 0.0)
+    close(m["approx_kl"], 0.05954648)
+    close(m["clip_frac_low"], 0.2)
+    close(m["clip_frac_high"], 0.2)
+    close(m["entropy"], 3.0)
+    close(m["adv_mean"], 0.0)
+    close(m["adv_std"], 1.0)
+    close(m["reward_mean"], 0.75)
+    close(m["reward_std"], 0.4330127)
+    close(m["frac_zero_var_groups"], 0.5)
+    close(m["num_tokens"], 5)
+    close(m["len_mean"], 2.5)
+
+
+def test_mismatch_metrics_by_hand():
+    # row 0 real tokens: d = trainer - sampler = (0, -.1, .8); pad holds -inf on both sides.
+    # bitwise 1/3; max|d| .8; mean|d| .9/3 = .3;
+    # k3 = [0 + (e^-.1 - 1 + .1) + (e^.8 - 1 - .8)]/3 = (.0048374 + .4255409)/3 = .1434594
+    # max|e^d - 1| = e^.8 - 1 = 1.2255409; e^.8 = 2.2255 > 2 -> 1/3 outside. Row 1 fully masked (NaN).
+    sampler = jnp.array([[-1.0, -2.0, -0.5, -jnp.inf], [jnp.nan] * 4])
+    trainer = jnp.array([[-1.0, -2.1, 0.3, -jnp.inf], [0.0] * 4])
+    mask = jnp.array([[1, 1, 1, 0], [0, 0, 0, 0]])
+    mm = grpo.mismatch_metrics(sampler, trainer, mask)
+    close(mm["bitwise_frac"], 1 / 3)
+    close(mm["max_abs_logp_diff"], 0.8)
+    close(mm["mean_abs_logp_diff"], 0.3)
+    close(mm["k3_kl"], 0.1434594)
+    close(mm["max_abs_ratio_minus_1"], 1.2255409)
+    close(mm["frac_ratio_outside_0.5_2"], 1 / 3)
+    # exact equality: one f32 ulp apart is NOT bitwise equal; bf16 vs its f32 upcast IS
+    x = np.float32(-1.2345)
+    assert float(grpo.mismatch_metrics(jnp.array([[x]]), jnp.array([[np.nextafter(x, np.float32(0))]]),
+                                       jnp.ones((1, 1)))["bitwise_frac"]) == 0.0
+    xb = jnp.array([[-1.2345]], jnp.bfloat16)
+    assert float(grpo.mismatch_metrics(xb, xb.astype(jnp.float32), jnp.ones((1, 1)))["bitwise_frac"]) == 1.0
+    empty = grpo.mismatch_metrics(sampler, trainer, jnp.zeros((2, 4)))
+    assert float(empty["bitwise_frac"]) == 1.0 and float(empty["max_abs_logp_diff"]) == 0.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# pass@k
+
+def test_pass_at_k_matches_brute_force():
+    brute = {}
+    for n in range(1, 8):
+        for c in range(n + 1):
+            samples = [1] * c + [0] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(range(n), k))
+                brute[n, c, k] = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+                assert abs(grpo.pass_at_k(n, c, k) - brute[n, c, k]) < 1e-12, (n, c, k)
+    for k in (1, 2, 5):
+        keys = [(n, c) for (n, c, kk) in brute if kk == k]
+        n_N, c_N = np.array([n for n, _ in keys]), np.array([c for _, c in keys])
+        close(grpo.pass_at_k_array(n_N, c_N, k), [brute[n, c, k] for n, c in keys], 1e-12)
+    # pass@1 = c/n; large n stays finite where C(n, k) would overflow a float
+    assert abs(grpo.pass_at_k(200, 37, 1) - 37 / 200) < 1e-12
+    p = grpo.pass_at_k(2000, 3, 100)
+    assert 0 < p < 1 and math.isfinite(p)
+    assert abs(p - (1 - math.comb(1997, 100) / math.comb(2000, 100))) < 1e-12
+
+
+def test_pass_at_k_errors():
+    for n, c, k in ((3, 4, 1), (3, 1, 4), (3, -1, 1), (3, 1, 0)):
+        with pytest.raises(ValueError, match="pass_at_k"):
+            grpo.pass_at_k(n, c, k)
+    with pytest.raises(ValueError, match="int"):
+        grpo.pass_at_k(3.0, 1, 1)
+    with pytest.raises(ValueError, match="pass_at_k_array"):
+        grpo.pass_at_k_array(np.array([3, 2]), np.array([1, 3]), 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Config validation
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(group_size=0), "group_size"), (dict(group_size=1), "group_size"), (dict(group_size=2.0), "group_size"),
+    (dict(advantage="ppo"), "advantage"), (dict(adv_eps=0.0), "adv_eps"), (dict(policy_loss="grpo"), "policy_loss"),
+    (dict(clip_eps_low=1.0), "clip_eps_low"), (dict(clip_eps_low=-0.1), "clip_eps_low"),
+    (dict(clip_eps_high=0.0), "clip_eps_high"), (dict(clip_eps_high=float("nan")), "clip_eps_high"),
+    (dict(dual_clip_c=1.0), "dual_clip_c"), (dict(loss_agg="sum"), "loss_agg"),
+    (dict(loss_agg="seq_mean_token_sum_norm"), "max_len"), (dict(max_len=-1), "max_len"),
+    (dict(kl_beta=-0.1), "kl_beta"), (dict(kl_beta=float("inf")), "kl_beta"), (dict(kl_estimator="k4"), "kl_estimator"),
+    (dict(is_correction="clip"), "is_correction"), (dict(is_cap=0.5), "is_cap"),
+    (dict(is_correction="token_mask", is_cap=1.0), "is_cap"),
+    (dict(overlong_buffer_len=4), "overlong_buffer_len"), (dict(max_len=4, overlong_buffer_len=5), "overlong_buffer_len"),
+    (dict(overlong_filter=True), "max_len"), (dict(overlong_penalty_factor=-1.0), "overlong_penalty_factor"),
+])
+def test_config_validation(kw, field):
+    with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
+        GRPOConfig(**kw)
+
+
+def test_config_valid_variants():
+    GRPOConfig()
+    GRPOConfig(group_size=1, advantage="reinforce")
+    GRPOConfig(advantage="drgrpo", loss_agg="seq_mean_token_sum_norm", max_len=1024)
+    GRPOConfig(policy_loss="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4, loss_agg="seq_mean_token_mean")
+    GRPOConfig(max_len=100, overlong_buffer_len=20, overlong_filter=True, dynamic_sampling=True)
+    hash(GRPOConfig())  # frozen: usable as a static jit argument
