@@ -14,10 +14,12 @@ Two levels, chosen once per executor at start-up (`enter_sandbox`):
       process on the host has it), so it cannot signal, ptrace or read the memory of anyone else,
       and cleanup is "kill every process of that uid" (kill(-1) from a process with that uid).
   rlimits (fallback, not root or unshare refused): resource limits, a new session, a scratch
-      directory, a scrubbed environment and non-dumpable trusted processes only. There is NO
-      network isolation, the program can read whatever the verifier's user can read, and it can
-      signal processes of the same user. The verdict logic (verifier.py) is unchanged, so forging a
-      pass is still defeated; escaping is not.
+      directory under the host's /tmp, a scrubbed environment and non-dumpable trusted processes.
+      There is NO network isolation and the program sees the host's files. As root the candidate
+      still gets a uid of its own (so it cannot signal the verifier, and can write only where
+      "others" may: /tmp, /var/tmp, /dev/shm); not as root it runs as the verifier's user and can
+      signal it, and cleanup finds leftovers through parentage (we are their subreaper). The
+      verdict logic (verifier.py) is unchanged, so forging a pass is still defeated; escaping is not.
 
 Why a uid per executor rather than per execution: RLIMIT_NPROC counts processes per real uid, so a
 uid shared by two concurrent executions would let one fork bomb starve the other, and the uid-wide
@@ -99,6 +101,8 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
               "where permissions say so)", "uid": "same as verifier", "why_fallback": ""}
     prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a job come back to us, never escape to init
     prctl(PR_SET_DUMPABLE, 0)         # same-uid programs (fallback) cannot ptrace/read our memory
+    if os.geteuid() == 0:
+        report["uid"] = "one uid per executor role (root can switch uids without namespaces)"
     if mode == "rlimits":
         report["why_fallback"] = "requested"
         return report

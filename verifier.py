@@ -359,7 +359,8 @@ def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
         if entry_point is not None:
             ns["check"](ns[entry_point])
     except AssertionError as e:
-        return {"status": "failed", "detail": f"assertion failed{_test_line(e)}"}
+        msg = f": {str(e)[:200]}" if str(e) else ""
+        return {"status": "failed", "detail": f"assertion failed{_test_line(e)}{msg}"}
     except CandidateGone as e:
         return {"status": "crashed", "detail": str(e)}
     except CandidateMemoryError:
@@ -378,14 +379,18 @@ _PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "fun
               "operator", "array", "datetime")
 
 
+class SandboxBreach(RuntimeError):
+    """Cleanup failed: the executor must not run another job (it exits; the pool replaces it)."""
+
+
 class Executor:
     """Lives in the executor process: holds the sandbox report and runs jobs by forking."""
 
     def __init__(self, isolation: str, hide: list[str]):
         self.report = sandbox.enter_sandbox(isolation, hide)
         self.isolated = self.report["mode"] == "namespaces"
-        self.uids = sandbox.role_uids(os.getpid()) if self.isolated else (None, None)
-        self.scratch_root = "/tmp" if self.isolated else None
+        # As root, a uid of its own is cheap and does not need namespaces: keep it in the fallback.
+        self.uids = sandbox.role_uids(os.getpid()) if os.geteuid() == 0 else (None, None)
         self.counter = 0
         for m in _PREIMPORT:
             __import__(m)
@@ -395,12 +400,14 @@ class Executor:
     def _scratch(self) -> str:
         self.counter += 1
         if self.isolated:
-            path = f"{self.scratch_root}/job{self.counter}"
+            path = f"/tmp/job{self.counter}"  # /tmp is the sandbox's private tmpfs
             os.mkdir(path, 0o700)
+        else:
+            import tempfile
+            path = tempfile.mkdtemp(prefix="oubliette-")
+        if self.uids[0] is not None:
             os.chown(path, self.uids[0], self.uids[0])
-            return path
-        import tempfile
-        return tempfile.mkdtemp(prefix="oubliette-")
+        return path
 
     def _fork(self, body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits,
               dumpable: bool) -> int:
@@ -425,31 +432,46 @@ class Executor:
                 pass
         os._exit(code)
 
-    def _cleanup(self, pids: list[int], scratch: str) -> dict[int, int]:
-        """Kill everything the job started, reap, remove scratch; return {pid: wait status}."""
-        statuses = {}
-        for pid in pids:  # statuses of those that ended on their own, before we kill
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                statuses[pid] = status
-        if self.isolated:  # the judge runs trusted tests and never forks: its group is enough
+    def _kill_all(self, pids: list[int]) -> None:
+        if self.uids[0] is not None:  # the judge runs trusted tests, never forks: its group is enough
             sandbox.kill_uid(self.uids[0])
         for pid in pids:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        if not self.isolated:
+        if self.uids[0] is None:
             sandbox.kill_children()
-        for pid in pids:
-            if pid not in statuses:
-                try:
-                    statuses[pid] = os.waitpid(pid, 0)[1]
-                except ChildProcessError:
-                    statuses[pid] = -1
-        sandbox.reap_orphans()
+
+    def _cleanup(self, pids: list[int], scratch: str) -> dict[int, int]:
+        """Kill everything the job started, reap, remove scratch; return {pid: wait status}.
+
+        We are the subreaper of every process a job starts, so once all are killed, "no child left"
+        (ECHILD) proves that nothing survived; the loop re-kills in case something raced a sweep.
+        """
+        statuses = {}
+        for pid in pids:  # statuses of those that ended on their own, before we kill
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                statuses[pid] = status
+        self._kill_all(pids)
+        deadline, next_kill = time.monotonic() + 10.0, time.monotonic() + 0.1
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid:
+                statuses.setdefault(pid, status)
+                continue
+            if time.monotonic() > next_kill:
+                if time.monotonic() > deadline:
+                    raise SandboxBreach("a sandboxed process could not be killed within 10 s")
+                self._kill_all(pids)
+                next_kill = time.monotonic() + 0.1
+            time.sleep(0.0002)
         shutil.rmtree(scratch, ignore_errors=True)
-        return statuses
+        return {pid: statuses.get(pid, -1) for pid in pids}
 
     @staticmethod
     def _pump(readers: dict[int, bytearray], stop_fd: int | None, deadline: float, cap: int) -> str:
@@ -626,11 +648,16 @@ def executor_main(config_json: str) -> None:
     ex = Executor(cfg["isolation"], cfg["hide"])
     send_frame(wfd, {"ready": ex.report})
     while (raw := recv_frame(rfd)) is not None:
+        breach = False
         try:
             verdict = ex.run(from_bytes(raw))
+        except SandboxBreach as e:
+            verdict, breach = _verdict("error", f"verifier error: {e}"), True
         except Exception as e:  # noqa: BLE001 - one bad job must not take the executor down
             verdict = _verdict("error", f"verifier error: {_describe(e)}")
         send_frame(wfd, dataclasses.asdict(verdict))
+        if breach:
+            os._exit(3)
 
 
 # ============================================================================ jobs: validation (parent side)
@@ -717,7 +744,7 @@ class _ExecutorProcess:
                 f.close()
             except OSError:
                 pass
-        if self.report.get("mode") == "namespaces" and os.geteuid() == 0:
+        if os.geteuid() == 0:
             for uid in sandbox.role_uids(self.proc.pid):
                 sandbox.kill_uid(uid)
 
