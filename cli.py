@@ -35,24 +35,31 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
-def parse(cls, argv: list[str] | None = None, description: str | None = None):
-    """Parse argv into an instance of `cls`; a ValueError from its validation becomes a usage error."""
-    docs, hints = field_docs(cls), typing.get_type_hints(cls)
-    parser = argparse.ArgumentParser(description=description or (cls.__doc__ or "").strip(),
+def parse(*classes, argv: list[str] | None = None, description: str | None = None):
+    """Parse argv into one instance of each config class (flags of all classes in one namespace; names
+    must not collide). A ValueError from a class's validation becomes a usage error. Returns one
+    instance for one class, else a tuple."""
+    parser = argparse.ArgumentParser(description=description or (classes[0].__doc__ or "").strip(),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(cls):
-        flag, kind = "--" + f.name.replace("_", "-"), hints[f.name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
-                                help=docs.get(f.name, ""))
-            continue
-        args = typing.get_args(kind)
-        if type(None) in args:  # Optional[X]: take X
-            kind = next(a for a in args if a is not type(None))
-        parser.add_argument(flag, type=kind, default=default, help=docs.get(f.name, ""))
+    for cls in classes:
+        group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
+        docs, hints = field_docs(cls), typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            flag, kind = "--" + f.name.replace("_", "-"), hints[f.name]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if kind is bool:
+                group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                   help=docs.get(f.name, ""))
+                continue
+            args = typing.get_args(kind)
+            if type(None) in args:  # Optional[X]: take X
+                kind = next(a for a in args if a is not type(None))
+            group.add_argument(flag, type=kind, default=default, help=docs.get(f.name, ""))
     namespace = parser.parse_args(argv)
-    try:
-        return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
-    except ValueError as e:
-        parser.error(str(e))
+    out = []
+    for cls in classes:
+        try:
+            out.append(cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)}))
+        except ValueError as e:
+            parser.error(str(e))
+    return out[0] if len(out) == 1 else tuple(out)

@@ -1,0 +1,265 @@
+"""An inference worker: lease prompts, sample a group of completions each, get them verified, return rollouts.
+
+    python inference_worker.py --param-server tcp://127.0.0.1:5555 --verifier tcp://127.0.0.1:5557 \
+        --model checkpoints/coldstart --name worker-0
+
+Sockets (all requests, see wire.py):
+  -> param server   get_weights (pull), lease_work, submit_rollout
+  -> verifier       verify_batch   (or in-process verification with --verifier "")
+
+The loop, one batch at a time:
+  1. Pull. Every `pull_every` batches ask the param server for weights newer than ours (a cheap
+     question when nothing changed). Independently of that, a work item carries `min_version` = the
+     trainer's version when it enqueued it minus nothing: we never sample an item with older weights
+     than that, waiting for them if needed. Together with the trainer's drop rule this is the
+     staleness bound (ARCHITECTURE.md "Staleness"): `max_staleness` decides how far ahead of itself
+     the trainer enqueues, and so how stale a rollout can get by the time it is used.
+  2. Lease up to `batch_items` items and sample G completions for each in ONE decode batch,
+     padded to a fixed row count so the jitted sampler compiles once. All tokens of a batch come
+     from one weight version: weights are only swapped between batches.
+  3. Cut each completion at its stop string, send prompt + completion with the item's hidden tests
+     to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
+     with (the trainer compares its own to these, bit for bit, at staleness 0), mask, rewards, and
+     the policy version.
+
+A worker keeps no state worth saving: SIGKILL it at any time; its leases expire and the items are
+reissued to another worker (invariant 3). Sampling settings (temperature, top_p, stop, lengths)
+come with each work item from the trainer, so sampler and trainer cannot disagree on them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import zlib
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+import cli
+import model
+import tasks
+import wire
+
+
+@dataclass
+class Config:
+    """Inference worker settings."""
+    param_server: str = "tcp://127.0.0.1:5555"
+    """address of the parameter server"""
+    verifier: str = "tcp://127.0.0.1:5557"
+    """address of the verifier service; "" verifies in this process (no sandbox service)"""
+    model: str = "checkpoints/coldstart"
+    """checkpoint folder whose config.json (and tokenizer) we use; weights come from the param server"""
+    name: str = ""
+    """worker name in logs and rollouts (default: worker-<pid>)"""
+    batch_items: int = 2
+    """work items sampled together: the decode batch is batch_items x G rows"""
+    pull_every: int = 1
+    """check for newer weights every this many batches (items' min_version is always honoured)"""
+    lease_s: float = 120.0
+    """lease length: if we die, our items are reissued after this long"""
+    bf16_fix: bool = True
+    """precision policy / RLAX fix on; must match the trainer's (launch.sh passes both the same)"""
+    seed: int = 0
+    """base sampling seed; each batch's key also folds in the item ids and the weight version"""
+    slow_s: float = 0.0
+    """testing knob: sleep this long after sampling each batch, to make a deliberately slow worker"""
+    max_batches: int = 0
+    """stop after this many batches (0: run until killed)"""
+    timeout_s: float = 120.0
+    """how long to wait for any one reply before reconnecting and retrying"""
+
+    def __post_init__(self):
+        if self.batch_items < 1 or self.pull_every < 1 or self.lease_s <= 0 or self.slow_s < 0:
+            raise ValueError("batch_items and pull_every must be >= 1, lease_s > 0, slow_s >= 0")
+        self.name = self.name or f"worker-{os.getpid()}"
+
+
+def log(cfg: Config, text: str) -> None:
+    print(f"[{cfg.name}] {time.strftime('%H:%M:%S')} {text}", flush=True)
+
+
+# ----------------------------------------------------------------------------- sampling (pure)
+
+def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
+    """Each item's prompt repeated G times, right-padded to the item's seq_len, then dummy rows up to
+    `rows` (a fixed decode batch: one compilation). Returns (prompt_BT, prompt_len_B)."""
+    T = items[0]["seq_len"]
+    prompt_BT = np.full((rows, T), pad_id, np.int32)
+    prompt_len_B = np.ones(rows, np.int32)
+    r = 0
+    for item in items:
+        ids = tokenizer.encode(item["prompt"])
+        if not 0 < len(ids) <= T - item["max_new_tokens"]:
+            raise ValueError(f"item {item['item_id']}: prompt of {len(ids)} tokens does not fit "
+                             f"seq_len {T} with max_new_tokens {item['max_new_tokens']}")
+        for _ in range(item["group_size"]):
+            prompt_BT[r, :len(ids)], prompt_len_B[r] = ids, len(ids)
+            r += 1
+    return prompt_BT, prompt_len_B
+
+
+def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int):
+    """Cut every completion just after its first stop string: later tokens become padding with mask 0,
+    so the trainer learns only from what the verifier saw. Returns (out, texts)."""
+    tokens_BT, logp_BT, mask_BT = out["tokens_BT"].copy(), out["logp_BT"].copy(), out["mask_BT"].copy()
+    texts = []
+    for b in range(tokens_BT.shape[0]):
+        start, n = int(prompt_len_B[b]), int(mask_BT[b].sum())
+        ids, keep = tokens_BT[b, start:start + n].tolist(), n
+        for j in range(1, n + 1):  # the shortest prefix that contains a stop string
+            if any(s and s in tokenizer.decode(ids[:j]) for s in stop):
+                keep = j
+                break
+        texts.append(tokenizer.decode(ids[:keep]))
+        tokens_BT[b, start + keep:], logp_BT[b, start + keep:], mask_BT[b, start + keep:] = pad_id, 0.0, 0.0
+    return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT}, texts
+
+
+def sampling_key(seed: int, item_ids: list, version: int):
+    """A key that depends only on what is sampled and with which weights: a rerun samples the same."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), zlib.crc32("|".join(item_ids).encode()) ^ version)
+
+
+def verify_jobs(items: list, texts: list) -> list:
+    jobs, r = [], 0
+    for item in items:
+        for _ in range(item["group_size"]):
+            program = item["prompt"] + texts[r]
+            if item.get("kind", "assert") == "io":
+                jobs.append({"kind": "io", "program": program, "cases": item.get("cases", []),
+                             "timeout_s": item.get("timeout_s", 5.0)})
+            else:
+                jobs.append({"kind": "assert", "program": program, "tests": item.get("tests", ""),
+                             "entry_point": item.get("entry_point", ""), "timeout_s": item.get("timeout_s", 5.0)})
+            r += 1
+    return jobs
+
+
+# ----------------------------------------------------------------------------- the worker
+
+class Worker:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        with open(os.path.join(cfg.model, "config.json")) as f:
+            self.mcfg = model.ModelConfig.from_hf_dict(json.load(f), bf16_fix=cfg.bf16_fix)
+        self.tokenizer = model.load_tokenizer(cfg.model)
+        self.pad_id = self.tokenizer.pad_id
+        self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
+        if cfg.verifier:
+            import verifier
+            self.verify = verifier.VerifierClient(cfg.verifier, timeout_s=cfg.timeout_s).verify_batch
+        else:
+            import verifier
+            self.verify = lambda jobs: verifier.verify_batch(jobs, workers=1)
+        self.version, self.params, self.batches = -1, None, 0
+
+    def install(self, w: wire.Weights) -> None:
+        """Swap in a complete, checksummed weight version (invariant 4: never a partial one)."""
+        from param_server import crc32
+        for name, array, checksum in zip(w.names, w.arrays, w.checksums):
+            if crc32(array) != checksum:
+                raise ValueError(f"weights v{w.version}: checksum mismatch on {name}; keeping v{self.version}")
+        self.params = jax.device_put(model.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
+        self.version = w.version
+
+    def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
+        t0 = time.monotonic()
+        reply = self.ps.call(wire.GetWeights(self.version, min_version, wait_s),
+                             timeout_s=wait_s + self.cfg.timeout_s, what="weights")
+        if isinstance(reply, wire.Weights):
+            try:
+                self.install(reply)
+                log(self.cfg, f"weights v{reply.version} in {time.monotonic() - t0:.2f}s")
+            except ValueError as e:
+                log(self.cfg, str(e))
+
+    def run_batch(self) -> int:
+        cfg = self.cfg
+        if self.params is None or self.batches % cfg.pull_every == 0:
+            self.pull()
+        leased = self.ps.call(wire.LeaseWork(cfg.name, cfg.batch_items, cfg.lease_s, wait_s=1.0),
+                              timeout_s=cfg.timeout_s + 1, what="work items").items
+        items = []
+        for item in leased:
+            try:
+                items.append(wire.check_item(item))
+            except wire.WireError as e:
+                log(cfg, f"skipping malformed work item: {e}")
+        if not items:
+            return 0
+        # All items of one batch must share seq_len and sampling settings; the trainer sends uniform
+        # items, so anything else is left for its lease to expire and be reissued.
+        first = items[0]
+        settings = lambda i: (i["seq_len"], i["max_new_tokens"], i.get("temperature", 1.0), i.get("top_p", 1.0),
+                              tuple(i.get("stop", ["\n"])))
+        items = [i for i in items if settings(i) == settings(first)]
+        need = max(i["min_version"] for i in items)
+        while self.version < need:  # staleness bound: never sample with weights older than asked
+            self.pull(min_version=need, wait_s=10.0)
+        seq_len, max_new, temperature, top_p, stop = settings(first)
+        rows = cfg.batch_items * max(i["group_size"] for i in items)
+        prompt_BT, prompt_len_B = build_prompts(items, self.tokenizer, rows, self.pad_id)
+        stop_ids = [self.tokenizer.encode(s) for s in stop]
+        eos = stop_ids[0][0] if len(stop) == 1 and len(stop_ids[0]) == 1 else self.tokenizer.eos_id
+
+        t0 = time.monotonic()
+        version = self.version
+        out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B,
+                             sampling_key(cfg.seed, [i["item_id"] for i in items], version),
+                             max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                             eos_id=eos, pad_id=self.pad_id)
+        out, texts = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id)
+        sample_s = time.monotonic() - t0
+        if cfg.slow_s:
+            time.sleep(cfg.slow_s)
+        t1 = time.monotonic()
+        verdicts = self.verify(verify_jobs(items, texts))
+        verify_s = time.monotonic() - t1
+
+        r = 0
+        for item in items:
+            G = item["group_size"]
+            rows_G = slice(r, r + G)
+            rollout = {
+                "item_id": item["item_id"], "version": version, "worker": cfg.name,
+                "prompt_len": int(prompt_len_B[r]),
+                "tokens_GT": out["tokens_BT"][rows_G].astype(np.int32),
+                "logp_GT": out["logp_BT"][rows_G].astype(np.float32),
+                "mask_GT": out["mask_BT"][rows_G].astype(np.float32),
+                "rewards_G": np.array([v.reward for v in verdicts[rows_G]], np.float32),
+                "statuses": [v.status for v in verdicts[rows_G]],
+                "texts": texts[rows_G], "eval": bool(item.get("eval", False)),
+                "sample_s": sample_s, "verify_s": verify_s,
+            }
+            status = self.ps.call(wire.SubmitRollout(cfg.name, item["item_id"], item["lease"], rollout),
+                                  what="rollout receipt").info.get("status")
+            if status != "accepted":
+                log(cfg, f"rollout {item['item_id']} was {status}")
+            r += G
+        n_tokens = int(out["mask_BT"].sum())
+        log(cfg, f"v{version}: {len(items)} items, {n_tokens} tokens in {sample_s:.2f}s "
+                 f"({n_tokens / max(sample_s, 1e-9):.0f} tok/s), verified in {verify_s:.2f}s, "
+                 f"reward {np.mean([v.reward for v in verdicts]):.2f}")
+        return len(items)
+
+    def run(self) -> None:
+        log(self.cfg, f"started: param server {self.cfg.param_server}, verifier {self.cfg.verifier or 'in-process'}")
+        while not self.cfg.max_batches or self.batches < self.cfg.max_batches:
+            try:
+                if self.run_batch():
+                    self.batches += 1
+            except (TimeoutError, wire.RemoteError) as e:
+                # The param server or verifier restarted or is busy: our leases will expire and be
+                # reissued; just try again. Never crash on a peer's hiccup.
+                log(self.cfg, f"{type(e).__name__}: {e}; retrying")
+                time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    config = cli.parse(Config)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # preemption: leases expire, work is reissued
+    Worker(config).run()

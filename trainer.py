@@ -1,0 +1,471 @@
+"""The trainer: owns the run. Feeds work, enforces the staleness bound, applies GRPO, pushes weights.
+
+    python trainer.py --run-dir runs/demo --param-server tcp://127.0.0.1:5555 --steps 60
+    python trainer.py --run-dir runs/demo --resume          # continue from the last good checkpoint
+
+Sockets (requests to the param server, see wire.py): ping, push_weights, enqueue_work, get_rollouts.
+Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/checkpoints/step_N/.
+
+One step, top to bottom (`Trainer.step`):
+  1. Feed. Keep (max_staleness + 1) x prompts_per_step work items in flight, each tagged with
+     min_version = our current version, so workers sample them with weights at least that new.
+  2. Collect. Take finished rollouts; staleness = (our version) - (version that sampled it).
+     THE STALENESS BOUND: a rollout with staleness > max_staleness (or from a version we do not
+     have, after a resume) is dropped and counted, never trained on (invariant 1). max_staleness=0
+     is strict on-policy GRPO; k allows k versions of lag (asynchronous, off-policy RL).
+  3. Update. GRPO advantages per group, the policy loss of grpo.py on the trainer's log-probs, one
+     optax step. The trainer's log-probs come from model.token_logprobs, the same function the
+     sampler's numbers come from; with the bf16 fix (model.py PRECISION POLICY: fixed rounding
+     points + rematerialisation) they are bitwise the sampler's at staleness 0, and we measure that
+     every step (mismatch/*). `--no-bf16-fix` switches the fix off in every role to reproduce RLAX's
+     failure: the on-policy ratio drifts from 1.
+  4. Push the new weights (version = number of optimizer steps), log metrics, maybe evaluate
+     (pass@1, pass@8 on held-out problems, sampled by the workers) and checkpoint.
+
+Deviations from the paper: one optimizer step per batch of rollouts (so a "version" is exactly one
+optimizer step), and the GRPO variant of grpo.py's defaults (no KL, DAPO token-mean, clip-higher),
+all switchable by flags. Preemption: SIGTERM checkpoints and exits; SIGKILL loses the steps since
+the last checkpoint; `--resume` continues with the same step, optimizer state and data cursor.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import signal
+import time
+import zlib
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from safetensors.numpy import load_file, save_file
+
+import cli
+import grpo
+import model
+import tasks
+import wire
+
+
+@dataclass
+class Config:
+    """Trainer settings (the GRPO variant is grpo.GRPOConfig, whose flags are listed too)."""
+    # --- run
+    run_dir: str = "runs/default"
+    """where metrics.jsonl and checkpoints go"""
+    param_server: str = "tcp://127.0.0.1:5555"
+    """address of the parameter server"""
+    model: str = "checkpoints/coldstart"
+    """initial policy: a Hugging Face folder (config.json + safetensors)"""
+    data: str = ""
+    """JSONL dataset (see tasks.load_jsonl); "" = the embedded function-synthesis task"""
+    seed: int = 0
+    """data order seed; with it and the cursor, the problems a run sees are fixed"""
+    steps: int = 60
+    """optimizer steps to run"""
+    resume: bool = False
+    """continue from the newest good checkpoint in run_dir/checkpoints"""
+    # --- batch and sampling (sent to the workers inside each work item)
+    prompts_per_step: int = 16
+    """B: prompts per optimizer step (each sampled group_size times)"""
+    temperature: float = 1.0
+    """sampling temperature; the trainer's log-probs use the same one"""
+    top_p: float = 1.0
+    """nucleus sampling; the reported log-probs are always from the full tempered distribution"""
+    max_new_tokens: int = 24
+    """longest completion"""
+    seq_len: int = 0
+    """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = the model's max"""
+    # --- optimizer
+    lr: float = 2e-4
+    """Adam learning rate"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
+    # --- staleness (ARCHITECTURE.md "Staleness")
+    max_staleness: int = 0
+    """k: train only on rollouts at most k versions old; 0 = strict on-policy"""
+    push_every: int = 1
+    """push weights to the param server every this many steps"""
+    # --- numerics
+    bf16_fix: bool = True
+    """the RLAX fix (model.py PRECISION POLICY); --no-bf16-fix reproduces the mismatch"""
+    # --- evaluation and checkpoints
+    heldout: int = 64
+    """held-out problems per evaluation"""
+    eval_samples: int = 8
+    """n samples per held-out problem (pass@1 and pass@8 from them)"""
+    eval_every: int = 20
+    """evaluate every this many steps (and at the start and the end); 0 = start and end only"""
+    checkpoint_every: int = 10
+    """checkpoint every this many steps (and on SIGTERM and at the end)"""
+    keep_checkpoints: int = 3
+    """how many checkpoints to keep"""
+    rollout_timeout_s: float = 300.0
+    """give up (and say why) if no rollout arrives for this long"""
+
+    def __post_init__(self):
+        if min(self.steps, self.prompts_per_step, self.max_new_tokens, self.push_every, self.heldout,
+               self.eval_samples, self.checkpoint_every, self.keep_checkpoints) < 1:
+            raise ValueError("steps, prompts_per_step, max_new_tokens, push_every, heldout, eval_samples, "
+                             "checkpoint_every and keep_checkpoints must be >= 1")
+        if self.max_staleness < 0 or self.eval_every < 0 or self.seq_len < 0:
+            raise ValueError("max_staleness, eval_every and seq_len must be >= 0")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.lr <= 0:
+            raise ValueError("temperature and lr must be > 0 and top_p in (0, 1]")
+
+
+# ----------------------------------------------------------------------------- the update (pure)
+
+def cast_params(master, dtype):
+    """f32 master weights -> the model dtype. Sampler and trainer both run exactly these bf16 values."""
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype), master)
+
+
+def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float):
+    """The jitted GRPO step: (master, opt_state, batch) -> (master, opt_state, logp_BT, aux)."""
+
+    def loss_fn(master, batch):
+        logp_BT = model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg, batch["tokens_BT"], temperature)
+        # One optimizer step per batch: the proximal policy pi_old IS the current one, so the
+        # ratio pi/pi_old is exactly 1 and only the behaviour correction (pi_old/pi_behav) acts.
+        loss, aux = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), batch["adv_B"], batch["mask_BT"],
+                                     gcfg, logp_behav_BT=batch["logp_behav_BT"],
+                                     logp_ref_BT=batch.get("logp_ref_BT"))
+        return loss, (logp_BT, aux)
+
+    @jax.jit
+    def update(master, opt_state, batch):
+        (loss, (logp_BT, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(master, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, master)
+        aux = {k: v for k, v in aux.items() if not k.endswith("_BT")}
+        aux.update(loss=loss, grad_norm=optax.global_norm(grads))
+        return optax.apply_updates(master, updates), opt_state, logp_BT, aux
+
+    return update
+
+
+def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: int, version: int,
+                 evaluate: bool = False) -> dict:
+    """A work item: everything a worker needs to sample and verify one group (wire.ITEM_FIELDS)."""
+    return {"item_id": item_id, "prompt": problem.prompt, "tests": problem.tests,
+            "entry_point": problem.entry_point, "kind": problem.kind,
+            "cases": [list(c) for c in problem.cases] if problem.kind == "io" else [],
+            "group_size": G, "seq_len": T, "max_new_tokens": cfg.max_new_tokens, "min_version": version,
+            "temperature": cfg.temperature, "top_p": cfg.top_p, "stop": list(problem.stop), "eval": evaluate}
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep: int) -> str:
+    """Atomic: everything is written into step_N.tmp/, then the folder is renamed to step_N/.
+    A crash mid-write leaves a .tmp folder that load ignores (invariant 5)."""
+    root = os.path.join(run_dir, "checkpoints")
+    final, tmp = os.path.join(root, f"step_{step:06d}"), os.path.join(root, f"step_{step:06d}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    tensors = {f"master/{k}": np.asarray(v) for k, v in _flat(master).items()}
+    tensors.update({f"opt/{i:04d}": np.asarray(v) for i, v in enumerate(jax.tree_util.tree_leaves(opt_state))})
+    save_file(tensors, os.path.join(tmp, "state.safetensors"))
+    meta = {**meta, "step": step, "crc32": {k: zlib.crc32(np.ascontiguousarray(v).tobytes())
+                                            for k, v in tensors.items()}}
+    with open(os.path.join(tmp, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(tmp, final)
+    for old in sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp"))[:-keep]:
+        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    return final
+
+
+def load_checkpoint(run_dir: str, master_like, opt_like):
+    """Newest checkpoint that verifies; a truncated or corrupt one is reported and the previous used."""
+    root = os.path.join(run_dir, "checkpoints")
+    names = sorted((d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")),
+                   reverse=True) if os.path.isdir(root) else []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            with open(os.path.join(path, "meta.json")) as f:
+                meta = json.load(f)
+            tensors = load_file(os.path.join(path, "state.safetensors"))
+            for k, v in tensors.items():
+                if zlib.crc32(np.ascontiguousarray(v).tobytes()) != meta["crc32"][k]:
+                    raise ValueError(f"checksum mismatch in {k}")
+            flat_master = _flat(master_like)
+            if set(flat_master) != {k[len("master/"):] for k in tensors if k.startswith("master/")}:
+                raise ValueError("parameter names differ from the model's")
+            master = _unflat(master_like, {k: tensors[f"master/{k}"] for k in flat_master})
+            opt_leaves, treedef = jax.tree_util.tree_flatten(opt_like)
+            opt_state = jax.tree_util.tree_unflatten(
+                treedef, [jnp.asarray(tensors[f"opt/{i:04d}"]) for i in range(len(opt_leaves))])
+            return master, opt_state, meta
+        except Exception as e:  # any failure to read means: not a good checkpoint
+            print(f"[trainer] checkpoint {path} is unusable ({type(e).__name__}: {e}); trying an older one",
+                  flush=True)
+    raise FileNotFoundError(f"no usable checkpoint in {root}")
+
+
+def _flat(tree) -> dict:
+    return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _unflat(like, flat: dict):
+    paths, treedef = jax.tree_util.tree_flatten_with_path(like)
+    return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[jax.tree_util.keystr(p)]) for p, _ in paths])
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+class Trainer:
+    def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
+        self.cfg, self.gcfg = cfg, gcfg
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        self.mcfg, params = model.load_hf(cfg.model, bf16_fix=cfg.bf16_fix)
+        self.tokenizer = model.load_tokenizer(cfg.model)
+        self.T = cfg.seq_len or self.mcfg.max_seq_len
+        if self.T > self.mcfg.max_seq_len:
+            raise ValueError(f"seq_len {self.T} exceeds the model's max_seq_len {self.mcfg.max_seq_len}")
+        self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
+        self.master = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
+        self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
+        self.opt_state = self.optimizer.init(self.master)
+        self.update = make_update(self.mcfg, gcfg, self.optimizer, cfg.temperature)
+        self.ref_logprobs = jax.jit(lambda p, t: model.token_logprobs(p, self.mcfg, t, cfg.temperature))
+        # Data: the cursor is the index of the next training problem; problem i is fixed by (seed, i).
+        if cfg.data:
+            problems = tasks.load_jsonl(cfg.data)
+            self.train_set, self.heldout = tasks.split_dataset(problems, min(cfg.heldout, len(problems) // 2))
+            order = np.random.default_rng(cfg.seed).permutation(len(self.train_set))
+            self.problem = lambda i: self.train_set[order[i % len(order)]]
+        else:
+            stream = tasks.train_problems(cfg.seed)
+            self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
+        self.step_n, self.cursor = 0, 0
+        self.in_flight: dict[str, dict] = {}   # item_id -> work item, enqueued and not yet used or dropped
+        self.ready: list[dict] = []            # received training rollouts not yet used
+        self.counts = {k: 0 for k in ("used", "dropped_stale", "duplicate", "filtered_zero_var", "skipped_too_long")}
+        self.t_start, self.ps_instance = time.monotonic(), None
+        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=60)
+        if cfg.resume:
+            self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state)
+            self.step_n, self.cursor, self.counts = meta["step"], meta["cursor"], meta["counts"]
+            # Items in flight at the checkpoint are sampled again with our (restored) weights.
+            self.in_flight = {k: {**v, "min_version": self.step_n} for k, v in meta["in_flight"].items()}
+            self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, {len(self.in_flight)} items in flight)")
+        self.metrics_file = open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a")
+        self.stop_requested = False
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        print(f"[trainer] {time.strftime('%H:%M:%S')} {text}", flush=True)
+
+    def write_metrics(self, metrics: dict) -> None:
+        metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics}
+        self.metrics_file.write(json.dumps({k: (float(v) if isinstance(v, (np.floating, jax.Array)) else v)
+                                            for k, v in metrics.items()}) + "\n")
+        self.metrics_file.flush()
+
+    def check_param_server(self) -> None:
+        """A restarted param server (new instance id) lost its queue: give it our weights and our
+        in-flight items again. The trainer is the one owner of that state."""
+        pong = self.ps.call(wire.Ping(), what="param server liveness")
+        if pong.instance != self.ps_instance or pong.info.get("version") != self.step_n:
+            if self.ps_instance is not None:
+                self.log(f"param server restarted (instance {pong.instance}); re-sending weights and work")
+            self.push()
+            if self.in_flight:
+                self.ps.call(wire.EnqueueWork(list(self.in_flight.values()), requeue=True), what="re-enqueue")
+            self.ps_instance = pong.instance
+
+    def push(self) -> float:
+        t0 = time.monotonic()
+        tensors = model.to_hf_tensors(cast_params(self.master, self.mcfg.jdtype), self.mcfg)
+        names = list(tensors)
+        arrays = [np.ascontiguousarray(tensors[n]) for n in names]
+        checksums = [zlib.crc32(memoryview(a.reshape(-1).view(np.uint8))) for a in arrays]
+        self.ps.call(wire.PushWeights(self.step_n, names, arrays, checksums), what="weights receipt")
+        return time.monotonic() - t0
+
+    def enqueue(self, items: list) -> None:
+        if items:
+            for item in items:
+                self.in_flight[item["item_id"]] = item
+            self.ps.call(wire.EnqueueWork(items), what="enqueue receipt")
+
+    def feed(self, n_collected: int) -> None:
+        """Step 1: keep (max_staleness + 1) x B training items ahead of us: the rest of this step's
+        batch plus the next k steps'. Each is tagged with our version, so when it is used (at most k
+        steps later) its staleness is at most k, unless a worker was slow (then step 2 drops it)."""
+        in_flight = sum(not i["eval"] for i in self.in_flight.values()) + len(self.ready)
+        target = (self.cfg.max_staleness + 1) * self.cfg.prompts_per_step - n_collected
+        items = []
+        while in_flight + len(items) < target:
+            problem, index = self.problem(self.cursor), self.cursor
+            self.cursor += 1
+            if len(self.tokenizer.encode(problem.prompt)) + self.cfg.max_new_tokens > self.T:
+                self.counts["skipped_too_long"] += 1
+                continue
+            items.append(problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg,
+                                      self.gcfg.group_size, self.T, self.step_n))
+        self.enqueue(items)
+
+    def receive(self, wait_s: float) -> list:
+        """Take finished rollouts, applying THE STALENESS BOUND (step 2 above). Returns eval rollouts;
+        training ones go to self.ready."""
+        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s), timeout_s=wait_s + 60,
+                             what="rollouts")
+        evals = []
+        for rollout in reply.rollouts:
+            try:
+                wire.check_rollout(rollout)
+            except wire.WireError as e:
+                self.log(f"dropping malformed rollout: {e}")
+                continue
+            item = self.in_flight.pop(rollout["item_id"], None)
+            if item is None:  # already used or dropped (e.g. re-issued after a resume): at most once
+                self.counts["duplicate"] += 1
+                continue
+            if item["eval"]:
+                evals.append(rollout)
+                continue
+            staleness = self.step_n - rollout["version"]
+            if not 0 <= staleness <= self.cfg.max_staleness:
+                self.counts["dropped_stale"] += 1  # invariant 1: never trained on
+                continue
+            rollout["_item"] = item
+            self.ready.append(rollout)
+        return evals
+
+    # -- the algorithm ----------------------------------------------------------------------------
+    def collect_batch(self) -> tuple[list, float]:
+        """Steps 1-2: B groups of usable rollouts (with DAPO dynamic sampling: mixed-reward groups only,
+        refilled up to 4 x B attempts, then whatever we have)."""
+        t0, B, seen, batch = time.monotonic(), self.cfg.prompts_per_step, 0, []
+        last_progress = time.monotonic()
+        while len(batch) < B:
+            self.feed(len(batch))
+            self.receive(wait_s=0.5)
+            if self.ready:
+                last_progress = time.monotonic()
+            while self.ready and len(batch) < B:
+                rollout = self.ready.pop(0)
+                seen += 1
+                if self.gcfg.dynamic_sampling and np.ptp(rollout["rewards_G"]) == 0 and seen <= 4 * B:
+                    self.counts["filtered_zero_var"] += 1
+                    continue
+                batch.append(rollout)
+            if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
+                raise TimeoutError(f"no rollout for {self.cfg.rollout_timeout_s:.0f}s: are workers running "
+                                   f"and connected to {self.cfg.param_server}?")
+            if self.stop_requested:
+                break
+        return batch, time.monotonic() - t0
+
+    def train_step(self, batch: list) -> dict:
+        """Step 3: GRPO update on B groups; returns the step's metrics."""
+        G = self.gcfg.group_size
+        tokens_BT = np.concatenate([r["tokens_GT"] for r in batch])
+        behav_BT = np.concatenate([r["logp_GT"] for r in batch])
+        mask_BT = np.concatenate([r["mask_GT"] for r in batch])
+        rewards_BG = np.stack([r["rewards_G"] for r in batch])
+        staleness_B = np.repeat([self.step_n - r["version"] for r in batch], G)
+        adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
+        data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
+        if self.ref_params is not None:
+            data["logp_ref_BT"] = self.ref_logprobs(self.ref_params, tokens_BT)
+        t0 = time.monotonic()
+        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, data)
+        logp_BT = np.asarray(logp_BT)
+        train_s = time.monotonic() - t0
+        self.step_n += 1
+        self.counts["used"] += len(batch)
+        metrics = {f"loss/{k}" if "loss" in k else f"policy/{k}": float(v) for k, v in aux.items()}
+        metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
+                        "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
+                        "policy/entropy": float(-(behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
+                        "len/completion_mean": float(mask_BT.sum(1).mean()),
+                        "staleness/max": int(staleness_B.max()), "staleness/mean": float(staleness_B.mean()),
+                        "time/train_s": train_s})
+        # THE MEASUREMENT of the bf16 problem: the sampler's log-probs (as it reported them while
+        # sampling) against ours inside the gradient computation, on staleness-0 rows only (same weights).
+        on_policy = staleness_B == 0
+        if on_policy.any():
+            mm = grpo.mismatch_metrics(behav_BT[on_policy], logp_BT[on_policy], mask_BT[on_policy])
+            metrics.update({f"mismatch/{k}": float(v) for k, v in mm.items()})
+        return metrics
+
+    def evaluate(self) -> dict:
+        """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
+        t0, n = time.monotonic(), self.cfg.eval_samples
+        items = [problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True)
+                 for j, p in enumerate(self.heldout)]
+        self.enqueue(items)
+        pending, correct = {i["item_id"] for i in items}, []
+        last_progress = time.monotonic()
+        while pending:
+            for rollout in self.receive(wait_s=0.5):
+                if rollout["item_id"] in pending:
+                    pending.discard(rollout["item_id"])
+                    correct.append(int((rollout["rewards_G"] >= 1.0).sum()))
+                    last_progress = time.monotonic()
+            if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
+                raise TimeoutError(f"evaluation stalled with {len(pending)} problems unanswered")
+        c = np.array(correct)
+        return {"eval/pass@1": float(grpo.pass_at_k_array(np.full_like(c, n), c, 1).mean()),
+                f"eval/pass@{min(8, n)}": float(grpo.pass_at_k_array(np.full_like(c, n), c, min(8, n)).mean()),
+                "eval/problems": len(c), "wait/eval_s": time.monotonic() - t0}
+
+    def checkpoint(self) -> None:
+        # Rollouts received but not yet trained on count as in flight: the resumed trainer
+        # re-enqueues them (requeue) instead of silently losing their prompts.
+        in_flight = {k: v for k, v in self.in_flight.items() if not v["eval"]}
+        in_flight.update({r["item_id"]: r["_item"] for r in self.ready})
+        meta = {"cursor": self.cursor, "counts": self.counts, "seed": self.cfg.seed, "in_flight": in_flight}
+        path = save_checkpoint(self.cfg.run_dir, self.step_n, self.master, self.opt_state, meta,
+                               self.cfg.keep_checkpoints)
+        self.log(f"checkpoint {path}")
+
+    def run(self) -> None:
+        cfg = self.cfg
+        self.check_param_server()
+        if self.step_n == 0:
+            self.write_metrics(self.evaluate())
+        while self.step_n < cfg.steps and not self.stop_requested:
+            t0 = time.monotonic()
+            self.check_param_server()
+            batch, wait_s = self.collect_batch()
+            if self.stop_requested:
+                break
+            metrics = self.train_step(batch)
+            push_s = self.push() if self.step_n % cfg.push_every == 0 else 0.0
+            step_s = time.monotonic() - t0
+            tokens = sum(float(r["mask_GT"].sum()) for r in batch)
+            metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
+                            "throughput/rollouts_per_s": len(batch) * self.gcfg.group_size / step_s,
+                            "throughput/tokens_per_s": tokens / step_s,
+                            **{f"rollouts/{k}": v for k, v in self.counts.items()}})
+            if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
+                metrics.update(self.evaluate())
+            self.write_metrics(metrics)
+            self.log(f"step {self.step_n}: reward {metrics['reward/mean']:.3f} "
+                     f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
+                     f"staleness<= {metrics['staleness/max']} dropped {self.counts['dropped_stale']} "
+                     f"{step_s:.2f}s" + (f" pass@1 {metrics['eval/pass@1']:.3f}" if "eval/pass@1" in metrics else ""))
+            if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
+                self.checkpoint()
+        if self.stop_requested:
+            self.checkpoint()
+            self.log("stopped by SIGTERM after checkpointing")
+
+
+if __name__ == "__main__":
+    config, grpo_config = cli.parse(Config, grpo.GRPOConfig)
+    trainer = Trainer(config, grpo_config)
+    # Preemption notice: finish the current step, checkpoint, exit (checked between steps).
+    signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
+    trainer.run()
