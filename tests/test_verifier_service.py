@@ -1,0 +1,145 @@
+"""The verifier as a ZeroMQ service: bad requests, concurrency, an executor killed mid-run, the CLI.
+
+Run: python -m pytest -q tests/test_verifier_service.py      (about 15 s)
+"""
+import os
+import signal
+import threading
+import time
+
+import msgpack
+import pytest
+import zmq
+
+import verifier
+import wire
+from conftest import ROOT, free_port, wait_until
+
+GOOD = {"kind": "assert", "program": "def f(x):\n    return x * 2\n",
+        "tests": "def check(c):\n    assert c(21) == 42\n", "entry_point": "f"}
+SLOW = {"kind": "assert", "program": "import time\ntime.sleep(0.4)\ndef f(x):\n    return x * 2\n",
+        "tests": GOOD["tests"], "entry_point": "f"}
+
+
+@pytest.fixture(scope="module")
+def service():
+    cfg = verifier.VerifierConfig(bind=f"tcp://127.0.0.1:{free_port()}", executors=2, max_request_mb=1)
+    svc = verifier.VerifierService(cfg)
+    stop = threading.Event()
+    thread = threading.Thread(target=svc.serve, args=(stop,), daemon=True)
+    thread.start()
+    yield svc
+    stop.set()
+    thread.join(timeout=10)
+    svc.close()
+
+
+def raw_request(addr: str, frames: list) -> object:
+    """Send arbitrary frames on a DEALER socket; return the decoded reply (or fail on no reply)."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(addr)
+    try:
+        sock.send_multipart(frames)
+        assert sock.poll(10_000), "no reply to a bad request"
+        return wire.decode(sock.recv_multipart())[0]
+    finally:
+        sock.close(0)
+
+
+def test_good_batch_and_bad_jobs(service):
+    client = verifier.VerifierClient(service.cfg.bind, timeout_s=60)
+    bad_job = {"kind": "assert", "program": 5}
+    verdicts = client.verify_batch([GOOD, {**GOOD, "program": "def f(x):\n    return 0\n"}, bad_job,
+                                    "not a job"])
+    assert [v.status for v in verdicts] == ["passed", "failed", "error", "error"]
+    assert verdicts[0].reward == 1.0 and verdicts[1].reward == 0.0
+    client.close()
+
+
+def test_malformed_truncated_oversized_requests_get_errors(service):
+    addr = service.cfg.bind
+    good = wire.encode(wire.VerifyBatch(jobs=[GOOD]), rid=1)
+    header = bytes(good[0])
+    cases = {
+        "garbage": [b"\x00\xffnot msgpack"],
+        "truncated": [header[: len(header) // 2]],
+        "wrong version": [msgpack.packb({"type": "verify_batch", "v": 99, "rid": 1, "body": {"jobs": []}})],
+        "jobs not a list": [msgpack.packb({"type": "verify_batch", "v": 1, "rid": 1, "body": {"jobs": 5}})],
+        "unknown type": [msgpack.packb({"type": "rm_rf", "v": 1, "rid": 1, "body": {}})],
+        "oversized": wire.encode(wire.VerifyBatch(jobs=[{**GOOD, "tests": "#" * (2 << 20)}]), rid=1),
+        "too many jobs": wire.encode(wire.VerifyBatch(jobs=[GOOD] * 5000), rid=1),
+    }
+    for what, frames in cases.items():
+        reply = raw_request(addr, frames)
+        assert isinstance(reply, wire.Error), (what, reply)
+        assert reply.error, what
+    # ... and the service still serves.
+    client = verifier.VerifierClient(addr, timeout_s=60)
+    assert client.verify_batch([GOOD])[0].passed
+    client.close()
+
+
+def test_concurrent_clients_are_served_at_once(service):
+    results, errors = {}, []
+
+    def worker(i):
+        try:
+            c = verifier.VerifierClient(service.cfg.bind, timeout_s=60)
+            expect = i % 2 == 0
+            prog = GOOD if expect else {**GOOD, "program": "def f(x):\n    return -1\n"}
+            results[i] = (expect, [v.passed for v in c.verify_batch([prog] * 5)])
+            c.close()
+        except Exception as e:  # noqa: BLE001 - surfaced by the assert below
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert all(passed == [expect] * 5 for expect, passed in results.values()) and len(results) == 4
+
+
+def test_killing_an_executor_mid_run_loses_no_request(service):
+    pool = service.pool
+    restarts = pool.restarts
+    client = verifier.VerifierClient(service.cfg.bind, timeout_s=120)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(v=client.verify_batch([SLOW] * 8)))
+    t.start()
+    time.sleep(0.6)  # both executors are busy with their first or second job
+    victim = pool.slots[0].proc
+    os.kill(victim.pid, signal.SIGKILL)
+    t.join(timeout=120)
+    assert [v.status for v in out["v"]] == ["passed"] * 8
+    assert pool.restarts == restarts + 1 and pool.slots[0].proc.pid != victim.pid
+    client.close()
+
+
+def test_cli_service(roles):
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    proc = roles.start("verifier", os.path.join(ROOT, "verifier.py"), "--bind", addr, "--executors", "1")
+    ping = wire.Client("test", addr, timeout_s=2)
+
+    def pong():
+        try:
+            return ping.call(wire.Ping())
+        except TimeoutError:
+            return None
+    wait_until(pong, 60, "the verifier service to answer a ping")
+    client = verifier.VerifierClient(addr, timeout_s=60)
+    assert [v.passed for v in client.verify_batch([GOOD, {**GOOD, "tests": "assert False"}])] == [True, False]
+    roles.kill(proc, signal.SIGTERM)
+    assert proc.returncode == 0, roles.log(proc)
+    client.close()
+    ping.close()
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="isolation"):
+        verifier.VerifierConfig(isolation="docker")
+    with pytest.raises(ValueError, match="executors"):
+        verifier.VerifierConfig(executors=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        verifier.Limits(timeout_s=0)
