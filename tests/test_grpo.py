@@ -259,6 +259,10 @@ def test_is_corrections_by_hand(mode, expected, modified):
     g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
     w = np.asarray(aux["is_weight_BT"]) * np.asarray(mask)
     close(g, -w / 6)
+    # the same when the caller passes the differentiated array itself as pi_old (first step on-policy):
+    # neither the ratio's denominator nor the weight rho = pi_old/pi_behav may carry gradient
+    g_same = jax.grad(lambda lp: grpo.policy_loss(lp, lp, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
+    close(g_same, -w / 6)
 
 
 def test_no_behaviour_logprobs_means_no_correction():
@@ -299,13 +303,16 @@ def reinforce_loss(W_DV, agg):
 @pytest.mark.parametrize("policy_loss,agg", [
     ("ppo", "token_mean"), ("ppo", "seq_mean_token_mean"), ("ppo", "seq_mean_token_sum_norm"),
     ("gspo", "seq_mean_token_mean")])
-def test_on_policy_gradient_equals_reinforce(policy_loss, agg):
+@pytest.mark.parametrize("caller_stops_gradient", [True, False])
+def test_on_policy_gradient_equals_reinforce(policy_loss, agg, caller_stops_gradient):
+    # caller_stops_gradient=False passes the SAME traced array as logp, logp_old and logp_behav: the
+    # loss itself must stop the gradient through pi_old and the IS weight (decoupled PPO treats both as data).
     cfg = cfg_(policy_loss=policy_loss, loss_agg=agg, max_len=8, dual_clip_c=3.0)
+    sg = jax.lax.stop_gradient if caller_stops_gradient else (lambda x: x)
 
     def clipped(W):
         logp = linear_logp(W)
-        return grpo.policy_loss(logp, jax.lax.stop_gradient(logp), ADV_B, MASK_BT, cfg,
-                                logp_behav_BT=jax.lax.stop_gradient(logp))
+        return grpo.policy_loss(logp, sg(logp), ADV_B, MASK_BT, cfg, logp_behav_BT=sg(logp))
 
     (loss, aux), g = jax.value_and_grad(clipped, has_aux=True)(W_DV)
     ratio = np.asarray(aux["ratio_BT"])
