@@ -92,6 +92,57 @@ def _exposed_paths() -> list[str]:
     return [p for p in paths if os.path.lexists(p)]
 
 
+class PidsCgroup:
+    """A pids cgroup per executor: counts (and caps) every process of the current execution.
+
+    Its only jobs: pids.max bounds the execution's processes and threads even across uids, and
+    pids.current == 0 after the candidate is reaped proves nothing else is left, so the uid-wide
+    kill sweep (a fork, the costliest step of cleanup) runs only when something was left. We never
+    kill by a pid read from cgroup.procs (a pid can be reused between read and kill); the sweep
+    kills by uid. The fds are opened before chroot hides /sys. Works with cgroup v1 or v2.
+    """
+
+    def __init__(self):
+        for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            if os.path.exists(f"{base}/cgroup.procs") and (
+                    base.endswith("pids") or "pids" in _read(f"{base}/cgroup.controllers")):
+                break
+        else:
+            raise OSError(errno.ENOENT, "no pids cgroup controller")
+        self.path = f"{base}/oubliette-{os.getpid()}"
+        os.mkdir(self.path)
+        self.join_fd = os.open(f"{self.path}/cgroup.procs", os.O_WRONLY)
+        self.max_fd = os.open(f"{self.path}/pids.max", os.O_WRONLY)
+        self.current_fd = os.open(f"{self.path}/pids.current", os.O_RDONLY)
+
+    def set_max(self, n: int) -> None:
+        os.pwrite(self.max_fd, str(n).encode(), 0)
+
+    def join(self) -> None:
+        """Move the calling process (a fresh child, still root) into the cgroup."""
+        os.write(self.join_fd, b"0")
+
+    def current(self) -> int:
+        return int(os.pread(self.current_fd, 64, 0))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def remove_cgroup(executor_pid: int) -> None:
+    """Parent side: remove a dead executor's (empty) cgroup directory."""
+    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        try:
+            os.rmdir(f"{base}/oubliette-{executor_pid}")
+        except OSError:
+            pass
+
+
 def enter_sandbox(mode: str, hide: list[str]) -> dict:
     """Move this (executor) process into its isolation level; return a report of what is isolated.
 

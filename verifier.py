@@ -42,6 +42,7 @@ import queue
 import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -379,6 +380,57 @@ _PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "fun
               "operator", "array", "datetime")
 
 
+JUDGE_RECYCLE_JOBS = 500  # a persistent judge is replaced after this many jobs (bounds drift)
+JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=4, max_file_mb=0, max_open_files=64)
+
+
+def judge_server(ctrl_fd: int) -> None:
+    """The persistent judge's loop: a job frame with the call-channel fd attached, then a report."""
+    ctrl = socket.socket(fileno=ctrl_fd)
+    while True:
+        _, fds, _, _ = socket.recv_fds(ctrl, 1, 1)
+        if not fds:
+            return  # executor closed the control socket
+        raw = recv_frame(ctrl_fd)
+        if raw is None:
+            return
+        job = from_bytes(raw)
+        report = judge_main(job["tests"], job.get("entry_point"), fds[0])
+        os.close(fds[0])  # the candidate sees EOF and exits
+        send_frame(ctrl_fd, report)
+
+
+class _Judge:
+    """Executor-side handle on a persistent judge process (uid of its own, non-dumpable)."""
+
+    def __init__(self, ex: "Executor"):
+        self.sock, child = socket.socketpair()
+        null = os.open("/dev/null", os.O_RDWR)
+        cfd = child.fileno()
+        # JUDGE_LIMITS' CPU limit is a lifetime total; the executor's wall deadline bounds each job.
+        self.pid = ex._fork(lambda: judge_server(cfd), fds={0: null, 1: null, 2: null}, keep={cfd},
+                            uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False)
+        os.close(null)
+        child.close()
+        self.jobs = 0
+
+    def start(self, job: dict, channel_fd: int) -> None:
+        self.jobs += 1
+        socket.send_fds(self.sock, [b"J"], [channel_fd])
+        send_frame(self.sock.fileno(), {"tests": job["tests"], "entry_point": job.get("entry_point")})
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.sock.close()
+
+
 class SandboxBreach(RuntimeError):
     """Cleanup failed: the executor must not run another job (it exits; the pool replaces it)."""
 
@@ -387,13 +439,22 @@ class Executor:
     """Lives in the executor process: holds the sandbox report and runs jobs by forking."""
 
     def __init__(self, isolation: str, hide: list[str]):
+        try:  # before enter_sandbox: the chroot hides /sys
+            self.cgroup = sandbox.PidsCgroup() if os.geteuid() == 0 else None
+            why = "" if self.cgroup else "not root"
+        except OSError as e:
+            self.cgroup, why = None, str(e)
         self.report = sandbox.enter_sandbox(isolation, hide)
+        self.report["cgroup"] = self.cgroup.path if self.cgroup else f"none ({why}): always sweep"
         self.isolated = self.report["mode"] == "namespaces"
         # As root, a uid of its own is cheap and does not need namespaces: keep it in the fallback.
         self.uids = sandbox.role_uids(os.getpid()) if os.geteuid() == 0 else (None, None)
-        self.counter = 0
+        self.counter = self.sweeps = 0
+        self.judge = None
         for m in _PREIMPORT:
             __import__(m)
+        import gc
+        gc.freeze()  # children's collections skip these objects: fewer copy-on-write page faults
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -410,13 +471,15 @@ class Executor:
         return path
 
     def _fork(self, body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits,
-              dumpable: bool) -> int:
+              dumpable: bool, join_cgroup: bool = False) -> int:
         """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open."""
         pid = os.fork()
         if pid:
             return pid
         code = 71
         try:
+            if join_cgroup and self.cgroup:
+                self.cgroup.join()
             for target, src in fds.items():
                 os.dup2(src, target)
             sandbox.close_fds_except(keep)
@@ -446,32 +509,41 @@ class Executor:
     def _cleanup(self, pids: list[int], scratch: str) -> dict[int, int]:
         """Kill everything the job started, reap, remove scratch; return {pid: wait status}.
 
-        We are the subreaper of every process a job starts, so once all are killed, "no child left"
-        (ECHILD) proves that nothing survived; the loop re-kills in case something raced a sweep.
+        pids are our own unreaped children, so killing them by pid is safe (no reuse). If the
+        cgroup then counts zero processes, nothing else exists. Otherwise sweep the uid; we are the
+        subreaper of every process a job starts, so "no child left" (ECHILD) proves nothing
+        survived; the loop re-kills in case something raced a sweep.
         """
         statuses = {}
         for pid in pids:  # statuses of those that ended on their own, before we kill
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 statuses[pid] = status
-        self._kill_all(pids)
-        deadline, next_kill = time.monotonic() + 10.0, time.monotonic() + 0.1
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid:
-                statuses.setdefault(pid, status)
-                continue
-            if time.monotonic() > next_kill:
-                if time.monotonic() > deadline:
-                    raise SandboxBreach("a sandboxed process could not be killed within 10 s")
-                self._kill_all(pids)
-                next_kill = time.monotonic() + 0.1
-            time.sleep(0.0002)
+        for pid in pids:
+            if pid not in statuses:
+                os.kill(pid, signal.SIGKILL)
+                statuses[pid] = os.waitpid(pid, 0)[1]
+        if self.cgroup is None or self.cgroup.current() != 0:
+            self._kill_all(pids)
+            deadline, next_kill = time.monotonic() + 10.0, time.monotonic() + 0.1
+            while True:  # cgroup: until it is empty (a persistent judge is a live child)
+                try:
+                    pid, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid:
+                    continue
+                if self.cgroup and self.cgroup.current() == 0:
+                    break
+                if time.monotonic() > next_kill:
+                    if time.monotonic() > deadline:
+                        raise SandboxBreach("a sandboxed process could not be killed within 10 s")
+                    self._kill_all(pids)
+                    next_kill = time.monotonic() + 0.1
+                time.sleep(0.0002)
+            self.sweeps += 1
         shutil.rmtree(scratch, ignore_errors=True)
-        return {pid: statuses.get(pid, -1) for pid in pids}
+        return statuses
 
     @staticmethod
     def _pump(readers: dict[int, bytearray], stop_fd: int | None, deadline: float, cap: int) -> str:
@@ -509,64 +581,88 @@ class Executor:
 
     # --- jobs -------------------------------------------------------------------------------
 
+    def _judge_process(self) -> "_Judge":
+        if self.judge is None or self.judge.jobs >= JUDGE_RECYCLE_JOBS:
+            if self.judge is not None:
+                self.judge.kill()
+            self.judge = _Judge(self)
+        return self.judge
+
     def run_assert(self, job: dict, lim: Limits) -> Verdict:
+        """Candidate: a fresh confined child. Judge: a persistent unprivileged child when a cgroup
+        tells us when a job's processes are gone, else a fresh one per job (see _cleanup)."""
         scratch = self._scratch()
-        import socket
         s_judge, s_cand = socket.socketpair()  # the call channel; the only fd the candidate keeps
         out_r, out_w = os.pipe()               # candidate's stdout+stderr, only to bound it
-        ver_r, ver_w = os.pipe()               # judge -> executor report; the candidate never holds it
         null = os.open("/dev/null", os.O_RDWR)
         cfd, jfd = s_cand.fileno(), s_judge.fileno()
         cand = self._fork(lambda: candidate_main(job["program"], cfd),
                           fds={0: null, 1: out_w, 2: out_w}, keep={cfd}, uid=self.uids[0],
-                          cwd=scratch, lim=lim, dumpable=True)
+                          cwd=scratch, lim=lim, dumpable=True, join_cgroup=True)
+        s_cand.close()
+        if self.cgroup:
+            judge = self._judge_process()
+            judge.start(job, jfd)
+            report_fd, judge_pid = judge.sock.fileno(), None
+        else:
+            ver_r, ver_w = os.pipe()  # judge -> executor report; the candidate never holds it
 
-        def judge():
-            report = judge_main(job["tests"], job.get("entry_point"), jfd)
-            send_frame(ver_w, report)
-        judge_pid = self._fork(judge, fds={0: null, 1: null, 2: null}, keep={jfd, ver_w},
-                               uid=self.uids[1], cwd="/", lim=lim, dumpable=False)
-        for fd in (out_w, ver_w, null):
-            os.close(fd)
-        s_judge.close(), s_cand.close()
+            def run_judge():
+                send_frame(ver_w, judge_main(job["tests"], job.get("entry_point"), jfd))
+            judge_pid = self._fork(run_judge, fds={0: null, 1: null, 2: null}, keep={jfd, ver_w},
+                                   uid=self.uids[1], cwd="/", lim=lim, dumpable=False)
+            os.close(ver_w)
+            report_fd = ver_r
+        s_judge.close()
+        os.close(out_w), os.close(null)
+        cand_fd = os.pidfd_open(cand)
         out, ver = bytearray(), bytearray()
         deadline = time.monotonic() + lim.timeout_s
-        watch, outcome = {out_r, ver_r}, None
-        while outcome is None:  # until the judge closes its report pipe, or a limit
+        watch, outcome = {out_r, report_fd}, None
+        while outcome is None:  # until the judge's report is complete, or a limit
             left = deadline - time.monotonic()
             if left <= 0:
                 outcome = "timeout"
                 break
             for fd in select.select(list(watch), [], [], left)[0]:
                 chunk = os.read(fd, 1 << 16)
-                if fd == ver_r:
+                if fd == report_fd:
                     ver += chunk
-                    if not chunk or len(ver) > 1 << 20:
-                        outcome = "eof"
+                    if not chunk or len(ver) > 1 << 20 or (
+                            len(ver) >= 4 and len(ver) >= 4 + struct.unpack(">I", ver[:4])[0]):
+                        outcome = "report" if chunk else "eof"
                 elif not chunk:
                     watch.discard(out_r)
                 else:
                     out += chunk
                     if len(out) > lim.max_output_kb << 10:
                         outcome = "output_limit"
-        statuses = self._cleanup([cand, judge_pid], scratch)
-        os.close(out_r), os.close(ver_r)
-        if outcome in ("timeout", "output_limit"):
-            return _verdict(outcome, f"{outcome} after {lim.timeout_s}s" if outcome == "timeout"
-                            else f"more than {lim.max_output_kb} KiB of output")
         try:
-            report = from_bytes(bytes(ver[4:])) if len(ver) > 4 else None
+            report = from_bytes(bytes(ver[4:])) if outcome == "report" else None
         except BoundaryError:
             report = None
         if type(report) is not dict or report.get("status") not in (
                 "passed", "failed", "error", "crashed", "memory"):
-            why = self._signal_status(statuses.get(judge_pid, -1)) or "error"
-            return _verdict(why if why != "crashed" else "error", "the test harness did not report "
-                            f"(judge wait status {statuses.get(judge_pid)})")
+            report = None
+            if self.cgroup:  # mid-test or broken: never reuse it
+                self.judge.kill()
+                self.judge = None
+        elif report["status"] == "crashed":  # let the candidate finish dying: its status says how
+            select.select([cand_fd], [], [], 0.5)
+        os.close(cand_fd)
+        statuses = self._cleanup([cand] + ([judge_pid] if judge_pid else []), scratch)
+        os.close(out_r)
+        if not self.cgroup:
+            os.close(report_fd)
+        if outcome in ("timeout", "output_limit"):
+            return _verdict(outcome, f"{outcome} after {lim.timeout_s}s" if outcome == "timeout"
+                            else f"more than {lim.max_output_kb} KiB of output")
+        if report is None:
+            return _verdict("error", "the test harness did not report")
         status, detail = report["status"], str(report.get("detail", ""))
         if status == "crashed":  # refine with how the candidate died
-            status = self._signal_status(statuses.get(cand, -1)) or "crashed"
             cstat = statuses.get(cand, -1)
+            status = self._signal_status(cstat) or "crashed"
             if cstat >= 0 and os.WIFSIGNALED(cstat):
                 detail += f" (signal {signal.Signals(os.WTERMSIG(cstat)).name})"
             elif cstat >= 0:
@@ -584,7 +680,8 @@ class Executor:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         pid = self._fork(lambda: io_candidate_main(program), fds={0: memfd, 1: out_w, 2: err_w},
-                         keep=set(), uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True)
+                         keep=set(), uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True,
+                         join_cgroup=True)
         for fd in (memfd, out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -635,6 +732,8 @@ class Executor:
 
     def run(self, job: dict) -> Verdict:
         lim = Limits(**{k: job[k] for k in LIMIT_KEYS if k in job})
+        if self.cgroup:
+            self.cgroup.set_max(lim.max_procs)
         return self.run_io(job, lim) if job["kind"] == "io" else self.run_assert(job, lim)
 
 
@@ -747,6 +846,7 @@ class _ExecutorProcess:
         if os.geteuid() == 0:
             for uid in sandbox.role_uids(self.proc.pid):
                 sandbox.kill_uid(uid)
+            sandbox.remove_cgroup(self.proc.pid)
 
 
 class ExecutorPool:
