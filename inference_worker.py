@@ -10,7 +10,7 @@ Sockets (all requests, see wire.py):
 The loop, one batch at a time:
   1. Pull. Every `pull_every` batches ask the param server for weights newer than ours (a cheap
      question when nothing changed). Independently of that, a work item carries `min_version` = the
-     trainer's version when it enqueued it minus nothing: we never sample an item with older weights
+     trainer's version when it enqueued it: we never sample an item with older weights
      than that, waiting for them if needed. Together with the trainer's drop rule this is the
      staleness bound (ARCHITECTURE.md "Staleness"): `max_staleness` decides how far ahead of itself
      the trainer enqueues, and so how stale a rollout can get by the time it is used.
@@ -262,4 +262,8 @@ class Worker:
 if __name__ == "__main__":
     config = cli.parse(Config)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # preemption: leases expire, work is reissued
-    Worker(config).run()
+    try:
+        worker = Worker(config)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"{config.name}: cannot start: {e}")
+    worker.run()

@@ -82,6 +82,9 @@ class Config:
     seq_len: int = 0
     """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = the model's max"""
     # --- optimizer
+    microbatch: int = 16
+    """rows (completions) per forward/backward pass; gradients are accumulated over the batch. Keep it
+    equal to the workers' decode batch (batch_items x G): on XLA:CPU the numerics depend on row count"""
     lr: float = 2e-4
     """Adam learning rate"""
     max_grad_norm: float = 1.0
@@ -109,9 +112,9 @@ class Config:
     """give up (and say why) if no rollout arrives for this long"""
 
     def __post_init__(self):
-        if min(self.steps, self.prompts_per_step, self.max_new_tokens, self.push_every, self.heldout,
+        if min(self.steps, self.prompts_per_step, self.microbatch, self.max_new_tokens, self.push_every, self.heldout,
                self.eval_samples, self.checkpoint_every, self.keep_checkpoints) < 1:
-            raise ValueError("steps, prompts_per_step, max_new_tokens, push_every, heldout, eval_samples, "
+            raise ValueError("steps, prompts_per_step, microbatch, max_new_tokens, push_every, heldout, eval_samples, "
                              "checkpoint_every and keep_checkpoints must be >= 1")
         if self.max_staleness < 0 or self.eval_every < 0 or self.seq_len < 0:
             raise ValueError("max_staleness, eval_every and seq_len must be >= 0")
@@ -126,25 +129,52 @@ def cast_params(master, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype), master)
 
 
-def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float):
-    """The jitted GRPO step: (master, opt_state, batch) -> (master, opt_state, logp_BT, aux)."""
+def microbatch_weight(mask_BT, total_tokens, total_seqs, total_rows, agg: str):
+    """The share of the full-batch loss that one microbatch's loss carries, so that summing weighted
+    microbatch losses reproduces grpo.aggregate over the whole batch exactly (gradient accumulation)."""
+    if agg == "token_mean":
+        return jnp.sum(mask_BT) / jnp.maximum(total_tokens, 1.0)
+    if agg == "seq_mean_token_mean":
+        return jnp.sum(jnp.any(mask_BT > 0, axis=1)) / jnp.maximum(total_seqs, 1.0)
+    return mask_BT.shape[0] / total_rows  # seq_mean_token_sum_norm: / (B * max_len) per row
 
-    def loss_fn(master, batch):
-        logp_BT = model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg, batch["tokens_BT"], temperature)
+
+def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float):
+    """The GRPO step over microbatches: (master, opt_state, microbatches) -> (master, opt_state, logp_BT, aux).
+
+    Each microbatch is one jitted forward + backward (the trainer's graph); gradients are summed with
+    the weights above, then one optax update is applied."""
+
+    def loss_fn(master, mb, weight):
+        logp_BT = model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg, mb["tokens_BT"], temperature)
         # One optimizer step per batch: the proximal policy pi_old IS the current one, so the
         # ratio pi/pi_old is exactly 1 and only the behaviour correction (pi_old/pi_behav) acts.
-        loss, aux = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), batch["adv_B"], batch["mask_BT"],
-                                     gcfg, logp_behav_BT=batch["logp_behav_BT"],
-                                     logp_ref_BT=batch.get("logp_ref_BT"))
-        return loss, (logp_BT, aux)
+        loss, aux = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), mb["adv_B"], mb["mask_BT"],
+                                     gcfg, logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"))
+        aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
+        return loss * weight, (logp_BT, aux)
+
+    grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+    add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b))
 
     @jax.jit
-    def update(master, opt_state, batch):
-        (loss, (logp_BT, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(master, batch)
+    def apply(master, opt_state, grads):
         updates, opt_state = optimizer.update(grads, opt_state, master)
-        aux = {k: v for k, v in aux.items() if not k.endswith("_BT")}
-        aux.update(loss=loss, grad_norm=optax.global_norm(grads))
-        return optax.apply_updates(master, updates), opt_state, logp_BT, aux
+        return optax.apply_updates(master, updates), opt_state, optax.global_norm(grads)
+
+    def update(master, opt_state, microbatches: list):
+        mask_all = np.concatenate([mb["mask_BT"] for mb in microbatches])
+        totals = (mask_all.sum(), np.any(mask_all > 0, axis=1).sum(), mask_all.shape[0])
+        grads, logps, aux = None, [], {}
+        for mb in microbatches:
+            weight = microbatch_weight(mb["mask_BT"], *totals, gcfg.loss_agg)
+            (loss, (logp_BT, mb_aux)), g = grad_fn(master, mb, weight)
+            grads = g if grads is None else add(grads, g)
+            logps.append(np.asarray(logp_BT))
+            mb_aux["loss"] = loss
+            aux = {k: aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
+        master, opt_state, grad_norm = apply(master, opt_state, grads)
+        return master, opt_state, np.concatenate(logps), {**aux, "grad_norm": float(grad_norm)}
 
     return update
 
@@ -265,7 +295,8 @@ class Trainer:
         print(f"[trainer] {time.strftime('%H:%M:%S')} {text}", flush=True)
 
     def write_metrics(self, metrics: dict) -> None:
-        metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics}
+        metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics,
+                   **{f"rollouts/{k}": v for k, v in self.counts.items()}}
         self.metrics_file.write(json.dumps({k: (float(v) if isinstance(v, (np.floating, jax.Array)) else v)
                                             for k, v in metrics.items()}) + "\n")
         self.metrics_file.flush()
@@ -376,11 +407,14 @@ class Trainer:
         staleness_B = np.repeat([self.step_n - r["version"] for r in batch], G)
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
-        if self.ref_params is not None:
-            data["logp_ref_BT"] = self.ref_logprobs(self.ref_params, tokens_BT)
         t0 = time.monotonic()
-        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, data)
-        logp_BT = np.asarray(logp_BT)
+        microbatches = []
+        for i in range(0, len(tokens_BT), self.cfg.microbatch):
+            mb = {k: v[i:i + self.cfg.microbatch] for k, v in data.items()}
+            if self.ref_params is not None:
+                mb["logp_ref_BT"] = self.ref_logprobs(self.ref_params, mb["tokens_BT"])
+            microbatches.append(mb)
+        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, microbatches)
         train_s = time.monotonic() - t0
         self.step_n += 1
         self.counts["used"] += len(batch)
@@ -447,8 +481,7 @@ class Trainer:
             tokens = sum(float(r["mask_GT"].sum()) for r in batch)
             metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
                             "throughput/rollouts_per_s": len(batch) * self.gcfg.group_size / step_s,
-                            "throughput/tokens_per_s": tokens / step_s,
-                            **{f"rollouts/{k}": v for k, v in self.counts.items()}})
+                            "throughput/tokens_per_s": tokens / step_s})
             if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
                 metrics.update(self.evaluate())
             self.write_metrics(metrics)
@@ -465,7 +498,10 @@ class Trainer:
 
 if __name__ == "__main__":
     config, grpo_config = cli.parse(Config, grpo.GRPOConfig)
-    trainer = Trainer(config, grpo_config)
+    try:
+        trainer = Trainer(config, grpo_config)
+    except (ValueError, FileNotFoundError) as e:  # bad model folder, dataset or checkpoint: say so plainly
+        raise SystemExit(f"trainer: cannot start: {e}")
     # Preemption notice: finish the current step, checkpoint, exit (checked between steps).
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
     trainer.run()
