@@ -328,9 +328,14 @@ def test_on_policy_gradient_equals_reinforce(policy_loss, agg, caller_stops_grad
 # ----------------------------------------------------------------------------------------------------
 # Masking: padded tokens never change the loss or its gradient
 
-CONFIGS = [cfg_(policy_loss=p, loss_agg=a, max_len=8, is_correction=c, kl_beta=kb, dual_clip_c=dc)
-           for p in grpo.POLICY_LOSSES for a in grpo.LOSS_AGGS for c in grpo.IS_CORRECTIONS
-           for kb, dc in ((0.0, None), (0.05, 3.0))]
+# every (policy loss, aggregation, IS correction) triple; KL + dual clip on for every other one
+CONFIGS = [cfg_(policy_loss=p, loss_agg=a, max_len=8, is_correction=c, kl_beta=0.05 * (i % 2),
+                dual_clip_c=3.0 if i % 2 else None)
+           for i, (p, a, c) in enumerate(itertools.product(grpo.POLICY_LOSSES, grpo.LOSS_AGGS, grpo.IS_CORRECTIONS))]
+# every policy loss x IS correction, aggregation cycling, KL on for gspo, dual clip for every other one
+DEGENERATE_CONFIGS = [cfg_(policy_loss=p, loss_agg=grpo.LOSS_AGGS[i % 3], max_len=8, is_correction=c,
+                           kl_beta=0.05 * (i // 4 % 2), dual_clip_c=3.0 if i % 2 else None)
+                      for i, (p, c) in enumerate(itertools.product(grpo.POLICY_LOSSES, grpo.IS_CORRECTIONS))]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}-{c.kl_beta}")
@@ -362,7 +367,8 @@ def test_padding_never_changes_loss_or_gradient(cfg):
 # ----------------------------------------------------------------------------------------------------
 # Degenerate inputs: finite, documented
 
-@pytest.mark.parametrize("cfg", CONFIGS[::3], ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}")
+@pytest.mark.parametrize("cfg", DEGENERATE_CONFIGS,
+                         ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}-{c.kl_beta}")
 def test_degenerate_inputs_are_finite(cfg):
     def everything(lp, o, adv, m, b, r, rewards=None):
         (loss, aux), g = jax.value_and_grad(
