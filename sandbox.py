@@ -207,7 +207,7 @@ def close_fds_except(keep: set[int]) -> None:
     os.closerange(lo, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
-def confine(*, uid: int | None, cwd: str, cpu_s: int, memory_mb: int, max_procs: int,
+def confine(*, uid: int | None, cwd: str, cpu_s: int | None, memory_mb: int, max_procs: int,
             max_file_mb: int, max_open_files: int, dumpable: bool) -> None:
     """In a freshly forked child: limits, scrubbed environment, dropped privileges, parent-death kill."""
     os.setsid()  # own session and process group: killpg reaches all of it, no controlling tty
@@ -216,7 +216,9 @@ def confine(*, uid: int | None, cwd: str, cpu_s: int, memory_mb: int, max_procs:
     os.environ.update(PATH="/usr/bin:/bin", HOME=cwd, TMPDIR=cwd, LANG="C.UTF-8")
     os.umask(0o077)
     lim = lambda r, v: resource.setrlimit(r, (v, v))
-    lim(resource.RLIMIT_CPU, cpu_s)
+    if cpu_s is not None:
+        # soft limit: SIGXCPU (reported as timeout); the hard limit a second later is SIGKILL
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     lim(resource.RLIMIT_AS, memory_mb << 20)
     lim(resource.RLIMIT_FSIZE, max_file_mb << 20)
     lim(resource.RLIMIT_NOFILE, max_open_files)

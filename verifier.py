@@ -380,7 +380,7 @@ _PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "fun
               "operator", "array", "datetime")
 
 
-JUDGE_RECYCLE_JOBS = 500  # a persistent judge is replaced after this many jobs (bounds drift)
+JUDGE_RECYCLE_JOBS = 200  # a persistent judge is replaced after this many jobs (bounds drift)
 JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=4, max_file_mb=0, max_open_files=64)
 
 
@@ -407,9 +407,9 @@ class _Judge:
         self.sock, child = socket.socketpair()
         null = os.open("/dev/null", os.O_RDWR)
         cfd = child.fileno()
-        # JUDGE_LIMITS' CPU limit is a lifetime total; the executor's wall deadline bounds each job.
+        # RLIMIT_CPU would be a lifetime total here: none; the executor's wall deadline bounds each job.
         self.pid = ex._fork(lambda: judge_server(cfd), fds={0: null, 1: null, 2: null}, keep={cfd},
-                            uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False)
+                            uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False, cpu_s=None)
         os.close(null)
         child.close()
         self.jobs = 0
@@ -471,7 +471,7 @@ class Executor:
         return path
 
     def _fork(self, body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits,
-              dumpable: bool, join_cgroup: bool = False) -> int:
+              dumpable: bool, join_cgroup: bool = False, cpu_s: int | None = -1) -> int:
         """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open."""
         pid = os.fork()
         if pid:
@@ -483,7 +483,8 @@ class Executor:
             for target, src in fds.items():
                 os.dup2(src, target)
             sandbox.close_fds_except(keep)
-            sandbox.confine(uid=uid, cwd=cwd, cpu_s=math.ceil(lim.timeout_s), memory_mb=lim.memory_mb,
+            sandbox.confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
+                            cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
                             max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
                             max_open_files=lim.max_open_files, dumpable=dumpable)
             body()

