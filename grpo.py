@@ -5,11 +5,12 @@ Test: python -m pytest -q tests/test_grpo.py
 The trainer composes these functions; a researcher changes the algorithm here and nowhere else.
 The DEFAULT variant, `GRPOConfig()` with no arguments, is:
   1. Advantages: GRPO group normalisation, A_i = (r_i - mean_G(r)) / (std_G(r) + eps), with the std
-     WITHIN each group of G completions of one prompt (population std, ddof=0) [Shao et al. 2024, eq. 3
-     ("outcome supervision")]. A group whose rewards are all equal gets A = 0 exactly.
+     WITHIN each group of G completions of one prompt [Shao et al. 2024, outcome supervision]. We use the
+     population std (ddof=0); torch-based trainers such as TRL use torch.std (ddof=1), a factor
+     sqrt(G/(G-1)) larger. A group whose rewards are all equal gets A = 0 exactly.
   2. No KL term: beta = 0, so the reference policy is never run or read (DAPO, Dr. GRPO drop it).
   3. Token-level PPO clipped surrogate with the ratio centred on the proximal ("old") policy and the
-     DAPO clip-higher range [1 - eps_low, 1 + eps_high] = [0.8, 1.28] [Yu et al. 2025, eq. 10]; no dual clip.
+     DAPO clip-higher range [1 - eps_low, 1 + eps_high] = [0.8, 1.28] [Yu et al. 2025, "Clip-Higher"]; no dual clip.
   4. Loss = token mean over every completion token of the batch (DAPO token-level loss), NOT the
      per-sequence mean of the original GRPO.
   5. Off-policy correction: truncated importance sampling w = min(pi_old / pi_behav, C), C = 2, in the
@@ -21,7 +22,7 @@ The policy loss, step by step (the same step numbers mark the code in `policy_lo
                    the loss or the gradient.
   Step 2  ratio:   ppo:  r_t = exp(logp_t - sg(logp_old_t))              (token level)
                    gspo: s_i = exp(1/|y_i| * sum_t (logp_t - sg(logp_old_t)))  (sequence level, length
-                         normalised [Zheng et al. 2025, eq. 7]), broadcast to the tokens of sequence i.
+                         normalised [Zheng et al. 2025]), broadcast to the tokens of sequence i.
                    log-ratios are clamped to [-20, 20] (as verl does) so exp() stays finite.
   Step 3  clip:    l_t = max(-A_i r_t, -A_i clip(r_t, 1 - eps_low, 1 + eps_high))   (= -min(...) of PPO)
   Step 4  dual:    if A_i < 0: l_t = min(l_t, -C_dual A_i)      [Ye et al. 2020, dual-clip PPO]
@@ -96,13 +97,13 @@ class GRPOConfig:
     kl_beta: float = 0.0
     """beta: weight of the KL(pi || pi_ref) penalty in the loss; 0 skips the reference policy entirely."""
     kl_estimator: str = "k3"
-    """k1 | k2 | k3 (Schulman 2020); GRPO uses k3 (Shao et al. 2024, eq. 4)."""
+    """k1 | k2 | k3 (Schulman 2020); GRPO uses k3 (Shao et al. 2024)."""
     is_correction: str = "tis"
     """Off-policy weight on pi_old/pi_behav: none | tis (min(rho, C)) | token_mask | seq_mask (rho kept if in [1/C, C])."""
     is_cap: float = 2.0
     """C: TIS truncation (Yao et al. 2025 use 2); for the masks the kept band is [1/C, C], inclusive; >= 1 (> 1 for masks)."""
     overlong_buffer_len: int = 0
-    """L_cache of DAPO's soft overlong punishment (eq. 13); 0 = off; needs 0 < L_cache <= max_len."""
+    """L_cache of DAPO's soft overlong punishment; 0 = off; needs 0 < L_cache <= max_len."""
     overlong_penalty_factor: float = 1.0
     """Scale of the overlong punishment (DAPO: 1.0); the reward drops linearly to -factor over the buffer."""
     overlong_filter: bool = False
@@ -183,7 +184,7 @@ def group_advantages(rewards_BG, cfg: GRPOConfig):
 
 
 def zero_variance_groups(rewards_BG):
-    """keep_B: True where a group's rewards are NOT all equal (DAPO dynamic sampling, Yu et al. 2025 eq. 11).
+    """keep_B: True where a group's rewards are NOT all equal (DAPO "Dynamic Sampling", Yu et al. 2025).
 
     A group whose G completions all got the same reward has advantage 0 under every group baseline, so it
     adds no gradient, only dilutes the token mean; DAPO over-samples and keeps only groups with keep=True.
@@ -195,7 +196,7 @@ def zero_variance_groups(rewards_BG):
 
 
 def overlong_penalty(lengths_B, max_len: int, buffer_len: int, penalty: float = 1.0):
-    """DAPO soft overlong punishment R_length (Yu et al. 2025, eq. 13), f32, to ADD to the rewards.
+    """DAPO soft overlong punishment R_length (Yu et al. 2025, "Overlong Reward Shaping"), f32, to ADD to the rewards.
 
     With L_max = max_len and L_cache = buffer_len:
         0                                    if |y| <= L_max - L_cache
@@ -236,7 +237,7 @@ def kl_penalty(logp_BT, logp_ref_BT, estimator: str = "k3", mask_BT=None):
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020), f32.
 
     With log r = logp_ref - logp (r = pi_ref/pi):  k1 = -log r;  k2 = (log r)^2 / 2;  k3 = (r - 1) - log r.
-    k1 is unbiased but can be negative; k3 is unbiased and >= 0 (GRPO eq. 4); k2 is biased, low variance.
+    k1 is unbiased but can be negative; k3 is unbiased and >= 0 (the one in GRPO's objective); k2 is biased, low variance.
     log r is clamped to [-20, 20] so k3 stays finite. With mask_BT, masked positions are 0 (and may hold
     -inf/NaN); without it, inputs must be finite.
     """
