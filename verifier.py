@@ -5,8 +5,10 @@ programs come from a policy optimised to get reward, so this role assumes every 
 and inventive about *looking* correct (ARCHITECTURE.md invariant 6).
 
 How a verdict is reached (why it cannot be forged):
-  * assert-style (HumanEval): two processes per execution. The CANDIDATE process runs the program
-    under a uid of its own; the JUDGE process, under another uid, runs the tests. The judge never
+  * assert-style (HumanEval): two processes. The CANDIDATE, forked fresh for each execution, runs
+    the program under a uid of its own; the JUDGE, under another uid, runs the tests (one judge per
+    executor, reused across jobs and replaced after any timeout or failure and every
+    JUDGE_RECYCLE_JOBS jobs; forked per job when there is no cgroup, see _cleanup). The judge never
     executes a line of the program: every name the program defines appears in the judge as a proxy
     that sends the call's arguments to the candidate and gets back the result as *bytes*
     (msgpack with a few tagged types), decoded into genuine int/str/list/... objects. So the
@@ -23,8 +25,18 @@ Processes and sockets:
             answering wire.VerifyBatch with wire.Verdicts (deferred reply; batches from several
             clients run concurrently over the pool); wire.Ping -> wire.Pong.
   executor  `python -E -s verifier.py --executor CONFIG` (started by the pool, never by hand): a fresh
-            pre-imported interpreter that enters the sandbox once and forks a limited candidate and
-            judge per job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
+            pre-imported interpreter that enters the sandbox once and forks a limited candidate per
+            job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
+
+Cost per execution (bench/bench_verifier.py): one fork of a small pre-imported process, rlimits and
+setuid in the child, a cgroup join, a tmpfs scratch dir, and a msgpack round trip per call of the
+program; the uid-wide kill sweep (another fork) runs only when the cgroup shows something was left.
+
+Known limits: values crossing the boundary are plain data (None, bool, int, float, complex, str,
+bytes, list, tuple, dict, set, frozenset; subclasses reduced to these): a program returning its own
+class or a numpy scalar fails. Tests that call helper functions the *prompt* defines (HumanEval/32
+poly, /38 encode_cyclic, /50 encode_shift) call the program's copy, which the program controls, as
+in HumanEval itself. io-style comparison is by whitespace-separated tokens, no float tolerance.
 
 Deviation from the paper: RLAX ran Oubliette on AWS Lambda with containerised dependencies; here the
 same "fresh, destroyed afterwards" property comes from fork + namespaces + a uid per executor.
@@ -915,6 +927,9 @@ def default_pool(workers: int = 2) -> ExecutorPool:
     """A process-wide pool per worker count, started on first use (about 0.2 s) and reused."""
     with _pools_lock:
         if workers not in _pools:
+            if not _pools:
+                import atexit
+                atexit.register(lambda: [p.close() for p in _pools.values()])
             _pools[workers] = ExecutorPool(workers)
         return _pools[workers]
 
@@ -999,11 +1014,21 @@ class VerifierService:
         self.pool.close()
 
 
+def _field_docs(cls) -> dict[str, str]:
+    """The one-line docstring under each dataclass field, so --help says what the code says."""
+    import ast
+    import inspect
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    return {a.target.id: b.value.value for a, b in zip(body, body[1:])
+            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+
+
 def _parse_args(argv=None) -> VerifierConfig:
     parser = argparse.ArgumentParser(description="Oubliette: sandboxed verifier service (ZeroMQ).")
+    docs = _field_docs(VerifierConfig)
     for f in dataclasses.fields(VerifierConfig):
         parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                            help=(f.metadata.get("help") or f.name))
+                            help=f"{docs.get(f.name, f.name)} (default: {f.default!r})")
     return VerifierConfig(**vars(parser.parse_args(argv)))
 
 
