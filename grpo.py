@@ -99,9 +99,9 @@ class GRPOConfig:
     kl_estimator: str = "k3"
     """k1 | k2 | k3 (Schulman 2020); GRPO uses k3 (Shao et al. 2024)."""
     is_correction: str = "tis"
-    """Off-policy weight on pi_old/pi_behav: none | tis (min(rho, C)) | token_mask | seq_mask (rho kept if in [1/C, C])."""
+    """Off-policy weight on rho = pi_old/pi_behav: none | tis (min(rho, C)) | token_mask | seq_mask (keep [1/C, C])."""
     is_cap: float = 2.0
-    """C: TIS truncation (Yao et al. 2025 use 2); for the masks the kept band is [1/C, C], inclusive; >= 1 (> 1 for masks)."""
+    """C: TIS truncation (Yao et al. 2025 use 2); the masks keep [1/C, C] inclusive; >= 1 (> 1 for masks)."""
     overlong_buffer_len: int = 0
     """L_cache of DAPO's soft overlong punishment; 0 = off; needs 0 < L_cache <= max_len."""
     overlong_penalty_factor: float = 1.0
@@ -237,7 +237,8 @@ def kl_penalty(logp_BT, logp_ref_BT, estimator: str = "k3", mask_BT=None):
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020), f32.
 
     With log r = logp_ref - logp (r = pi_ref/pi):  k1 = -log r;  k2 = (log r)^2 / 2;  k3 = (r - 1) - log r.
-    k1 is unbiased but can be negative; k3 is unbiased and >= 0 (the one in GRPO's objective); k2 is biased, low variance.
+    k1 is unbiased but can be negative; k3 is unbiased and >= 0 (the one in GRPO's objective); k2 is
+    biased, with low variance.
     log r is clamped to [-20, 20] so k3 stays finite. With mask_BT, masked positions are 0 (and may hold
     -inf/NaN); without it, inputs must be finite.
     """

@@ -540,7 +540,8 @@ def test_pass_at_k_errors():
     (dict(kl_beta=-0.1), "kl_beta"), (dict(kl_beta=float("inf")), "kl_beta"), (dict(kl_estimator="k4"), "kl_estimator"),
     (dict(is_correction="clip"), "is_correction"), (dict(is_cap=0.5), "is_cap"),
     (dict(is_correction="token_mask", is_cap=1.0), "is_cap"),
-    (dict(overlong_buffer_len=4), "overlong_buffer_len"), (dict(max_len=4, overlong_buffer_len=5), "overlong_buffer_len"),
+    (dict(overlong_buffer_len=4), "overlong_buffer_len"),
+    (dict(max_len=4, overlong_buffer_len=5), "overlong_buffer_len"),
     (dict(overlong_filter=True), "max_len"), (dict(overlong_penalty_factor=-1.0), "overlong_penalty_factor"),
 ])
 def test_config_validation(kw, field):
