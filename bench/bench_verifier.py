@@ -104,13 +104,13 @@ def protection_costs(n: int = 200) -> dict[str, float]:
     pid = os.fork()
     if pid == 0:  # an echo candidate: decode the call, "compute", encode the result
         a.close()
-        while (raw := verifier.recv_frame(b.fileno())) is not None:
-            call = verifier.from_bytes(raw)
-            verifier.from_bytes(call["args"])
-            verifier.send_frame(b.fileno(), {"ok": True, "value": verifier._pack(verifier.to_plain([1, 2, 3]))})
+        while (raw := sandbox.recv_frame(b.fileno())) is not None:
+            call = sandbox.from_bytes(raw)
+            sandbox.from_bytes(call["args"])
+            sandbox.send_frame(b.fileno(), {"ok": True, "value": sandbox._pack(sandbox.to_plain([1, 2, 3]))})
         os._exit(0)
     b.close()
-    remote = verifier._Remote("f", a.fileno())
+    remote = sandbox._Remote("f", a.fileno())
     rpc = _per_call_us(lambda: remote([1.0, 2.0, 3.0], 0.5), n * 5)
     a.close()
     os.waitpid(pid, 0)
