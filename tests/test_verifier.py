@@ -9,6 +9,7 @@ left under the sandbox uids, no marker file outside the sandbox, no connection r
 import os
 import socket
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -18,6 +19,7 @@ import verifier
 
 MARK = f"oubliette_probe_{uuid.uuid4().hex[:8]}"
 WATCHED_DIRS = ["/tmp", "/var/tmp", "/dev/shm", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+HUMANEVAL_FILE = os.path.join(sandbox.default_hidden_paths()[0], "HumanEval.jsonl.gz")
 SMALL = {"timeout_s": 2.0, "memory_mb": 256, "max_procs": 8, "max_output_kb": 64}
 
 
@@ -295,6 +297,7 @@ assert type(r["t"]) is tuple and CONST == [1, 2, 3]
 
 def test_the_sandbox_from_inside(pool, host):
     """A cooperative probe reports what it can reach; every assert is a sandbox property."""
+    assert os.path.exists(HUMANEVAL_FILE)  # readable on the host, hidden inside
     os.environ["OUBLIETTE_TEST_SECRET"] = "s3cr3t"
     program = f"""
 import os, socket, resource
@@ -327,7 +330,7 @@ def probe():
     return {{
         "uid": os.getuid(), "env": sorted(os.environ),
         "read": [p for p in ['{os.path.abspath(verifier.__file__)}', '/etc/shadow', '/proc/1/environ',
-                             '/root/.bashrc'] if can_read(p)],
+                             '/root/.bashrc', '{HUMANEVAL_FILE}'] if can_read(p)],
         "root_dir": sorted(os.listdir('/')),
         "write_outside": [p for p in ['/tmp/{MARK}', '/var/tmp/{MARK}', '/dev/shm/{MARK}',
                                       '/{MARK}', '/etc/{MARK}'] if can_write(p)],
@@ -408,3 +411,27 @@ def test_rlimits_fallback_still_refuses_forgeries():
         assert p.slots[0].proc.poll() is None
     finally:
         p.close()
+
+
+def test_fallback_cleanup_without_uids_finds_daemons_by_parentage():
+    """Not root: no uid to sweep, so kill_children must find a setsid'd, double-forked daemon (it
+    is reparented to us as subreaper). Run in a child so the subreaper flag stays out of pytest."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os.write(w, str(os.getpid()).encode().ljust(16))
+                    time.sleep(60)
+                os._exit(0)
+            daemon = int(os.read(r, 16))
+            sandbox.kill_children()
+            code = 0 if not os.path.exists(f"/proc/{daemon}") else 2
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    os.close(r), os.close(w)
