@@ -1,0 +1,846 @@
+"""model.py: a hand-written Qwen2 / Llama decoder in JAX, shared bit for bit by sampler and trainer.
+
+What is here, top to bottom:
+  1. ModelConfig, built from / written to a Hugging Face config.json ("qwen2" and "llama").
+  2. The precision policy (THE one place that fixes where bf16 rounding happens; see PRECISION POLICY).
+  3. Parameters: init_params, and the 1:1 mapping to Hugging Face safetensors names.
+  4. The decoder: forward(...) for scoring/training, token_logprobs(...) the one log-prob function,
+     and generate(...), KV-cache sampling whose reported log-probs equal token_logprobs bit for bit.
+  5. Checkpoints: load_hf / save_hf (config.json + model.safetensors, or sharded with an index).
+  6. Tokenizers: a built-in byte tokenizer, or the HF `tokenizers` package when tokenizer.json exists.
+  7. Sharding rules: one table of PartitionSpecs over a ("data", "tensor") mesh.
+
+Architecture (Qwen2 and Llama share it): token embedding, L x [RMSNorm -> GQA attention with RoPE ->
+residual, RMSNorm -> SwiGLU MLP -> residual], final RMSNorm, unembedding (tied or untied). Qwen2 adds
+a bias to the q/k/v projections. References: the transformers modeling_qwen2.py / modeling_llama.py
+(we check our logits against them in tests/test_model.py), RoPE (Su et al. 2021, arXiv:2104.09864),
+GQA (Ainslie et al. 2023, arXiv:2305.13245), RMSNorm (Zhang & Sennrich 2019), SwiGLU (Shazeer 2020).
+
+Shape key (names carry their shapes, STYLE.md): B batch, T time (sequence), S time of the keys
+(attention source), D model width, N query heads, K kv heads, G query heads per kv head (N = K*G),
+H head dim, F mlp width, V vocab, L layers.
+
+Run the tests:  python -m pytest -q tests/test_model.py
+Benchmark:      python bench/bench_generate.py
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+# =====================================================================================================
+# 1. Config
+# =====================================================================================================
+
+_MODEL_TYPES = ("qwen2", "llama")
+_DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture + numerics of the decoder. Frozen, so hashable: it is a static arg of every jit."""
+
+    vocab_size: int
+    """V: number of token ids (rows of the embedding)."""
+    hidden_size: int
+    """D: width of the residual stream."""
+    num_layers: int
+    """L: number of decoder blocks (HF num_hidden_layers)."""
+    num_heads: int
+    """N: query heads (HF num_attention_heads)."""
+    num_kv_heads: int
+    """K: key/value heads; N % K == 0 (GQA; K == N is plain multi-head attention)."""
+    head_dim: int
+    """H: width of one head (HF head_dim, default hidden_size // num_heads)."""
+    intermediate_size: int
+    """F: width of the SwiGLU MLP."""
+    max_seq_len: int
+    """Longest sequence the model accepts (HF max_position_embeddings)."""
+    rope_theta: float
+    """RoPE base frequency (HF rope_theta / rope_parameters["rope_theta"])."""
+    rms_norm_eps: float
+    """Epsilon inside every RMSNorm."""
+    qkv_bias: bool
+    """Bias on the q/k/v projections (True for Qwen2, HF attention_bias for Llama)."""
+    tie_embeddings: bool
+    """Unembedding reuses the token embedding (HF tie_word_embeddings)."""
+    model_type: str = "qwen2"
+    """"qwen2" or "llama": which HF architecture config.json / tensor names we read and write."""
+    dtype: str = "bfloat16"
+    """"bfloat16" or "float32": dtype of the parameters and of the activations between ops."""
+    bf16_fix: bool = True
+    """Precision policy on (see PRECISION POLICY); False = plain bf16, no remat (reproduces the mismatch)."""
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads}) for grouped-query attention")
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
+        if not self.rope_theta > 0 or not self.rms_norm_eps > 0:
+            raise ValueError(f"ModelConfig.rope_theta and rms_norm_eps must be > 0, got "
+                             f"{self.rope_theta}, {self.rms_norm_eps}")
+        if self.model_type not in _MODEL_TYPES:
+            raise ValueError(f"ModelConfig.model_type {self.model_type!r} is not supported; "
+                             f"expected one of {_MODEL_TYPES}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"ModelConfig.dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
+
+    @property
+    def jdtype(self):
+        return _DTYPES[self.dtype]
+
+    @classmethod
+    def from_hf_dict(cls, d: dict, **overrides) -> "ModelConfig":
+        """Read a Hugging Face config.json dict (transformers 4.x or 5.x layout)."""
+        model_type = d.get("model_type")
+        if model_type not in _MODEL_TYPES:
+            raise ValueError(f"config.json model_type {model_type!r} is not supported; "
+                             f"expected one of {_MODEL_TYPES}")
+        try:
+            rope = d.get("rope_parameters") or {}
+            rope_theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
+            rope_type = rope.get("rope_type", "default")
+            scaling = d.get("rope_scaling")
+            if rope_type != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"):
+                raise ValueError(f"RoPE scaling {rope_type!r}/{scaling!r} is not implemented; only default RoPE")
+            if d.get("use_sliding_window"):
+                raise ValueError("Qwen2 sliding-window attention is not implemented")
+            if d.get("mlp_bias"):
+                raise ValueError("Llama mlp_bias=True is not implemented")
+            if d.get("hidden_act", "silu") != "silu":
+                raise ValueError(f"hidden_act {d.get('hidden_act')!r} is not implemented; only silu")
+            heads = d["num_attention_heads"]
+            kw = dict(
+                vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], num_layers=d["num_hidden_layers"],
+                num_heads=heads, num_kv_heads=d.get("num_key_value_heads") or heads,
+                head_dim=d.get("head_dim") or d["hidden_size"] // heads,
+                intermediate_size=d["intermediate_size"], max_seq_len=d.get("max_position_embeddings", 2048),
+                rope_theta=float(rope_theta), rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+                qkv_bias=True if model_type == "qwen2" else bool(d.get("attention_bias", False)),
+                tie_embeddings=bool(d.get("tie_word_embeddings", False)), model_type=model_type)
+        except KeyError as e:
+            raise ValueError(f"config.json is missing the required field {e.args[0]!r}") from None
+        hf_dtype = d.get("dtype") or d.get("torch_dtype")
+        if hf_dtype in _DTYPES:
+            kw["dtype"] = hf_dtype
+        kw.update(overrides)
+        return cls(**kw)
+
+    def to_hf_dict(self) -> dict:
+        """A config.json dict that transformers loads as Qwen2ForCausalLM / LlamaForCausalLM."""
+        d = {
+            "architectures": ["Qwen2ForCausalLM" if self.model_type == "qwen2" else "LlamaForCausalLM"],
+            "model_type": self.model_type, "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size, "max_position_embeddings": self.max_seq_len,
+            "rope_theta": self.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "rms_norm_eps": self.rms_norm_eps, "tie_word_embeddings": self.tie_embeddings,
+            "hidden_act": "silu", "dtype": self.dtype, "torch_dtype": self.dtype,
+        }
+        if self.model_type == "llama":
+            d["attention_bias"] = self.qkv_bias
+            d["mlp_bias"] = False
+        elif not self.qkv_bias:
+            raise ValueError("a qwen2 checkpoint always has q/k/v biases; use model_type='llama' for qkv_bias=False")
+        return d
+
+
+# =====================================================================================================
+# 2. PRECISION POLICY (the bf16 fix). Proven by tests/test_model.py::test_decode_logprobs_bitwise_equal_forward
+#    (and its negative control test_plain_bf16_decode_differs_from_forward).
+#
+# Why: in bf16, XLA:CPU computes a dot in f32 and rounds to bf16 where the *compiler* chooses; the
+# training graph (value_and_grad) and the sampling graph (KV-cache decode) round at different places,
+# so the sampler's log-probs differ from the trainer's and the PPO/GRPO ratio is not 1 (NUMERICS.md;
+# the RLAX paper's sampler/trainer mismatch). With cfg.bf16_fix=True:
+#   (a) every matmul/einsum returns f32 (preferred_element_type) and is cast to the activation dtype
+#       explicitly: the program, not the compiler, fixes each rounding point (_einsum below);
+#   (b) elementwise chains (RMSNorm, RoPE, SwiGLU gate, softmax) run in f32 and cast once at the end;
+#   (c) the output head (final norm, unembedding, log-softmax, gather) runs in f32 inside
+#       jax.checkpoint(nothing_saveable), and every layer is wrapped the same way, so a graph under
+#       jax.grad recomputes exactly the ops the plain forward runs (remat is a no-op without grad);
+#   (d) decode attends over a KV cache of the full length T, masked with where(mask, s, -inf), so each
+#       reduction has the same length as in forward; the prefill IS the forward's layer stack;
+#   (e) decode runs at least MIN_DECODE_ROWS rows (dummy rows padded in): XLA:CPU matmuls are not
+#       invariant to the row count below that (NUMERICS.md item 4);
+#   (f) per-row transcendentals (the RMSNorm 1/sqrt, the log of the softmax sum) sit between
+#       optimization barriers (_per_row below). Measured: XLA:CPU fuses a big [B*T, ...] normalisation
+#       into one YNNPACK kernel whose sqrt/log differ in the last bit from the small decode-sized
+#       ones, so without the barriers a scoring batch of 32 x 128 tokens stopped matching decode;
+#   (g) row sums (RMSNorm mean square, softmax denominators) are a fixed pairwise tree of elementwise
+#       adds (_row_sum), not a reduce op: XLA:CPU reduced a [B*T, D] array in a different order than a
+#       [B, D] one (measured: one RMSNorm output element in ~10^5 flipped its bf16 rounding).
+# With bf16_fix=False: plain bf16 einsums, no remat: the negative control that shows the mismatch.
+# =====================================================================================================
+
+MIN_DECODE_ROWS = 16
+
+
+def _to_act(cfg: ModelConfig, x32):
+    """f32 -> activation dtype at a rounding point fixed by the program (PRECISION POLICY (a), (b)).
+    Under bf16_fix the round-to-nearest-even to bf16 is done with integer ops on the f32 bits, so the
+    result is an exactly representable bf16 value before the cast: a compiler that elides a
+    bf16 -> f32 convert pair ("excess precision") can no longer change the value downstream."""
+    if cfg.bf16_fix and cfg.dtype == "bfloat16":
+        u = jax.lax.bitcast_convert_type(x32.astype(jnp.float32), jnp.uint32)
+        u = (u + jnp.uint32(0x7FFF) + ((u >> 16) & jnp.uint32(1))) & jnp.uint32(0xFFFF0000)
+        x32 = jax.lax.bitcast_convert_type(u, jnp.float32)
+    return x32.astype(cfg.jdtype)
+
+
+def _einsum(cfg: ModelConfig, spec: str, a, b, bias=None):
+    """Every matmul of the model goes through here (PRECISION POLICY (a)); the bias is added in f32."""
+    if cfg.bf16_fix or cfg.dtype == "float32":
+        out = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+        return _to_act(cfg, out if bias is None else out + bias.astype(jnp.float32))
+    out = jnp.einsum(spec, a, b)
+    return out if bias is None else out + bias
+
+
+def _add(cfg: ModelConfig, x, y):
+    """Residual add: in f32 with one fixed rounding under the policy, plain dtype arithmetic otherwise."""
+    if cfg.bf16_fix or cfg.dtype == "float32":
+        return _to_act(cfg, x.astype(jnp.float32) + y.astype(jnp.float32))
+    return x + y
+
+
+def _per_row(cfg: ModelConfig, fn, r):
+    """fn applied to a per-row statistic r, fenced off from fusion (PRECISION POLICY (f))."""
+    if cfg.bf16_fix:
+        return jax.lax.optimization_barrier(fn(jax.lax.optimization_barrier(r)))
+    return fn(r)
+
+
+def _row_sum(cfg: ModelConfig, x32):
+    """Sum over the last axis, keepdims. Under the policy: zero-pad to a power of two, then add halves
+    log2(n) times: every output element sees the same additions in the same order whatever the shape of
+    the other axes (PRECISION POLICY (g))."""
+    if not cfg.bf16_fix:
+        return jnp.sum(x32, axis=-1, keepdims=True)
+    n = x32.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    if width != n:
+        x32 = jnp.pad(x32, [(0, 0)] * (x32.ndim - 1) + [(0, width - n)])
+    while width > 1:
+        width //= 2
+        x32 = x32[..., :width] + x32[..., width:]
+    return x32
+
+
+def _rms_scale(cfg: ModelConfig, x32):
+    """x / sqrt(mean(x^2) + eps) in f32; sqrt and division are exact IEEE ops (rsqrt is not)."""
+    ms = _row_sum(cfg, x32 * x32) * np.float32(1.0 / x32.shape[-1]) + cfg.rms_norm_eps
+    return x32 / _per_row(cfg, jnp.sqrt, ms)
+
+
+def _remat(cfg: ModelConfig, fn):
+    """Per-layer / head rematerialisation (PRECISION POLICY (c)); no-op outside differentiation."""
+    if cfg.bf16_fix:
+        return jax.checkpoint(fn, policy=jax.checkpoint_policies.nothing_saveable)
+    return fn
+
+
+# =====================================================================================================
+# 3. Parameters and the 1:1 mapping to Hugging Face tensor names
+# =====================================================================================================
+# Our pytree (layers stacked on a leading L axis so the stack runs under lax.scan):
+#   embed                  [V, D]      <-> model.embed_tokens.weight
+#   final_norm             [D]         <-> model.norm.weight
+#   lm_head                [D, V]      <-> lm_head.weight (transposed; absent when tie_embeddings)
+#   layers.input_norm      [L, D]      <-> model.layers.{i}.input_layernorm.weight
+#   layers.q_proj          [L, D, N, H] <-> model.layers.{i}.self_attn.q_proj.weight  [N*H, D] (transposed)
+#   layers.k_proj/v_proj   [L, D, K, H] <-> model.layers.{i}.self_attn.{k,v}_proj.weight [K*H, D]
+#   layers.q_bias          [L, N, H]   <-> model.layers.{i}.self_attn.q_proj.bias (when qkv_bias)
+#   layers.k_bias/v_bias   [L, K, H]   <-> model.layers.{i}.self_attn.{k,v}_proj.bias
+#   layers.o_proj          [L, N, H, D] <-> model.layers.{i}.self_attn.o_proj.weight [D, N*H]
+#   layers.post_norm       [L, D]      <-> model.layers.{i}.post_attention_layernorm.weight
+#   layers.gate_proj/up_proj [L, D, F] <-> model.layers.{i}.mlp.{gate,up}_proj.weight [F, D]
+#   layers.down_proj       [L, F, D]   <-> model.layers.{i}.mlp.down_proj.weight [D, F]
+
+
+def _param_shapes(cfg: ModelConfig) -> dict:
+    L, D, N, K, H, F, V = (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                           cfg.intermediate_size, cfg.vocab_size)
+    layers = {"input_norm": (L, D), "q_proj": (L, D, N, H), "k_proj": (L, D, K, H), "v_proj": (L, D, K, H),
+              "o_proj": (L, N, H, D), "post_norm": (L, D), "gate_proj": (L, D, F), "up_proj": (L, D, F),
+              "down_proj": (L, F, D)}
+    if cfg.qkv_bias:
+        layers.update(q_bias=(L, N, H), k_bias=(L, K, H), v_bias=(L, K, H))
+    shapes = {"embed": (V, D), "final_norm": (D,), "layers": layers}
+    if not cfg.tie_embeddings:
+        shapes["lm_head"] = (D, V)
+    return shapes
+
+
+def init_params(cfg: ModelConfig, key) -> dict:
+    """Random init like HF's (normal(0, 0.02) weights, zero biases, unit norms), in cfg.dtype."""
+    shapes = _param_shapes(cfg)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
+    keys = jax.random.split(key, len(flat))
+    leaves = []
+    for (path, shape), k in zip(flat, keys):
+        name = jax.tree_util.keystr(path)
+        if "norm" in name:
+            leaf = jnp.ones(shape, jnp.float32)
+        elif "bias" in name:
+            leaf = jnp.zeros(shape, jnp.float32)
+        else:
+            leaf = 0.02 * jax.random.normal(k, shape, jnp.float32)
+        leaves.append(leaf.astype(cfg.jdtype))
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _hf_layer_map(cfg: ModelConfig):
+    """(our layer key, HF suffix, ours->HF numpy fn, HF->ours numpy fn) for one layer slice."""
+    D, N, K, H, F = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    ident = lambda x: x
+    rows = [
+        ("input_norm", "input_layernorm.weight", ident, ident),
+        ("q_proj", "self_attn.q_proj.weight", lambda w: w.reshape(D, N * H).T, lambda w: w.T.reshape(D, N, H)),
+        ("k_proj", "self_attn.k_proj.weight", lambda w: w.reshape(D, K * H).T, lambda w: w.T.reshape(D, K, H)),
+        ("v_proj", "self_attn.v_proj.weight", lambda w: w.reshape(D, K * H).T, lambda w: w.T.reshape(D, K, H)),
+        ("o_proj", "self_attn.o_proj.weight", lambda w: w.reshape(N * H, D).T, lambda w: w.T.reshape(N, H, D)),
+        ("post_norm", "post_attention_layernorm.weight", ident, ident),
+        ("gate_proj", "mlp.gate_proj.weight", lambda w: w.T, lambda w: w.T),
+        ("up_proj", "mlp.up_proj.weight", lambda w: w.T, lambda w: w.T),
+        ("down_proj", "mlp.down_proj.weight", lambda w: w.T, lambda w: w.T),
+    ]
+    if cfg.qkv_bias:
+        rows += [("q_bias", "self_attn.q_proj.bias", lambda b: b.reshape(N * H), lambda b: b.reshape(N, H)),
+                 ("k_bias", "self_attn.k_proj.bias", lambda b: b.reshape(K * H), lambda b: b.reshape(K, H)),
+                 ("v_bias", "self_attn.v_proj.bias", lambda b: b.reshape(K * H), lambda b: b.reshape(K, H))]
+    return rows
+
+
+def _to_numpy(x) -> np.ndarray:
+    return np.asarray(jax.device_get(x))
+
+
+def to_hf_tensors(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Our pytree -> {HF safetensors name: array} (contiguous numpy, dtype kept)."""
+    out = {"model.embed_tokens.weight": _to_numpy(params["embed"]),
+           "model.norm.weight": _to_numpy(params["final_norm"])}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = _to_numpy(params["lm_head"]).T
+    for ours, suffix, to_hf, _ in _hf_layer_map(cfg):
+        stacked = _to_numpy(params["layers"][ours])
+        for i in range(cfg.num_layers):
+            out[f"model.layers.{i}.{suffix}"] = to_hf(stacked[i])
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _hf_shapes(cfg: ModelConfig) -> dict[str, tuple]:
+    shapes = _param_shapes(cfg)
+    out = {"model.embed_tokens.weight": shapes["embed"], "model.norm.weight": shapes["final_norm"]}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = shapes["lm_head"][::-1]
+    for ours, suffix, to_hf, _ in _hf_layer_map(cfg):
+        hf_shape = to_hf(np.zeros(shapes["layers"][ours][1:], np.float32)).shape
+        for i in range(cfg.num_layers):
+            out[f"model.layers.{i}.{suffix}"] = tuple(hf_shape)
+    return out
+
+
+def from_hf_tensors(tensors: dict, cfg: ModelConfig) -> dict:
+    """{HF name: array} -> our pytree in cfg.dtype. Raises ValueError naming every missing, unexpected or
+    mis-shaped tensor. A tied checkpoint that still carries lm_head.weight is accepted (it is ignored)."""
+    expected = _hf_shapes(cfg)
+    given = dict(tensors)
+    if cfg.tie_embeddings:
+        given.pop("lm_head.weight", None)
+    given = {k: v for k, v in given.items() if not k.endswith("rotary_emb.inv_freq")}
+    missing = sorted(set(expected) - set(given))
+    extra = sorted(set(given) - set(expected))
+    bad = sorted(f"{k}: checkpoint {tuple(np.shape(given[k]))}, config expects {expected[k]}"
+                 for k in set(expected) & set(given) if tuple(np.shape(given[k])) != expected[k])
+    if missing or extra or bad:
+        lines = []
+        if missing:
+            lines.append(f"missing tensors ({len(missing)}): {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+        if extra:
+            lines.append(f"unexpected tensors ({len(extra)}): {', '.join(extra[:8])}{' ...' if len(extra) > 8 else ''}")
+        if bad:
+            lines.append(f"shape mismatches ({len(bad)}): {'; '.join(bad[:8])}")
+        raise ValueError("checkpoint does not match the model config:\n  " + "\n  ".join(lines))
+    dt = cfg.jdtype
+    conv = lambda x: jnp.asarray(np.asarray(x, dtype=np.float32) if np.asarray(x).dtype != dt else x, dtype=dt)
+    params = {"embed": conv(given["model.embed_tokens.weight"]), "final_norm": conv(given["model.norm.weight"])}
+    if not cfg.tie_embeddings:
+        params["lm_head"] = conv(np.asarray(given["lm_head.weight"]).T)
+    params["layers"] = {
+        ours: conv(np.stack([from_hf(np.asarray(given[f"model.layers.{i}.{suffix}"]))
+                             for i in range(cfg.num_layers)]))
+        for ours, suffix, _, from_hf in _hf_layer_map(cfg)}
+    return params
+
+
+# =====================================================================================================
+# 4. The decoder
+# =====================================================================================================
+
+
+def _rms_norm(cfg: ModelConfig, x, w):
+    """RMSNorm in f32 (PRECISION POLICY (b)), cast once; HF computes it the same way in f32."""
+    x32 = _rms_scale(cfg, x.astype(jnp.float32))
+    if cfg.bf16_fix or cfg.dtype == "float32":
+        return _to_act(cfg, x32 * w.astype(jnp.float32))
+    return x32.astype(cfg.jdtype) * w  # HF order: cast, then scale in the model dtype
+
+
+def _rope_table(cfg: ModelConfig, T: int):
+    """cos/sin [T, H/2] computed once in float64 numpy: a constant, so forward and decode read the same
+    bits for a position instead of each evaluating cos() on differently shaped inputs."""
+    H = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, H, 2, dtype=np.float64) / H))
+    angle = np.arange(T, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def _rope(cfg: ModelConfig, x_BTXH, cos_BTh, sin_BTh):
+    """Rotate-half RoPE as in HF (pairs (i, i + H/2)), in f32, cast once."""
+    x = x_BTXH.astype(jnp.float32)
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    c, s = cos_BTh[:, :, None, :], sin_BTh[:, :, None, :]
+    return _to_act(cfg, jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1))
+
+
+def _attention(cfg: ModelConfig, q_BTNH, k_BSKH, v_BSKH, mask_BTS):
+    """GQA attention over S key positions; masked scores are -inf (PRECISION POLICY (d)).
+    Scores and softmax in f32; probabilities cast to the activation dtype for the PV matmul (as HF)."""
+    B, T, N, H = q_BTNH.shape
+    K = cfg.num_kv_heads
+    q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
+    s_BKGTS = jnp.einsum("BTKGH,BSKH->BKGTS", q_BTKGH, k_BSKH, preferred_element_type=jnp.float32)
+    s_BKGTS = s_BKGTS * np.float32(1.0 / math.sqrt(H))
+    s_BKGTS = jnp.where(mask_BTS[:, None, None, :, :], s_BKGTS, -jnp.inf)
+    s_BKGTS = s_BKGTS - jax.lax.stop_gradient(jnp.max(s_BKGTS, axis=-1, keepdims=True))
+    p_BKGTS = jnp.exp(s_BKGTS)
+    p_BKGTS = _to_act(cfg, p_BKGTS / _row_sum(cfg, p_BKGTS))
+    o_BTKGH = _einsum(cfg, "BKGTS,BSKH->BTKGH", p_BKGTS, v_BSKH)
+    return o_BTKGH.reshape(B, T, N, H)
+
+
+def _qkv(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh):
+    h_BTD = _rms_norm(cfg, x_BTD, lp["input_norm"])
+    q_BTNH = _einsum(cfg, "BTD,DNH->BTNH", h_BTD, lp["q_proj"], lp.get("q_bias"))
+    k_BTKH = _einsum(cfg, "BTD,DKH->BTKH", h_BTD, lp["k_proj"], lp.get("k_bias"))
+    v_BTKH = _einsum(cfg, "BTD,DKH->BTKH", h_BTD, lp["v_proj"], lp.get("v_bias"))
+    return _rope(cfg, q_BTNH, cos_BTh, sin_BTh), _rope(cfg, k_BTKH, cos_BTh, sin_BTh), v_BTKH
+
+
+def _block_out(cfg: ModelConfig, lp: dict, x_BTD, o_BTNH):
+    """Attention output projection, residual, then the SwiGLU MLP and its residual."""
+    x_BTD = _add(cfg, x_BTD, _einsum(cfg, "BTNH,NHD->BTD", o_BTNH, lp["o_proj"]))
+    h_BTD = _rms_norm(cfg, x_BTD, lp["post_norm"])
+    gate_BTF = _einsum(cfg, "BTD,DF->BTF", h_BTD, lp["gate_proj"])
+    up_BTF = _einsum(cfg, "BTD,DF->BTF", h_BTD, lp["up_proj"])
+    if cfg.bf16_fix or cfg.dtype == "float32":
+        act_BTF = _to_act(cfg, jax.nn.silu(gate_BTF.astype(jnp.float32)) * up_BTF.astype(jnp.float32))
+    else:
+        act_BTF = jax.nn.silu(gate_BTF) * up_BTF
+    return _add(cfg, x_BTD, _einsum(cfg, "BTF,FD->BTD", act_BTF, lp["down_proj"]))
+
+
+def _layer(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh, mask_BTS):
+    """One full-sequence decoder block; also returns its K/V (the prefill's cache entries)."""
+    q_BTNH, k_BTKH, v_BTKH = _qkv(cfg, lp, x_BTD, cos_BTh, sin_BTh)
+    o_BTNH = _attention(cfg, q_BTNH, k_BTKH, v_BTKH, mask_BTS)
+    return _block_out(cfg, lp, x_BTD, o_BTNH), (k_BTKH, v_BTKH)
+
+
+def _check_tokens(cfg: ModelConfig, tokens_BT):
+    if tokens_BT.ndim != 2:
+        raise ValueError(f"tokens must have shape [batch, time], got shape {tokens_BT.shape}")
+    if tokens_BT.shape[1] > cfg.max_seq_len:
+        raise ValueError(f"sequence length {tokens_BT.shape[1]} exceeds the model's max_seq_len {cfg.max_seq_len}")
+    if not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
+        raise ValueError(f"tokens must be integers, got dtype {tokens_BT.dtype}")
+    if not isinstance(tokens_BT, jax.core.Tracer):  # concrete input: check the id range here, readably
+        t = np.asarray(tokens_BT)
+        if t.size and (t.min() < 0 or t.max() >= cfg.vocab_size):
+            bad = t[(t < 0) | (t >= cfg.vocab_size)]
+            raise ValueError(f"token id {int(bad[0])} out of range [0, {cfg.vocab_size}) "
+                             f"({bad.size} such ids in the input)")
+
+
+def _hidden(params: dict, cfg: ModelConfig, tokens_BT, return_kv: bool = False):
+    """Embedding + the layer stack (lax.scan over L, each layer remat'ed): final residual x_BTD and,
+    if asked, the stacked K/V [L, B, T, K, H] (the prefill cache)."""
+    B, T = tokens_BT.shape
+    cos, sin = _rope_table(cfg, T)
+    cos_BTh = jnp.broadcast_to(cos[None], (B,) + cos.shape)
+    sin_BTh = jnp.broadcast_to(sin[None], (B,) + sin.shape)
+    mask_BTS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
+    x_BTD = jnp.take(params["embed"], tokens_BT, axis=0).astype(cfg.jdtype)
+    layer = _remat(cfg, partial(_layer, cfg))
+
+    def step(x_BTD, lp):
+        x_BTD, kv = layer(lp, x_BTD, cos_BTh, sin_BTh, mask_BTS)
+        return x_BTD, (kv if return_kv else None)
+
+    x_BTD, kv = jax.lax.scan(step, x_BTD, params["layers"])
+    return x_BTD, kv
+
+
+def _unembed_matrix(params: dict, cfg: ModelConfig):
+    return params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+
+
+def _head_logits(cfg: ModelConfig, final_norm, w_DV, x_XD):
+    """Output head in f32 (PRECISION POLICY (c)): final RMSNorm, unembedding -> float32 logits."""
+    x32 = _rms_scale(cfg, x_XD.astype(jnp.float32))
+    if cfg.bf16_fix or cfg.dtype == "float32":
+        # The unembedding's inputs stay in the weight dtype and it accumulates into f32. Measured on
+        # XLA:CPU: a bf16 x bf16 -> f32 dot gives the same bits for every row count >= 2, while an
+        # f32 x f32 dot changes its summation order below 16..64 rows (so decode != forward).
+        h = (x32 * final_norm.astype(jnp.float32)).astype(w_DV.dtype)
+        return jnp.einsum("...D,DV->...V", h, w_DV, preferred_element_type=jnp.float32)
+    h = x32.astype(cfg.jdtype) * final_norm
+    return jnp.einsum("...D,DV->...V", h, w_DV).astype(jnp.float32)
+
+
+def _log_softmax(cfg: ModelConfig, logits_XV, temperature):
+    """log softmax(logits / temperature) in f32; temperature 0 is treated as 1 (greedy sampling reports
+    the untempered log-prob). Multiplying by 1/temperature (not dividing) gives the same bits whether
+    temperature is a Python constant or a traced value."""
+    t = jnp.asarray(temperature, jnp.float32)
+    inv_t = jnp.where(t > 0, jnp.float32(1.0) / jnp.where(t > 0, t, 1.0), jnp.float32(1.0))
+    z = logits_XV.astype(jnp.float32) * inv_t
+    z = z - jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    return z - _per_row(cfg, jnp.log, _row_sum(cfg, jnp.exp(z)))
+
+
+def forward(params: dict, cfg: ModelConfig, tokens_BT) -> jax.Array:
+    """float32 logits [B, T, V] for positions 0..T-1 with a causal mask (scoring and training)."""
+    _check_tokens(cfg, tokens_BT)
+    x_BTD, _ = _hidden(params, cfg, tokens_BT)
+    head = _remat(cfg, partial(_head_logits, cfg))
+    return head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD)
+
+
+def _head_token_logp(cfg: ModelConfig, final_norm, w_DV, x_BTD, next_BT, temperature):
+    logits_BTV = _head_logits(cfg, final_norm, w_DV, x_BTD)
+    logp_BTV = _log_softmax(cfg, logits_BTV, temperature)
+    return jnp.take_along_axis(logp_BTV, next_BT[..., None], axis=-1)[..., 0]
+
+
+def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0) -> jax.Array:
+    """THE log-prob function of sampler scoring and trainer: float32 [B, T] with
+    logp_BT[:, t] = log softmax(logits[:, t-1] / temperature)[tokens[:, t]] and logp_BT[:, 0] = 0.
+    Differentiable w.r.t. params; jit it with cfg static. generate() reports the same bits."""
+    _check_tokens(cfg, tokens_BT)
+    x_BTD, _ = _hidden(params, cfg, tokens_BT)
+    head = _remat(cfg, partial(_head_token_logp, cfg))
+    logp_BT1 = head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD[:, :-1], tokens_BT[:, 1:], temperature)
+    return jnp.concatenate([jnp.zeros_like(logp_BT1[:, :1]), logp_BT1], axis=1)
+
+
+# ------------------------------------------- KV-cache sampling -------------------------------------------
+
+
+def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
+    """One token per row at per-row position pos_B: writes its K/V into the full-length cache
+    [L, B, T, K, H] and attends over all T slots with slots > pos masked out (PRECISION POLICY (d)).
+    Returns (cache, x_BD) where x_BD is the final residual fed to the head."""
+    k_cache, v_cache = cache
+    T = k_cache.shape[2]
+    cos, sin = _rope_table(cfg, T)
+    cos_B1h, sin_B1h = jnp.asarray(cos)[pos_B][:, None], jnp.asarray(sin)[pos_B][:, None]
+    slot_BT = jnp.arange(T)[None, :] == pos_B[:, None]
+    mask_B1S = (jnp.arange(T)[None, :] <= pos_B[:, None])[:, None, :]
+    x_B1D = jnp.take(params["embed"], tok_B[:, None], axis=0).astype(cfg.jdtype)
+
+    def step(x_B1D, layer_in):
+        lp, k_BSKH, v_BSKH = layer_in
+        q_B1NH, k_B1KH, v_B1KH = _qkv(cfg, lp, x_B1D, cos_B1h, sin_B1h)
+        k_BSKH = jnp.where(slot_BT[:, :, None, None], k_B1KH, k_BSKH)
+        v_BSKH = jnp.where(slot_BT[:, :, None, None], v_B1KH, v_BSKH)
+        o_B1NH = _attention(cfg, q_B1NH, k_BSKH, v_BSKH, mask_B1S)
+        return _block_out(cfg, lp, x_B1D, o_B1NH), (k_BSKH, v_BSKH)
+
+    x_B1D, cache = jax.lax.scan(step, x_B1D, (params["layers"], k_cache, v_cache))
+    return cache, x_B1D[:, 0]
+
+
+def _sample(key, logp_BV, top_p, greedy: bool):
+    """Nucleus sampling from the tempered distribution: keep the smallest set of most-likely tokens whose
+    probability reaches top_p (Holtzman et al. 2019, arXiv:1904.09751), renormalise, draw."""
+    if greedy:
+        return jnp.argmax(logp_BV, axis=-1).astype(jnp.int32)
+    sorted_BV = jnp.sort(logp_BV, axis=-1)[:, ::-1]
+    cum_BV = jnp.cumsum(jnp.exp(sorted_BV), axis=-1)
+    # the cut: the smallest logp still inside the nucleus (the first sorted token always is)
+    n_keep_B = jnp.sum((cum_BV - jnp.exp(sorted_BV)) < top_p, axis=-1)
+    cut_B = jnp.take_along_axis(sorted_BV, jnp.maximum(n_keep_B - 1, 0)[:, None], axis=-1)
+    masked_BV = jnp.where(logp_BV >= cut_B, logp_BV, -jnp.inf)
+    return jax.random.categorical(key, masked_BV, axis=-1).astype(jnp.int32)
+
+
+@partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p"))
+def _generate_jit(params, cfg, prompt_BT, prompt_len_B, key, temperature, top_p, eos_id, pad_id, *,
+                  max_new_tokens: int, greedy: bool, use_top_p: bool):
+    B, T = prompt_BT.shape
+    rows_B = jnp.arange(B)
+    # Prefill IS the forward's layer stack over the full padded [B, T]: its K/V are forward's K/V.
+    x_BTD, (k_cache, v_cache) = _hidden(params, cfg, prompt_BT, return_kv=True)
+    head = _remat(cfg, partial(_head_logits, cfg))
+    w_DV = _unembed_matrix(params, cfg)
+    x_BD = x_BTD[rows_B, prompt_len_B - 1]
+
+    def sample_into(state, x_BD, i):
+        tokens_BT, logp_BT, mask_BT, done_B, key = state
+        key, sub = jax.random.split(key)
+        logp_BV = _log_softmax(cfg, head(params["final_norm"], w_DV, x_BD), temperature)
+        tok_B = _sample(sub, logp_BV, top_p if use_top_p else 1.0, greedy)
+        tok_logp_B = jnp.take_along_axis(logp_BV, tok_B[:, None], axis=-1)[:, 0]
+        pos_B = prompt_len_B + i
+        live_B = ~done_B
+        write_BT = (jnp.arange(T)[None, :] == pos_B[:, None]) & live_B[:, None]
+        tokens_BT = jnp.where(write_BT, tok_B[:, None], tokens_BT)
+        logp_BT = jnp.where(write_BT, tok_logp_B[:, None], logp_BT)
+        mask_BT = jnp.where(write_BT, 1.0, mask_BT)
+        done_B = done_B | (tok_B == eos_id)
+        return (tokens_BT, logp_BT, mask_BT, done_B, key), tok_B
+
+    state = (prompt_BT, jnp.zeros((B, T), jnp.float32), jnp.zeros((B, T), jnp.float32),
+             jnp.zeros((B,), bool), key)
+    state, tok_B = sample_into(state, x_BD, 0)
+
+    def cond(carry):
+        i, state, _, _ = carry
+        return (i < max_new_tokens) & ~jnp.all(state[3])
+
+    def body(carry):
+        i, state, cache, tok_B = carry
+        cache, x_BD = _decode_step(params, cfg, cache, tok_B, prompt_len_B + i - 1)
+        state, tok_B = sample_into(state, x_BD, i)
+        return i + 1, state, cache, tok_B
+
+    _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, (k_cache, v_cache), tok_B))
+    tokens_BT, logp_BT, mask_BT, _, _ = state
+    return tokens_BT, logp_BT, mask_BT, jnp.sum(mask_BT, axis=1).astype(jnp.int32)
+
+
+def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, max_new_tokens: int,
+             temperature: float = 1.0, top_p: float = 1.0, eos_id: int | None = None, pad_id: int = 0) -> dict:
+    """Sample completions with a full-length KV cache.
+
+    prompt_BT: int32 [B, T], each row's prompt right-padded with pad_id to the fixed length T (the cache
+    length, and the length the trainer runs forward() on); prompt_len_B + max_new_tokens <= T.
+    Returns numpy arrays: tokens_BT (prompt + completion + pad), logp_BT (f32: log-prob of each sampled
+    completion token under the FULL tempered distribution softmax(logits / temperature), not the top_p
+    renormalised one, so it equals token_logprobs(params, cfg, tokens_BT, temperature) bit for bit on the
+    reference CPU configuration; 0 elsewhere), mask_BT (1.0 on completion tokens, eos included),
+    completion_len_B. temperature=0 is greedy and reports the untempered (temperature 1) log-probs.
+    Fewer than MIN_DECODE_ROWS rows are padded with dummy rows internally (PRECISION POLICY (e)).
+    """
+    prompt_BT = np.asarray(prompt_BT)
+    prompt_len_B = np.asarray(prompt_len_B)
+    _check_tokens(cfg, prompt_BT)
+    B, T = prompt_BT.shape
+    if prompt_len_B.shape != (B,):
+        raise ValueError(f"prompt_len_B must have shape ({B},), got {prompt_len_B.shape}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if prompt_len_B.min() < 1 or prompt_len_B.max() + max_new_tokens > T:
+        raise ValueError(f"need 1 <= prompt_len and prompt_len + max_new_tokens <= T = {T}; got prompt lengths "
+                         f"in [{prompt_len_B.min()}, {prompt_len_B.max()}] and max_new_tokens={max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    if not 0 <= pad_id < cfg.vocab_size or (eos_id is not None and not 0 <= eos_id < cfg.vocab_size):
+        raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {cfg.vocab_size})")
+    n_rows = max(B, MIN_DECODE_ROWS)
+    if n_rows > B:  # dummy rows: a 1-token prompt, results dropped
+        prompt_BT = np.concatenate([prompt_BT, np.full((n_rows - B, T), pad_id, prompt_BT.dtype)])
+        prompt_len_B = np.concatenate([prompt_len_B, np.ones(n_rows - B, prompt_len_B.dtype)])
+    tokens_BT, logp_BT, mask_BT, n_B = _generate_jit(
+        params, cfg, jnp.asarray(prompt_BT, jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), key,
+        jnp.float32(temperature), jnp.float32(top_p), jnp.int32(-1 if eos_id is None else eos_id),
+        jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1)
+    out = {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT, "completion_len_B": n_B}
+    return {k: np.asarray(v)[:B] for k, v in out.items()}
+
+
+# =====================================================================================================
+# 5. Checkpoints in the Hugging Face layout
+# =====================================================================================================
+
+
+def save_hf(path: str, cfg: ModelConfig, params: dict, max_shard_bytes: int | None = None) -> None:
+    """Write config.json and model.safetensors (or model-0000i-of-0000n.safetensors shards plus
+    model.safetensors.index.json when the tensors exceed max_shard_bytes), in cfg.dtype."""
+    from safetensors.numpy import save_file
+    import ml_dtypes  # noqa: F401  (numpy bfloat16 support, a jax dependency)
+
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg.to_hf_dict(), f, indent=2)
+    tensors = to_hf_tensors(params, cfg)
+    if max_shard_bytes is None or sum(t.nbytes for t in tensors.values()) <= max_shard_bytes:
+        save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        return
+    shards, current, size = [], {}, 0
+    for name, t in tensors.items():
+        if current and size + t.nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = t
+        size += t.nbytes
+    shards.append(current)
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(path, fname), metadata={"format": "pt"})
+        weight_map.update({name: fname for name in shard})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+
+
+def load_hf(path: str, dtype: str | None = None, **overrides) -> tuple[ModelConfig, dict]:
+    """Read a HF checkpoint folder (config.json + model.safetensors or a sharded index) -> (cfg, params).
+    dtype overrides the checkpoint's dtype ("bfloat16" / "float32"); other kwargs override config fields."""
+    from safetensors.numpy import load_file
+
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise ValueError(f"{path!r} is not a Hugging Face checkpoint folder: no config.json")
+    with open(cfg_path) as f:
+        hf = json.load(f)
+    if dtype is not None:
+        overrides["dtype"] = dtype
+    cfg = ModelConfig.from_hf_dict(hf, **overrides)
+    single, index = os.path.join(path, "model.safetensors"), os.path.join(path, "model.safetensors.index.json")
+    tensors = {}
+    if os.path.isfile(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        for fname in files:
+            tensors.update(load_file(os.path.join(path, fname)))
+    elif os.path.isfile(single):
+        tensors = load_file(single)
+    else:
+        raise ValueError(f"{path!r} has neither model.safetensors nor model.safetensors.index.json")
+    return cfg, from_hf_tensors(tensors, cfg)
+
+
+# =====================================================================================================
+# 6. Tokenizers
+# =====================================================================================================
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are ids 0..255; then pad (256), bos (257), eos (258). vocab_size 259 (models may be
+    larger). For the embedded tiny models: no files, no downloads, round-trips any text."""
+
+    def __init__(self):
+        self.pad_id, self.bos_id, self.eos_id = 256, 257, 258
+        self.vocab_size = 259
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids) -> str:
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """Same interface around a Hugging Face `tokenizers` tokenizer.json (optional dependency)."""
+
+    def __init__(self, tokenizer_json: str, pad_id=None, bos_id=None, eos_id=None):
+        from tokenizers import Tokenizer  # optional extra: imported only when a checkpoint ships one
+
+        self._tok = Tokenizer.from_file(tokenizer_json)
+        self.vocab_size = self._tok.get_vocab_size()
+        self.bos_id, self.eos_id = bos_id, eos_id
+        self.pad_id = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+
+def load_tokenizer(path_or_none: str | None):
+    """HFTokenizer when path has tokenizer.json (special ids from config.json / generation_config.json
+    when present), else the ByteTokenizer."""
+    if path_or_none is None or not os.path.isfile(os.path.join(path_or_none, "tokenizer.json")):
+        return ByteTokenizer()
+    ids = {}
+    for fname in ("config.json", "generation_config.json"):
+        p = os.path.join(path_or_none, fname)
+        if os.path.isfile(p):
+            with open(p) as f:
+                d = json.load(f)
+            for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+                v = d.get(k)
+                if isinstance(v, list):
+                    v = v[0] if v else None
+                if v is not None:
+                    ids[k[:-len("_token_id")] + "_id"] = int(v)
+    return HFTokenizer(os.path.join(path_or_none, "tokenizer.json"), **ids)
+
+
+# =====================================================================================================
+# 7. Sharding rules: (data, tensor) mesh. "data" shards the batch and (FSDP-style) the model width of the
+#    weights; "tensor" shards heads / MLP width / vocab (Megatron-style, Shoeybi et al. 2019).
+# =====================================================================================================
+
+_PARAM_SPECS = {  # our name -> spec without the stacked L axis
+    "embed": P("tensor", "data"), "final_norm": P(None), "lm_head": P("data", "tensor"),
+    "input_norm": P(None), "post_norm": P(None),
+    "q_proj": P("data", "tensor", None), "k_proj": P("data", "tensor", None), "v_proj": P("data", "tensor", None),
+    "q_bias": P("tensor", None), "k_bias": P("tensor", None), "v_bias": P("tensor", None),
+    "o_proj": P("tensor", None, "data"),
+    "gate_proj": P("data", "tensor"), "up_proj": P("data", "tensor"), "down_proj": P("tensor", "data"),
+}
+ACTIVATION_SPECS = {"tokens_BT": P("data", None), "x_BTD": P("data", None, None),
+                    "logits_BTV": P("data", None, "tensor"), "logp_BT": P("data", None)}
+
+
+def make_mesh(data: int | None = None, tensor: int = 1, devices=None) -> Mesh:
+    """A (data, tensor) mesh over the given (default: all) devices; data defaults to n_devices // tensor."""
+    devices = list(jax.devices() if devices is None else devices)
+    data = len(devices) // tensor if data is None else data
+    if data * tensor != len(devices):
+        raise ValueError(f"mesh {data} x {tensor} does not cover the {len(devices)} devices")
+    return Mesh(np.array(devices).reshape(data, tensor), ("data", "tensor"))
+
+
+def param_partition_specs(params: dict, cfg: ModelConfig, mesh: Mesh | None = None):
+    """PartitionSpec pytree for params. With a mesh, an axis that does not divide its dimension is
+    dropped (replicated) so any config runs on any mesh."""
+    def spec_for(path, leaf):
+        name = jax.tree_util.keystr(path[-1:]).strip("[]'\"")
+        spec = tuple(_PARAM_SPECS[name])
+        if path[0].key == "layers":
+            spec = (None,) + spec
+        if mesh is not None:
+            spec = tuple(a if a is None or leaf.shape[i] % mesh.shape[a] == 0 else None for i, a in enumerate(spec))
+        return P(*spec)
+    return jax.tree_util.tree_map_with_path(spec_for, params)
+
+
+def shard_params(params: dict, cfg: ModelConfig, mesh: Mesh) -> dict:
+    """device_put every parameter with its NamedSharding."""
+    specs = param_partition_specs(params, cfg, mesh)
+    return jax.tree_util.tree_map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
