@@ -196,7 +196,7 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
         for dev in ("null", "zero", "urandom", "random"):
             _bind_ro(f"/dev/{dev}", f"{ROOT_DIR}/dev/{dev}", nodev=False)
         os.makedirs(ROOT_DIR + "/tmp", exist_ok=True)
-        _mount("tmpfs", ROOT_DIR + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+        _mount("tmpfs", ROOT_DIR + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                f"size={SANDBOX_TMP_MB}m,mode=711")
         os.chroot(ROOT_DIR)
         os.chdir("/")
@@ -331,7 +331,8 @@ class Limits:
     memory_mb: int = 1024
     """RLIMIT_AS of each sandboxed process (address space, so a bit above resident memory)."""
     max_procs: int = 16
-    """RLIMIT_NPROC for the execution's uid: processes + threads it may have at once."""
+    """Processes + threads the execution may have at once (RLIMIT_NPROC of its uid, and pids.max
+    of its cgroup where there is one)."""
     max_file_mb: int = 16
     """RLIMIT_FSIZE: largest file the program may write (in its scratch dir)."""
     max_open_files: int = 64
