@@ -990,6 +990,10 @@ def executor_main(config_json: str) -> None:
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0), os.dup2(null, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop (EOF or kill)
+    # Scrub the inherited environment once (it may hold the caller's secrets); each child then only
+    # sets HOME/TMPDIR, which keeps confine() cheap.
+    os.environ.clear()
+    os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     ex = Executor(cfg["isolation"], cfg["hide"])
     send_frame(wfd, {"ready": ex.report})
     while (raw := recv_frame(rfd)) is not None:
