@@ -12,8 +12,8 @@ Two sources of problems, one `Problem` type:
            return                                  <- the model completes "2*x+1\\n" (stop at "\\n")
 
    The program is prompt + completion; hidden tests are HumanEval-style asserts (`assert f(5) == 11`)
-   that the verifier runs after it. Problems come from generated families (linear, quadratic, modulo,
-   abs, max, min), each a template with integer coefficients. Choices measured in the prototype of
+   that the verifier runs after it. Problems come from generated families (linear, square, abs, modulo),
+   each a template with integer coefficients. Choices measured in the prototype of
    issue 5 with a 0.8M-parameter byte model (see /work/notes/tasks.md for our own numbers):
    - f(0) and f(1) are ALWAYS shown and coefficient ranges are WIDE: with narrow ranges the tiny model
      memorised training problems and RL raised training reward while held-out scores fell; with f(0)
@@ -61,7 +61,7 @@ import numpy as np
 class TaskConfig:
     """The embedded default task. Defaults are what the committed cold-start checkpoint was trained on."""
 
-    families: tuple = ("linear", "quadratic", "mod", "abs", "max", "min")
+    families: tuple = ("linear", "square", "abs", "mod")
     """Generated problem families drawn (uniformly) for training and held out for evaluation."""
     n_shown: int = 4
     """Examples in the prompt: always f(0) and f(1), then n_shown - 2 other distinct x."""
@@ -147,13 +147,16 @@ def cut_at_stop(text: str, stop: tuple) -> str:
 
 FAMILIES: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
     "linear": ("{a}*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "quadratic": ("x*x{a:+d}*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "mod": ("x%{m}{c:+d}", {"m": (2, 9), "c": (-20, 20)}),
-    "abs": ("abs(x{a:+d}){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "max": ("max(x,{a}){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "min": ("min(x,{a}){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "square": ("{a}*x*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "abs": ("{a}*abs(x){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
+    "mod": ("x%{m}{b:+d}", {"m": (2, 9), "b": (-20, 20)}),
 }
-_EXCLUDE = {"linear": {"a": (0,)}}  # 0*x+b is a constant: not a linear problem
+# In every family b = f(0), and in the three a-families a = f(1) - f(0): the same two rules solve them
+# all once the family is recognised from the other shown examples (a negative x tells abs from linear,
+# x >= 2 tells square from linear). Our first family set (abs(x-a)+b, max(x,a)+b, min(x,a)+b, x*x+a*x+b,
+# where f(0) and f(1) do NOT pin the coefficients) left a 0.8M model at 1.5% held-out pass@1 after
+# 400 warm-up steps (notes/tasks.md).
+_EXCLUDE = {f: {"a": (0,)} for f in ("linear", "square", "abs")}  # a = 0 is the constant function
 _SPLIT_SALT = "tasks-heldout-v1"    # changing it changes the split (and invalidates checkpoints' numbers)
 
 
