@@ -396,6 +396,20 @@ def test_io_jobs(pool, host):
     host.check_clean()
 
 
+def test_module_level_api():
+    """verify / verify_io / verify_batch, as the inference worker calls them (default pool)."""
+    v = verifier.verify("def f(x):\n    return x + 1\n", "def check(c):\n    assert c(1) == 2\n",
+                        timeout_s=2.0, entry_point="f")
+    assert (v.passed, v.status) == (True, "passed")
+    assert not verifier.verify("def f(x):\n    return x\n", "assert f(1) == 2").passed
+    assert verifier.verify_io("print(int(input()) * 2)", [("4", "8"), ("5", "10")]).passed
+    verdicts = verifier.verify_batch([
+        {"kind": "assert", "program": "def f(): return 1", "tests": "assert f() == 1"},
+        {"kind": "io", "program": "print('no')", "cases": [["", "yes"]]},
+        {"kind": "nope"}], workers=2)
+    assert [v.status for v in verdicts] == ["passed", "failed", "error"]
+
+
 def test_bad_jobs_get_error_verdicts(pool):
     bad = [{"kind": "shell", "program": ""}, {"kind": "assert", "program": 3, "tests": ""},
            {"kind": "io", "program": "", "cases": [("only input",)]},

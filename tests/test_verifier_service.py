@@ -74,6 +74,14 @@ def test_malformed_truncated_oversized_requests_get_errors(service):
         reply = raw_request(addr, frames)
         assert isinstance(reply, wire.Error), (what, reply)
         assert reply.error, what
+    # Above ZeroMQ's MAXMSGSIZE (4 x max_request_mb) the peer is dropped before we see anything:
+    # no reply can be sent, but nothing changes on the server.
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(addr)
+    sock.send_multipart(wire.encode(wire.VerifyBatch(jobs=[{**GOOD, "tests": "#" * (5 << 20)}]), rid=1))
+    assert not sock.poll(500)
+    sock.close(0)
     # ... and the service still serves.
     client = verifier.VerifierClient(addr, timeout_s=60)
     assert client.verify_batch([GOOD])[0].passed
