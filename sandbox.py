@@ -729,9 +729,9 @@ class Executor:
                 os.dup2(src, target)
             close_fds_except(keep)
             confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
-                            cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
-                            max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
-                            max_open_files=lim.max_open_files, dumpable=dumpable)
+                    cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
+                    max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
+                    max_open_files=lim.max_open_files, dumpable=dumpable)
             body()
             code = 0
         except BaseException:  # noqa: BLE001 - never unwind into the executor's loop in a child
@@ -741,15 +741,13 @@ class Executor:
                 pass
         os._exit(code)
 
-    def _kill_all(self, pids: list[int]) -> None:
-        if self.uids[0] is not None:  # the judge runs trusted tests, never forks: its group is enough
+    def _kill_all(self) -> None:
+        """Everything the candidate left: by uid, or without one by parentage (we are subreaper).
+        Never by a pid or group read back later: those can be reused. The judge runs trusted tests
+        and does not fork."""
+        if self.uids[0] is not None:
             kill_uid(self.uids[0])
-        for pid in pids:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.uids[0] is None:
+        else:
             kill_children()
 
     def _cleanup(self, pids: list[int], scratch: str) -> dict[int, int]:
@@ -770,7 +768,7 @@ class Executor:
                 os.kill(pid, signal.SIGKILL)
                 statuses[pid] = os.waitpid(pid, 0)[1]
         if self.cgroup is None or self.cgroup.current() != 0:
-            self._kill_all(pids)
+            self._kill_all()
             deadline, next_kill = time.monotonic() + 10.0, time.monotonic() + 0.1
             while True:  # cgroup: until it is empty (a persistent judge is a live child)
                 try:
@@ -784,7 +782,7 @@ class Executor:
                 if time.monotonic() > next_kill:
                     if time.monotonic() > deadline:
                         raise SandboxBreach("a sandboxed process could not be killed within 10 s")
-                    self._kill_all(pids)
+                    self._kill_all()
                     next_kill = time.monotonic() + 0.1
                 time.sleep(0.0002)
             self.sweeps += 1
