@@ -136,13 +136,16 @@ class _ExecutorProcess:
 
     def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
         cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup})
-        self.proc = subprocess.Popen([sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        command = [sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         raw = self._read(30.0)
         self.report = from_bytes(raw)["ready"]
 
     def _read(self, timeout_s: float) -> bytes:
-        fd = self.proc.stdout.fileno()
+        try:
+            fd = self.proc.stdout.fileno()
+        except ValueError:
+            raise ExecutorDied(f"executor {self.proc.pid} is closed") from None
         ready, _, _ = select.select([fd], [], [], timeout_s)
         if not ready:
             raise ExecutorDied(f"executor {self.proc.pid} did not answer within {timeout_s:.0f}s")
@@ -154,7 +157,7 @@ class _ExecutorProcess:
     def run(self, job: dict) -> Verdict:
         try:
             send_frame(self.proc.stdin.fileno(), to_plain(job))
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: the pipe was already closed
             raise ExecutorDied(f"executor {self.proc.pid}: {e}") from None
         n = len(job.get("cases", [])) or 1
         return Verdict(**from_bytes(self._read(job.get("timeout_s", 5.0) * n + 30.0)))
@@ -194,20 +197,29 @@ class ExecutorPool:
         for t in self.threads:
             t.start()
 
+    def _restart(self, i: int) -> None:
+        self.slots[i].close()
+        self.restarts += 1
+        try:
+            self.slots[i] = _ExecutorProcess(self.isolation, self.hide, self.use_cgroup)
+        except (OSError, ExecutorDied, BoundaryError, KeyError) as e:
+            # Keep the dead handle: its next run fails fast and tries to restart again.
+            print(f"verifier: could not restart executor {i}: {e}", file=sys.stderr, flush=True)
+
     def _work(self, i: int) -> None:
         while (item := self.jobs.get()) is not None:
             job, future = item
-            verdict = None
-            for attempt in range(2):
-                try:
-                    verdict = self.slots[i].run(job)
-                    break
-                except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
-                    self.slots[i].close()
-                    self.restarts += 1
-                    self.slots[i] = _ExecutorProcess(self.isolation, self.hide, self.use_cgroup)
-                    verdict = _verdict("error", f"executor lost twice running this job: {e}")
-            future.set_result(verdict)
+            verdict = _verdict("error", "verifier error: no verdict")
+            try:
+                for _ in range(2):  # a job is retried once on a fresh executor
+                    try:
+                        verdict = self.slots[i].run(job)
+                        break
+                    except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
+                        verdict = _verdict("error", f"executor lost twice running this job: {e}")
+                        self._restart(i)
+            finally:
+                future.set_result(verdict)
 
     def submit(self, job: dict) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
