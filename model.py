@@ -583,6 +583,17 @@ def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0) -
 # ------------------------------------------- KV-cache sampling -------------------------------------------
 
 
+def _write_slot(cache_BKSH, rows_B, pos_B, new_BKH):
+    """cache[b, :, pos_B[b]] = new[b]. A bf16 cache is scattered as its uint16 bits: XLA:CPU has no bf16
+    scatter and otherwise converts the whole cache to f32 and back around it, every layer, every step
+    (measured: that conversion was most of a decode step)."""
+    if cache_BKSH.dtype == jnp.bfloat16:
+        bits = jax.lax.bitcast_convert_type(cache_BKSH, jnp.uint16)
+        bits = bits.at[rows_B, :, pos_B].set(jax.lax.bitcast_convert_type(new_BKH, jnp.uint16))
+        return jax.lax.bitcast_convert_type(bits, jnp.bfloat16)
+    return cache_BKSH.at[rows_B, :, pos_B].set(new_BKH)
+
+
 def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
     """One token per row at per-row position pos_B: scatters its K/V into the full-length cache (a tuple
     of L arrays [B, K, T, H] each, updated in place inside the while loop) and attends over all T slots
@@ -599,8 +610,8 @@ def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
     for layer in range(cfg.num_layers):
         lp = jax.tree.map(lambda w: w[layer], params["layers"])
         q_B1NH, k_B1KH, v_B1KH = _qkv(cfg, lp, x_B1D, cos_B1h, sin_B1h)
-        k_BKSH = k_cache[layer].at[rows_B, :, pos_B].set(k_B1KH[:, 0])
-        v_BKSH = v_cache[layer].at[rows_B, :, pos_B].set(v_B1KH[:, 0])
+        k_BKSH = _write_slot(k_cache[layer], rows_B, pos_B, k_B1KH[:, 0])
+        v_BKSH = _write_slot(v_cache[layer], rows_B, pos_B, v_B1KH[:, 0])
         o_B1NH = _attention(cfg, q_B1NH, k_BKSH, v_BKSH, mask_B1S)
         x_B1D = _block_out(cfg, lp, x_B1D, o_B1NH)
         k_out.append(k_BKSH)

@@ -418,7 +418,8 @@ class Trainer:
         train_s = time.monotonic() - t0
         self.step_n += 1
         self.counts["used"] += len(batch)
-        metrics = {f"loss/{k}" if "loss" in k else f"policy/{k}": float(v) for k, v in aux.items()}
+        names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
+        metrics = {names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()}
         metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
                         "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
                         "policy/entropy": float(-(behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
