@@ -132,9 +132,9 @@ def verify_jobs(items: list, texts: list) -> list:
             if item.get("kind", "assert") == "io":
                 jobs.append({"kind": "io", "program": program, "cases": item.get("cases", []),
                              "timeout_s": item.get("timeout_s", 5.0)})
-            else:
+            else:  # tasks.Problem.tests is self-contained (HumanEval's ends with check(entry_point))
                 jobs.append({"kind": "assert", "program": program, "tests": item.get("tests", ""),
-                             "entry_point": item.get("entry_point", ""), "timeout_s": item.get("timeout_s", 5.0)})
+                             "timeout_s": item.get("timeout_s", 5.0)})
             r += 1
     return jobs
 

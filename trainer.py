@@ -77,8 +77,8 @@ class Config:
     """sampling temperature; the trainer's log-probs use the same one"""
     top_p: float = 1.0
     """nucleus sampling; the reported log-probs are always from the full tempered distribution"""
-    max_new_tokens: int = 24
-    """longest completion"""
+    max_new_tokens: int = 16
+    """longest completion (the embedded task's answers are one short line)"""
     seq_len: int = 0
     """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = the model's max"""
     # --- optimizer
