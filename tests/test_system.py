@@ -129,3 +129,16 @@ def test_checkpoint_folder_that_does_not_match_the_model_is_a_clear_error(roles,
     log = roles.log(proc)
     assert proc.returncode != 0 and "trainer: cannot start:" in log and "shape" in log
     assert "Traceback" not in log
+
+
+def test_worker_jobs_reward_a_right_completion_and_not_a_wrong_one():
+    """The worker's verifier jobs for an embedded-task item: the reference answer earns 1, others 0."""
+    import inference_worker
+    import tasks
+    import trainer
+    import verifier
+    problem = tasks.heldout_problems(1)[0]
+    item = trainer.problem_item(problem, "x", trainer.Config(), 3, 64, 0)
+    texts = [problem.solution, "0\n", "__import__('os')._exit(0)\n"]
+    verdicts = verifier.verify_batch(inference_worker.verify_jobs([item], texts), workers=1)
+    assert [v.reward for v in verdicts] == [1.0, 0.0, 0.0], verdicts
