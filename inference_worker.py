@@ -233,6 +233,7 @@ class Worker:
                 "rewards_G": np.array([v.reward for v in verdicts[rows_G]], np.float32),
                 "statuses": [v.status for v in verdicts[rows_G]],
                 "texts": texts[rows_G], "eval": bool(item.get("eval", False)),
+                "finished_G": np.array([any(s in t for s in stop) for t in texts[rows_G]]),
                 "sample_s": sample_s, "verify_s": verify_s,
             }
             status = self.ps.call(wire.SubmitRollout(cfg.name, item["item_id"], item["lease"], rollout),

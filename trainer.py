@@ -405,6 +405,14 @@ class Trainer:
         mask_BT = np.concatenate([r["mask_GT"] for r in batch])
         rewards_BG = np.stack([r["rewards_G"] for r in batch])
         staleness_B = np.repeat([self.step_n - r["version"] for r in batch], G)
+        lengths_B = mask_BT.sum(1)
+        if self.gcfg.overlong_buffer_len > 0:  # DAPO soft overlong punishment, added to the reward
+            rewards_BG = rewards_BG + np.asarray(grpo.overlong_penalty(
+                lengths_B, self.gcfg.max_len, self.gcfg.overlong_buffer_len,
+                self.gcfg.overlong_penalty_factor)).reshape(rewards_BG.shape)
+        if self.gcfg.overlong_filter:  # DAPO overlong filtering: truncated completions teach nothing
+            finished_B = np.concatenate([r.get("finished_G", np.ones(G, bool)) for r in batch])
+            mask_BT = mask_BT * np.asarray(grpo.overlong_mask(lengths_B, self.gcfg.max_len, finished_B))[:, None]
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
         t0 = time.monotonic()
