@@ -583,15 +583,16 @@ def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0) -
 # ------------------------------------------- KV-cache sampling -------------------------------------------
 
 
+def _as_bits(x):
+    """bf16 -> its uint16 bits (the decode cache's storage type), other dtypes unchanged."""
+    return jax.lax.bitcast_convert_type(x, jnp.uint16) if x.dtype == jnp.bfloat16 else x
+
+
 def _write_slot(cache_BKSH, rows_B, pos_B, new_BKH):
-    """cache[b, :, pos_B[b]] = new[b]. A bf16 cache is scattered as its uint16 bits: XLA:CPU has no bf16
-    scatter and otherwise converts the whole cache to f32 and back around it, every layer, every step
-    (measured: that conversion was most of a decode step)."""
-    if cache_BKSH.dtype == jnp.bfloat16:
-        bits = jax.lax.bitcast_convert_type(cache_BKSH, jnp.uint16)
-        bits = bits.at[rows_B, :, pos_B].set(jax.lax.bitcast_convert_type(new_BKH, jnp.uint16))
-        return jax.lax.bitcast_convert_type(bits, jnp.bfloat16)
-    return cache_BKSH.at[rows_B, :, pos_B].set(new_BKH)
+    """cache[b, :, pos_B[b]] = new[b], in place. A bf16 cache lives in the while loop as uint16 bits:
+    XLA:CPU has no bf16 scatter and otherwise converts the whole cache to f32 and back around it, every
+    layer, every step (measured: that conversion was most of a decode step)."""
+    return cache_BKSH.at[rows_B, :, pos_B].set(_as_bits(new_BKH))
 
 
 def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
@@ -612,7 +613,8 @@ def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
         q_B1NH, k_B1KH, v_B1KH = _qkv(cfg, lp, x_B1D, cos_B1h, sin_B1h)
         k_BKSH = _write_slot(k_cache[layer], rows_B, pos_B, k_B1KH[:, 0])
         v_BKSH = _write_slot(v_cache[layer], rows_B, pos_B, v_B1KH[:, 0])
-        o_B1NH = _attention(cfg, q_B1NH, k_BKSH, v_BKSH, mask_B1S)
+        as_act = lambda c: jax.lax.bitcast_convert_type(c, cfg.jdtype) if c.dtype == jnp.uint16 else c
+        o_B1NH = _attention(cfg, q_B1NH, as_act(k_BKSH), as_act(v_BKSH), mask_B1S)
         x_B1D = _block_out(cfg, lp, x_B1D, o_B1NH)
         k_out.append(k_BKSH)
         v_out.append(v_BKSH)
@@ -680,7 +682,7 @@ def _generate_jit(params, cfg, prompt_BT, prompt_len_B, key, temperature, top_p,
         state, tok_B = sample_into(state, x_BD, i)
         return i + 1, state, cache, tok_B
 
-    cache = (tuple(k_cache), tuple(v_cache))  # [L, B, K, T, H] -> L arrays [B, K, T, H]
+    cache = (tuple(map(_as_bits, k_cache)), tuple(map(_as_bits, v_cache)))  # [L, B, K, T, H] -> L arrays [B, K, T, H]
     _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_B))
     tokens_BT, logp_BT, mask_BT, _, _ = state
     return tokens_BT, logp_BT, mask_BT, jnp.sum(mask_BT, axis=1).astype(jnp.int32)
