@@ -155,7 +155,7 @@ class Worker:
         else:
             import verifier
             self.verify = lambda jobs: verifier.verify_batch(jobs, workers=1)
-        self.version, self.params, self.batches = -1, None, 0
+        self.version, self.lineage, self.params, self.batches = -1, "", None, 0
 
     def install(self, w: wire.Weights) -> None:
         """Swap in a complete, checksummed weight version (invariant 4: never a partial one)."""
@@ -164,11 +164,11 @@ class Worker:
             if crc32(array) != checksum:
                 raise ValueError(f"weights v{w.version}: checksum mismatch on {name}; keeping v{self.version}")
         self.params = jax.device_put(model.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
-        self.version = w.version
+        self.version, self.lineage = w.version, w.lineage
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
         t0 = time.monotonic()
-        reply = self.ps.call(wire.GetWeights(self.version, min_version, wait_s),
+        reply = self.ps.call(wire.GetWeights(self.version, min_version, wait_s, self.lineage),
                              timeout_s=wait_s + self.cfg.timeout_s, what="weights")
         if isinstance(reply, wire.Weights):
             try:
@@ -197,9 +197,14 @@ class Worker:
         settings = lambda i: (i["seq_len"], i["max_new_tokens"], i.get("temperature", 1.0), i.get("top_p", 1.0),
                               tuple(i.get("stop", ["\n"])))
         items = [i for i in items if settings(i) == settings(first)]
-        need = max(i["min_version"] for i in items)
-        while self.version < need:  # staleness bound: never sample with weights older than asked
+        # The staleness bound, worker side: never sample with weights older than the item asks for,
+        # nor with weights of another trainer lineage (a restarted trainer reuses version numbers).
+        need, lineage = max(i["min_version"] for i in items), first.get("lineage", "")
+        items = [i for i in items if i.get("lineage", "") == lineage]
+        while self.version < need or self.lineage != lineage:
             self.pull(min_version=need, wait_s=10.0)
+            if self.lineage != lineage and self.version >= need:
+                return 0  # the items belong to a trainer that no longer exists: leave them
         seq_len, max_new, temperature, top_p, stop = settings(first)
         rows = cfg.batch_items * max(i["group_size"] for i in items)
         prompt_BT, prompt_len_B = build_prompts(items, self.tokenizer, rows, self.pad_id)
@@ -225,7 +230,7 @@ class Worker:
             G = item["group_size"]
             rows_G = slice(r, r + G)
             rollout = {
-                "item_id": item["item_id"], "version": version, "worker": cfg.name,
+                "item_id": item["item_id"], "version": version, "lineage": lineage, "worker": cfg.name,
                 "prompt_len": int(prompt_len_B[r]),
                 "tokens_GT": out["tokens_BT"][rows_G].astype(np.int32),
                 "logp_GT": out["logp_BT"][rows_G].astype(np.float32),

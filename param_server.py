@@ -79,6 +79,10 @@ class WeightStore:
     def newest(self) -> int:
         return next(reversed(self.versions)) if self.versions else -1
 
+    @property
+    def lineage(self) -> str:
+        return self.versions[self.newest].lineage if self.versions else ""
+
     def put(self, msg: wire.PushWeights) -> None:
         if not (len(msg.names) == len(msg.arrays) == len(msg.checksums)) or not msg.names:
             raise ValueError("names, arrays and checksums must be non-empty and of equal length")
@@ -87,20 +91,24 @@ class WeightStore:
         for name, array, checksum in zip(msg.names, msg.arrays, msg.checksums):
             if not isinstance(array, np.ndarray) or crc32(array) != checksum:
                 raise ValueError(f"checksum mismatch for tensor {name!r}: weights rejected")
-        # A version at or below the newest means the trainer was restarted from an earlier
-        # checkpoint: its weights are the truth now, so the newer ones are forgotten and workers
+        # A new lineage means a trainer (re)started, possibly from an earlier checkpoint: its
+        # weights are the truth now, every version of the old lineage is forgotten, and workers
         # follow (they ask for "newest != what I have", not "newer than what I have").
+        if msg.lineage != self.lineage:
+            self.versions.clear()
         for v in [v for v in self.versions if v >= msg.version]:
             del self.versions[v]
         arrays = [a.copy() for a in msg.arrays]  # own the memory, not the receive buffer
-        self.versions[msg.version] = wire.Weights(msg.version, list(msg.names), arrays, list(msg.checksums))
+        self.versions[msg.version] = wire.Weights(msg.version, list(msg.names), arrays, list(msg.checksums),
+                                                  msg.lineage)
         while len(self.versions) > self.keep:
             self.versions.popitem(last=False)
         self._persist(self.versions[msg.version])
 
     def _persist(self, w: wire.Weights) -> None:
         path = os.path.join(self.dir, "weights.safetensors")
-        meta = {"version": str(w.version), "checksums": json.dumps(dict(zip(w.names, w.checksums)))}
+        meta = {"version": str(w.version), "lineage": w.lineage,
+                "checksums": json.dumps(dict(zip(w.names, w.checksums)))}
         save_file(dict(zip(w.names, w.arrays)), path + ".tmp", metadata=meta)
         os.replace(path + ".tmp", path)  # atomic: a crash leaves the old file or the new one
 
@@ -121,7 +129,7 @@ class WeightStore:
             return
         version = int(meta["version"])
         self.versions[version] = wire.Weights(version, names, [tensors[n] for n in names],
-                                              [checksums[n] for n in names])
+                                              [checksums[n] for n in names], meta.get("lineage", ""))
         print(f"[param_server] restored weights version {version} from {path}", flush=True)
 
 
@@ -176,6 +184,13 @@ class WorkQueue:
             out.append({**item.data, "lease": item.lease, "worker": worker})
         return out
 
+    def reset(self) -> None:
+        self.counts["reset_items"] += len(self.items)
+        self.items.clear()
+        self.queue.clear()
+        self.finished.clear()
+        self.delivered.clear()  # the new trainer may enqueue the same item ids again
+
     def expire(self) -> None:
         now = time.monotonic()
         for item_id, item in self.items.items():
@@ -184,10 +199,13 @@ class WorkQueue:
                 self.queue.appendleft(item_id)  # oldest work first: it has waited longest
                 self.counts["lease_expired"] += 1
 
-    def submit(self, msg: wire.SubmitRollout) -> str:
+    def submit(self, msg: wire.SubmitRollout, lineage: str) -> str:
         rollout = wire.check_rollout(msg.rollout)
         if rollout["item_id"] != msg.item_id:
             raise ValueError("rollout.item_id differs from the message's item_id")
+        if rollout.get("lineage", "") != lineage:
+            self.counts["old_lineage"] += 1  # sampled with a dead trainer's weights
+            return "old_lineage"
         item = self.items.get(msg.item_id)
         if item is None or item.state in ("done", "delivered"):
             # Finished already (a slow worker after a re-issue) or never enqueued here.
@@ -233,12 +251,13 @@ class ParamServer:
         self.rollout_waiters: list = []
         s = self.server
         s.handlers[wire.Ping] = lambda m, p: wire.Pong("param_server", s.instance,
-                                                       {"version": self.weights.newest})
+                                                       {"version": self.weights.newest,
+                                                        "lineage": self.weights.lineage})
         s.on(wire.PushWeights, self.on_push)
         s.on(wire.GetWeights, self.on_get_weights)
         s.on(wire.EnqueueWork, lambda m, p: wire.Ok(self.work.enqueue(m.items, m.requeue)))
         s.on(wire.LeaseWork, self.on_lease)
-        s.on(wire.SubmitRollout, lambda m, p: wire.Ok({"status": self.work.submit(m)}))
+        s.on(wire.SubmitRollout, lambda m, p: wire.Ok({"status": self.work.submit(m, self.weights.lineage)}))
         s.on(wire.GetRollouts, self.on_get_rollouts)
         s.on(wire.GetStats, lambda m, p: wire.Ok({**self.work.stats(), "version": self.weights.newest,
                                                   "instance": s.instance,
@@ -247,13 +266,21 @@ class ParamServer:
     # Each handler answers now if it can; otherwise it parks the request until `tick` can answer
     # it or its wait runs out.
     def on_push(self, msg, peer):
+        new_lineage = msg.lineage != self.weights.lineage
         self.weights.put(msg)
+        if new_lineage and self.work.items:
+            # A trainer restarted: the old one's queue, leases and finished rollouts belong to a
+            # policy history that no longer exists. The new trainer re-enqueues what it needs;
+            # late submissions for the old items are answered "unknown" and dropped.
+            print(f"[param_server] new trainer lineage {msg.lineage}: dropping {len(self.work.items)} "
+                  f"items of the old one", flush=True)
+            self.work.reset()
         return wire.Ok({"version": self.weights.newest})
 
     def _weights_reply(self, msg):
-        newest = self.weights.newest
-        if newest < 0 or newest == msg.have_version or newest < msg.min_version:
-            return wire.WeightsUnchanged(newest)
+        newest, lineage = self.weights.newest, self.weights.lineage
+        if newest < 0 or (newest, lineage) == (msg.have_version, msg.have_lineage) or newest < msg.min_version:
+            return wire.WeightsUnchanged(newest, lineage)
         return self.weights.versions[newest]
 
     def on_get_weights(self, msg, peer):

@@ -180,13 +180,14 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
 
 
 def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: int, version: int,
-                 evaluate: bool = False) -> dict:
+                 evaluate: bool = False, lineage: str = "") -> dict:
     """A work item: everything a worker needs to sample and verify one group (wire.ITEM_FIELDS)."""
     return {"item_id": item_id, "prompt": problem.prompt, "tests": problem.tests,
             "entry_point": problem.entry_point, "kind": problem.kind,
             "cases": [list(c) for c in problem.cases] if problem.kind == "io" else [],
             "group_size": G, "seq_len": T, "max_new_tokens": cfg.max_new_tokens, "min_version": version,
-            "temperature": cfg.temperature, "top_p": cfg.top_p, "stop": list(problem.stop), "eval": evaluate}
+            "temperature": cfg.temperature, "top_p": cfg.top_p, "stop": list(problem.stop), "eval": evaluate,
+            "lineage": lineage}
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -280,14 +281,20 @@ class Trainer:
         self.ready: list[dict] = []            # received training rollouts not yet used
         self.counts = {k: 0 for k in ("used", "dropped_stale", "duplicate", "filtered_zero_var", "skipped_too_long")}
         self.t_start, self.ps_instance = time.monotonic(), None
+        # A lineage names this trainer process's policy history. Version numbers restart from the
+        # checkpoint on a resume, so "version 7" alone could be a dead trainer's version 7.
+        self.lineage = os.urandom(4).hex()
         self.ps = wire.Client("trainer", cfg.param_server, timeout_s=60)
         if cfg.resume:
             self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state)
             self.step_n, self.cursor, self.counts = meta["step"], meta["cursor"], meta["counts"]
             # Items in flight at the checkpoint are sampled again with our (restored) weights.
-            self.in_flight = {k: {**v, "min_version": self.step_n} for k, v in meta["in_flight"].items()}
+            self.in_flight = {k: {**v, "min_version": self.step_n, "lineage": self.lineage}
+                              for k, v in meta["in_flight"].items()}
+            self.rewind_ledger()
             self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, {len(self.in_flight)} items in flight)")
         self.metrics_file = open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a")
+        self.ledger = open(os.path.join(cfg.run_dir, "ledger.jsonl"), "a")
         self.stop_requested = False
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -305,7 +312,8 @@ class Trainer:
         """A restarted param server (new instance id) lost its queue: give it our weights and our
         in-flight items again. The trainer is the one owner of that state."""
         pong = self.ps.call(wire.Ping(), what="param server liveness")
-        if pong.instance != self.ps_instance or pong.info.get("version") != self.step_n:
+        if (pong.instance != self.ps_instance or pong.info.get("version") != self.step_n
+                or pong.info.get("lineage") != self.lineage):
             if self.ps_instance is not None:
                 self.log(f"param server restarted (instance {pong.instance}); re-sending weights and work")
             self.push()
@@ -313,13 +321,36 @@ class Trainer:
                 self.ps.call(wire.EnqueueWork(list(self.in_flight.values()), requeue=True), what="re-enqueue")
             self.ps_instance = pong.instance
 
+    def record(self, item_id: str, fate: str, step: int | None = None) -> None:
+        """The ledger: one line per training prompt's fate (trained, dropped_stale, filtered_zero_var),
+        tagged with the step it belongs to, so a checker can prove no prompt was lost or used twice."""
+        self.ledger.write(json.dumps({"step": self.step_n + 1 if step is None else step,
+                                      "item_id": item_id, "fate": fate}) + "\n")
+        self.ledger.flush()
+
+    def rewind_ledger(self) -> None:
+        """On resume: forget the fates decided after the checkpoint; those steps are redone."""
+        path = os.path.join(self.cfg.run_dir, "ledger.jsonl")
+        if os.path.exists(path):
+            kept = []
+            with open(path) as f:
+                for line in f:
+                    try:
+                        if json.loads(line)["step"] <= self.step_n:
+                            kept.append(line)
+                    except (ValueError, KeyError):  # a line cut short by SIGKILL
+                        pass
+            with open(path + ".tmp", "w") as f:
+                f.writelines(kept)
+            os.replace(path + ".tmp", path)
+
     def push(self) -> float:
         t0 = time.monotonic()
         tensors = model.to_hf_tensors(cast_params(self.master, self.mcfg.jdtype), self.mcfg)
         names = list(tensors)
         arrays = [np.ascontiguousarray(tensors[n]) for n in names]
         checksums = [zlib.crc32(memoryview(a.reshape(-1).view(np.uint8))) for a in arrays]
-        self.ps.call(wire.PushWeights(self.step_n, names, arrays, checksums), what="weights receipt")
+        self.ps.call(wire.PushWeights(self.step_n, names, arrays, checksums, self.lineage), what="weights receipt")
         return time.monotonic() - t0
 
     def enqueue(self, items: list) -> None:
@@ -342,7 +373,7 @@ class Trainer:
                 self.counts["skipped_too_long"] += 1
                 continue
             items.append(problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg,
-                                      self.gcfg.group_size, self.T, self.step_n))
+                                      self.gcfg.group_size, self.T, self.step_n, lineage=self.lineage))
         self.enqueue(items)
 
     def receive(self, wait_s: float) -> list:
@@ -365,8 +396,9 @@ class Trainer:
                 evals.append(rollout)
                 continue
             staleness = self.step_n - rollout["version"]
-            if not 0 <= staleness <= self.cfg.max_staleness:
+            if not 0 <= staleness <= self.cfg.max_staleness or rollout.get("lineage") != self.lineage:
                 self.counts["dropped_stale"] += 1  # invariant 1: never trained on
+                self.record(rollout["item_id"], "dropped_stale")
                 continue
             rollout["_item"] = item
             self.ready.append(rollout)
@@ -388,6 +420,7 @@ class Trainer:
                 seen += 1
                 if self.gcfg.dynamic_sampling and np.ptp(rollout["rewards_G"]) == 0 and seen <= 4 * B:
                     self.counts["filtered_zero_var"] += 1
+                    self.record(rollout["item_id"], "filtered_zero_var")
                     continue
                 batch.append(rollout)
             if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
@@ -426,6 +459,8 @@ class Trainer:
         train_s = time.monotonic() - t0
         self.step_n += 1
         self.counts["used"] += len(batch)
+        for r in batch:
+            self.record(r["item_id"], "trained", self.step_n)
         names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
         metrics = {names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()}
         metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
@@ -445,8 +480,8 @@ class Trainer:
     def evaluate(self) -> dict:
         """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
         t0, n = time.monotonic(), self.cfg.eval_samples
-        items = [problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True)
-                 for j, p in enumerate(self.heldout)]
+        items = [problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True,
+                              self.lineage) for j, p in enumerate(self.heldout)]
         self.enqueue(items)
         pending, correct = {i["item_id"] for i in items}, []
         last_progress = time.monotonic()

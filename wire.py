@@ -99,6 +99,7 @@ class PushWeights:
     names: list
     arrays: list
     checksums: list
+    lineage: str = ""  # random per trainer start: "version 7" of a dead trainer is not ours
 
 
 @message("get_weights")
@@ -108,6 +109,7 @@ class GetWeights:
     have_version: int = -1
     min_version: int = 0
     wait_s: float = 0.0
+    have_lineage: str = ""
 
 
 @message("weights")
@@ -116,11 +118,13 @@ class Weights:
     names: list
     arrays: list
     checksums: list
+    lineage: str = ""
 
 
 @message("weights_unchanged")
 class WeightsUnchanged:
     version: int  # the newest version the server has (-1: none yet)
+    lineage: str = ""
 
 
 # --- parameter server: work queue and rollouts -------------------------------------------------

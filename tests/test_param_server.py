@@ -145,3 +145,23 @@ def test_bad_requests_get_errors_and_change_nothing(roles, tmp_path, msg, reason
     after = client.call(wire.GetStats()).info
     for key in ("queued", "leased", "finished", "submitted", "version"):
         assert after.get(key) == before.get(key)
+
+
+def test_a_new_trainer_lineage_resets_the_work_of_the_old_one(roles, tmp_path):
+    _, client, _ = start(roles, tmp_path)
+    old = push(1); old.lineage = "old"
+    client.call(old)
+    client.call(wire.EnqueueWork([item(0), item(1)]))
+    leased = client.call(wire.LeaseWork("w", max_items=1)).items
+    new = push(0); new.lineage = "new"                    # a trainer resumed from an earlier checkpoint
+    client.call(new)
+    stats = client.call(wire.GetStats()).info
+    assert stats["queued"] == stats["leased"] == 0 and stats["reset_items"] == 2
+    got = client.call(wire.GetWeights(have_version=1, have_lineage="old"))
+    assert (got.version, got.lineage) == (0, "new")
+    # A rollout sampled with the dead trainer's weights is refused, even for a re-enqueued item id.
+    client.call(wire.EnqueueWork([item(0)]))
+    late = client.call(wire.SubmitRollout("w", "it0", leased[0]["lease"], {**rollout("it0"), "lineage": "old"}))
+    assert late.info["status"] == "old_lineage"
+    ok = client.call(wire.SubmitRollout("w", "it0", "x", {**rollout("it0"), "lineage": "new"}))
+    assert ok.info["status"] == "accepted"
