@@ -185,3 +185,40 @@ def test_split_dataset_is_deterministic_and_disjoint(tmp_path):
     assert not {p.item_id for p in held} & {p.item_id for p in train}
     with pytest.raises(ValueError, match="n_heldout"):
         tasks.split_dataset(probs, 50)
+
+
+# ----------------------------------------------------------------------------- warm-up batching and checkpoint
+
+def test_sft_batch_weights_exactly_the_solution_bytes():
+    import model
+    import warmup
+    tok = model.ByteTokenizer()
+    p = tasks.heldout_problems(1)[0]
+    tokens_BT, weight_BT = warmup.sft_batch(tok, [p], 88, prompt_loss_weight=0.0)
+    n_prompt, n_sol = len(p.prompt.encode()), len(p.solution.encode())
+    # weight_BT[:, t] weights log p(tokens[t] | tokens[:t]): exactly the solution positions.
+    assert tok.decode(tokens_BT[0][weight_BT[0] == 1.0].tolist()) == p.solution
+    assert weight_BT.sum() == n_sol and (tokens_BT[0, n_prompt + n_sol:] == tok.pad_id).all()
+    _, w2 = warmup.sft_batch(tok, [p], 88, prompt_loss_weight=0.5)
+    assert w2[0, 0] == 0.0 and (w2[0, 1:n_prompt] == 0.5).all()
+    prompt_BT, len_B = warmup.encode_prompts(tok, [p], 88)
+    assert len_B[0] == n_prompt and tok.decode(prompt_BT[0, :n_prompt].tolist()) == p.prompt
+    with pytest.raises(ValueError, match="longer than prompt_len"):
+        warmup.encode_prompts(tok, [p], 10)
+
+
+def test_committed_coldstart_checkpoint_matches_its_settings():
+    import os
+    import model
+    import warmup
+    path = os.path.join(os.path.dirname(tasks.__file__), "checkpoints", "coldstart")
+    cfg, params = model.load_hf(path)
+    with open(os.path.join(path, "warmup.json")) as f:
+        info = json.load(f)
+    w = warmup.WarmupConfig(**{k: v for k, v in info["warmup"].items()})
+    assert cfg == w.model_config(model.ByteTokenizer().vocab_size)
+    assert tasks.TaskConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["task"].items()}) \
+        == tasks.TaskConfig()
+    longest = max(len(p.prompt.encode()) for p in tasks.heldout_problems(300))
+    assert longest <= w.prompt_len and cfg.max_seq_len >= w.prompt_len + w.max_new_tokens
+    assert 0.0 < info["heldout"]["pass@1"] < info["heldout"]["pass@8"]

@@ -1,0 +1,260 @@
+"""Cold start: a short supervised warm-up of a tiny byte-level model on the embedded task, before GRPO.
+
+DeepSeek-R1 fine-tuned its base model on a small set of cold-start examples before RL (DeepSeek-AI 2025,
+section 2.3.1), because RL from a policy that never succeeds gets no signal: with binary rewards a
+group whose completions all fail has zero advantage. A randomly initialised model never writes
+`2*x+1`, so we teach it the format and a first, weak version of the skill by supervised learning on
+the reference solutions of TRAINING problems (tasks.train_problems; the held-out split is never
+seen), then stop early on purpose: the cold-start policy should solve some held-out problems
+(pass@1 roughly 15-25%) and solve more when sampled several times (pass@8 clearly higher), which is
+the room RL needs.
+
+Precision: the weights are trained in float32 (Adam on bf16 weights loses small updates) and saved
+as the model's bf16 parameters (`ModelConfig.dtype="bfloat16"`), which is what the sampler and the
+trainer run; the held-out numbers printed at the end are measured on the saved bf16 weights, loaded
+back from disk.
+
+Loss: next-byte cross-entropy on the completion, plus `prompt_loss_weight` times the loss on the
+prompt bytes (predicting f(7) from f(0) and f(1) in the prompt is the same skill, so the examples are
+free extra supervision).
+
+Run: python warmup.py --out checkpoints/coldstart   (500 steps: ~8 min on a quiet 2-core CPU, ~14 min shared)
+Output: <out>/config.json + model.safetensors (model.save_hf), <out>/warmup.json (task, sequence and
+sampling settings, and the measured held-out pass@1/pass@8).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import model
+import tasks
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    """The cold-start run. Defaults produce the committed checkpoints/coldstart."""
+
+    out: str = "checkpoints/coldstart"
+    """Directory the checkpoint is written to."""
+    seed: int = 0
+    """Seed of the initialisation, the training problem stream and the evaluation samples."""
+    steps: int = 500
+    """Supervised steps (batch of `batch_size` training problems each)."""
+    batch_size: int = 64
+    """Sequences per supervised step."""
+    lr: float = 3e-3
+    """Peak Adam learning rate (linear warm-up over 5% of the steps, then cosine decay to 10%)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    prompt_loss_weight: float = 0.1
+    """Weight of the next-byte loss on prompt bytes relative to completion bytes."""
+    hidden_size: int = 128
+    """D: model width. The default model has about 0.8M parameters."""
+    num_layers: int = 4
+    """Decoder layers."""
+    num_heads: int = 4
+    """N: query heads."""
+    num_kv_heads: int = 2
+    """K: key/value heads (grouped-query attention)."""
+    intermediate_size: int = 384
+    """F: SwiGLU hidden width."""
+    prompt_len: int = 72
+    """Longest prompt in tokens (the longest embedded prompt is 64 bytes); sequences are prompt_len + max_new_tokens."""
+    max_new_tokens: int = 16
+    """Completion budget when sampling (the longest reference solution is 13 bytes)."""
+    temperature: float = 1.0
+    """Sampling temperature of the evaluation, the same the RL workers sample at."""
+    eval_problems: int = 128
+    """Held-out problems in the final evaluation."""
+    eval_samples: int = 8
+    """Samples per held-out problem (n of the pass@k estimator; must be >= 8 for pass@8)."""
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "intermediate_size", "max_new_tokens", "eval_problems"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WarmupConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"WarmupConfig: hidden_size {self.hidden_size} must divide by num_heads "
+                             f"{self.num_heads}, which must divide by num_kv_heads {self.num_kv_heads}")
+        if not self.lr > 0 or self.prompt_loss_weight < 0 or not self.temperature > 0:
+            raise ValueError("WarmupConfig: lr and temperature must be > 0, prompt_loss_weight >= 0")
+        if self.eval_samples < 8:
+            raise ValueError(f"WarmupConfig.eval_samples must be >= 8 to estimate pass@8, "
+                             f"got {self.eval_samples}")
+
+    def model_config(self, vocab_size: int) -> "model.ModelConfig":
+        return model.ModelConfig(
+            vocab_size=vocab_size, hidden_size=self.hidden_size, num_layers=self.num_layers,
+            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+            head_dim=self.hidden_size // self.num_heads, intermediate_size=self.intermediate_size,
+            max_seq_len=self.prompt_len + self.max_new_tokens, rope_theta=10000.0, rms_norm_eps=1e-6,
+            qkv_bias=False, tie_embeddings=True, model_type="llama", dtype="bfloat16")
+
+
+# ----------------------------------------------------------------------------- batching (pure)
+
+def encode_prompts(tok, problems: list, prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt bytes, right-padded with pad_id to prompt_len: (prompt_BT int32, prompt_len_B int32).
+
+    No BOS: inference_worker.py encodes prompts as tokenizer.encode(prompt), as Qwen2 does, and the
+    cold-start policy must see exactly what the workers will feed it.
+    """
+    rows = [tok.encode(p.prompt) for p in problems]
+    too_long = [p.item_id for p, r in zip(problems, rows) if len(r) > prompt_len]
+    if too_long:
+        raise ValueError(f"{len(too_long)} prompt(s) longer than prompt_len={prompt_len} tokens, "
+                         f"e.g. {too_long[0]!r}")
+    prompt_BT = np.full((len(rows), prompt_len), tok.pad_id, np.int32)
+    for b, r in enumerate(rows):
+        prompt_BT[b, :len(r)] = r
+    return prompt_BT, np.array([len(r) for r in rows], np.int32)
+
+
+def sft_batch(tok, problems: list, seq_len: int, prompt_loss_weight: float):
+    """Teacher-forcing batch: tokens_BT = prompt + solution, padded; weight_BT on each target byte.
+
+    weight_BT[b, t] weights the loss of predicting tokens_BT[b, t] from tokens_BT[b, :t] (the same
+    indexing as model.token_logprobs): 1 on solution bytes, prompt_loss_weight on prompt bytes after
+    the first, 0 on padding.
+    """
+    tokens_BT = np.full((len(problems), seq_len), tok.pad_id, np.int32)
+    weight_BT = np.zeros((len(problems), seq_len), np.float32)
+    for b, p in enumerate(problems):
+        prompt, sol = tok.encode(p.prompt), tok.encode(p.solution)
+        if len(prompt) + len(sol) > seq_len:
+            raise ValueError(f"problem {p.item_id!r} needs {len(prompt) + len(sol)} tokens > {seq_len}")
+        tokens_BT[b, :len(prompt) + len(sol)] = prompt + sol
+        weight_BT[b, 1:len(prompt)] = prompt_loss_weight
+        weight_BT[b, len(prompt):len(prompt) + len(sol)] = 1.0
+    return tokens_BT, weight_BT
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def score(problems: list, completions: list[str]) -> np.ndarray:
+    """Reward 1.0/0.0 per (problem, completion), executed in the verifier sandbox (verifier.py)."""
+    import verifier
+    jobs = [{"kind": "assert", "program": p.program(c), "tests": p.tests, "timeout_s": 2.0}
+            for p, c in zip(problems, completions)]
+    return np.array([float(v.passed) for v in verifier.verify_batch(jobs)], np.float32)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, eq. 1): 1 - C(n-c, k)/C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def sample(params, mcfg, tok, problems: list, key, n: int, prompt_len: int, max_new_tokens: int,
+           temperature: float, chunk: int = 256) -> list[str]:
+    """n completions per problem (problem-major order), decoded to text, in chunks of `chunk` rows."""
+    rows = [p for p in problems for _ in range(n)]
+    out = []
+    for s in range(0, len(rows), chunk):
+        part = rows[s:s + chunk]
+        # generate() wants prompts padded to the full cache length T = prompt_len + max_new_tokens
+        prompt_BT, len_B = encode_prompts(tok, part + part[-1:] * (chunk - len(part)),
+                                          prompt_len + max_new_tokens)
+        key, sub = jax.random.split(key)
+        res = model.generate(params, mcfg, jnp.asarray(prompt_BT), jnp.asarray(len_B), sub,
+                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0,
+                             eos_id=tok.encode("\n")[0], pad_id=tok.pad_id)
+        toks_BT, mask_BT = np.asarray(res["tokens_BT"]), np.asarray(res["mask_BT"]) > 0
+        out += [tok.decode(t[m].tolist()) for t, m in zip(toks_BT[:len(part)], mask_BT[:len(part)])]
+    return out
+
+
+def evaluate(params, mcfg, tok, problems: list, key, n: int = 8, prompt_len: int = 72,
+             max_new_tokens: int = 16, temperature: float = 1.0) -> dict:
+    """Held-out pass@1 and pass@8 (unbiased estimator over n samples per problem) and mean reward."""
+    comps = sample(params, mcfg, tok, problems, key, n, prompt_len, max_new_tokens, temperature)
+    r = score([p for p in problems for _ in range(n)], comps).reshape(len(problems), n)
+    c = r.sum(1).astype(int)
+    return {"pass@1": float(np.mean([pass_at_k(n, ci, 1) for ci in c])),
+            "pass@8": float(np.mean([pass_at_k(n, ci, 8) for ci in c])),
+            "reward/mean": float(r.mean()), "n": n, "problems": len(problems)}
+
+
+# ----------------------------------------------------------------------------- training
+
+def make_train_step(mcfg, opt):
+    """One AdamW step on float32 master weights; the forward runs on their bf16 cast (the sampler's dtype).
+
+    Supervised learning needs no bitwise parity with a sampler, so the step uses the plain bf16 forward
+    (bf16_fix=False): no remat, no fixed rounding points. (It also sidesteps a zero gradient we measured
+    through model.py's bit-level rounding at commit 8eeed5c; see notes/tasks.md.)
+    """
+    run_dtype = jnp.dtype(mcfg.dtype)
+    mcfg = dataclasses.replace(mcfg, bf16_fix=False)
+
+    def loss_fn(master, tokens_BT, weight_BT):
+        params = jax.tree.map(lambda a: a.astype(run_dtype), master)
+        logp_BT = model.token_logprobs(params, mcfg, tokens_BT, 1.0)
+        return -(logp_BT * weight_BT).sum() / weight_BT.sum()
+
+    @jax.jit
+    def step(master, opt_state, tokens_BT, weight_BT):
+        loss, grads = jax.value_and_grad(loss_fn)(master, tokens_BT, weight_BT)
+        updates, opt_state = opt.update(grads, opt_state, master)
+        return optax.apply_updates(master, updates), opt_state, loss
+    return step
+
+
+def main(cfg: WarmupConfig) -> dict:
+    tok = model.ByteTokenizer()
+    mcfg = cfg.model_config(tok.vocab_size)
+    key = jax.random.PRNGKey(cfg.seed)
+    master = jax.tree.map(lambda a: a.astype(jnp.float32), model.init_params(mcfg, key))
+    n_params = sum(a.size for a in jax.tree.leaves(master))
+    sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, cfg.steps // 20), cfg.steps,
+                                               end_value=cfg.lr * 0.1)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=cfg.weight_decay))
+    opt_state = opt.init(master)
+    step = make_train_step(mcfg, opt)
+    stream = tasks.train_problems(cfg.seed)
+    seq_len = cfg.prompt_len + cfg.max_new_tokens
+    print(f"warmup: {n_params / 1e6:.2f}M parameters, {cfg.steps} steps x {cfg.batch_size} problems", flush=True)
+    t0 = time.time()
+    for i in range(cfg.steps):
+        tokens_BT, weight_BT = sft_batch(tok, stream.batch(i * cfg.batch_size, cfg.batch_size), seq_len,
+                                         cfg.prompt_loss_weight)
+        master, opt_state, loss = step(master, opt_state, jnp.asarray(tokens_BT), jnp.asarray(weight_BT))
+        if i % 50 == 0 or i == cfg.steps - 1:
+            print(f"step {i:4d}  loss {float(loss):.4f}  {time.time() - t0:6.1f}s", flush=True)
+    train_s = time.time() - t0
+
+    params = jax.tree.map(lambda a: a.astype(jnp.dtype(mcfg.dtype)), master)
+    model.save_hf(cfg.out, mcfg, params)
+    mcfg2, params = model.load_hf(cfg.out)
+    t1 = time.time()
+    ev = evaluate(params, mcfg2, tok, tasks.heldout_problems(cfg.eval_problems), jax.random.PRNGKey(cfg.seed + 1),
+                  cfg.eval_samples, cfg.prompt_len, cfg.max_new_tokens, cfg.temperature)
+    info = {"warmup": dataclasses.asdict(cfg), "task": dataclasses.asdict(tasks.TaskConfig()),
+            "params": int(n_params), "train_s": round(train_s, 1), "eval_s": round(time.time() - t1, 1),
+            "heldout": ev, "eos": "\n"}
+    with open(os.path.join(cfg.out, "warmup.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(f"held-out ({ev['problems']} problems x {ev['n']} samples, T={cfg.temperature}): "
+          f"pass@1 {ev['pass@1']:.3f}  pass@8 {ev['pass@8']:.3f}  (train {train_s:.0f}s)", flush=True)
+    return info
+
+
+# ----------------------------------------------------------------------------- main
+
+if __name__ == "__main__":
+    import cli
+    main(cli.parse(WarmupConfig, description=__doc__.split("\n\n")[0]))
