@@ -69,7 +69,7 @@ class Config:
     """testing knob: sleep this long after sampling each batch, to make a deliberately slow worker"""
     max_batches: int = 0
     """stop after this many batches (0: run until killed)"""
-    timeout_s: float = 120.0
+    timeout_s: float = 20.0
     """how long to wait for any one reply before reconnecting and retrying"""
 
     def __post_init__(self):

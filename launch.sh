@@ -12,8 +12,10 @@
 #   MODEL=/path/to/hf_checkpoint DATA=problems.jsonl bash launch.sh   # a real model on real problems
 #
 # Everything lands in $RUN_DIR: one log per role, commands.sh (the exact command of every role, so any
-# of them can be restarted by hand), metrics.jsonl and the trainer's checkpoints. Ctrl-C, the end of the
-# run, or the death of any role stops every process this script started.
+# of them can be restarted by hand), pids/<role>, restarts.json, metrics.jsonl, ledger.jsonl and the
+# trainer's checkpoints. A role that dies is restarted (the trainer with --resume); Ctrl-C, the end of
+# the run, or a role that keeps dying stops every process this script started. RESUME=1 continues a
+# run dir from its last checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,6 +31,7 @@ BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log
 PORT=${PORT:-5555}                  # param server; the verifier uses PORT+2
 PYTHON=${PYTHON:-python3}
 TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags, e.g. "--kl-beta 0.01 --lr 1e-4"
+WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. "--lease-s 30"
 
 # Every role inherits the same XLA_FLAGS (none by default): bitwise parity of sampler and trainer
 # needs the same compiler settings on both sides (NUMERICS.md). Measured: the precision policy is
@@ -46,7 +49,7 @@ declare -A CMD
 CMD[param_server]="$PYTHON param_server.py --bind $ps_addr --state-dir $RUN_DIR/param_server"
 CMD[verifier]="$PYTHON verifier.py --bind $verifier_addr --executors 2"
 for i in $(seq 0 $((WORKERS - 1))); do
-  CMD[worker-$i]="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY $fix_flag"
+  CMD[worker-$i]="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY $fix_flag $WORKER_ARGS"
 done
 CMD[trainer]="$PYTHON trainer.py --run-dir $RUN_DIR --param-server $ps_addr --model $MODEL ${DATA:+--data $DATA} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $TRAINER_ARGS"
 ORDER=(param_server verifier $(for i in $(seq 0 $((WORKERS - 1))); do echo worker-$i; done) trainer)
@@ -55,39 +58,64 @@ ORDER=(param_server verifier $(for i in $(seq 0 $((WORKERS - 1))); do echo worke
   echo "export XLA_FLAGS=\"$XLA_FLAGS\""
   for role in "${ORDER[@]}"; do echo "${CMD[$role]}  # $role"; done; } > "$RUN_DIR/commands.sh"
 
-declare -A PID
+# ---------------------------------------------------------------------------------------------------
+# Supervision, as a cluster scheduler would do it on many machines: a role that dies (preempted,
+# killed, crashed) is restarted, the trainer with --resume; a role that dies MAX_RESTARTS times within
+# RESTART_WINDOW seconds stops the run, naming it and its log. The run ends when the trainer exits 0.
+MAX_RESTARTS=${MAX_RESTARTS:-5}
+RESTART_WINDOW=${RESTART_WINDOW:-120}
+declare -A PID DEATHS RESTARTS
+mkdir -p "$RUN_DIR/pids"
+
+start_role() {  # start_role ROLE [EXTRA FLAGS]: own session, so the whole process group can be killed
+  setsid ${CMD[$1]} ${2:-} >> "$RUN_DIR/$1.log" 2>&1 &
+  PID[$1]=$!
+  echo "${PID[$1]}" > "$RUN_DIR/pids/$1"
+}
 stop_all() {
+  local r
   trap - EXIT INT TERM
-  for role in "${!PID[@]}"; do kill -TERM -- "-${PID[$role]}" 2>/dev/null || true; done
+  for r in "${!PID[@]}"; do kill -TERM -- "-${PID[$r]}" 2>/dev/null || true; done
   sleep 1
-  for role in "${!PID[@]}"; do kill -KILL -- "-${PID[$role]}" 2>/dev/null || true; done
+  for r in "${!PID[@]}"; do kill -KILL -- "-${PID[$r]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
+}
+write_restarts() {
+  local r sep=""
+  { echo "{"; for r in "${ORDER[@]}"; do echo "$sep\"$r\": ${RESTARTS[$r]:-0}"; sep=","; done
+    echo "}"; } > "$RUN_DIR/restarts.json.tmp" && mv "$RUN_DIR/restarts.json.tmp" "$RUN_DIR/restarts.json"
 }
 trap stop_all EXIT
 trap 'echo; echo "launch.sh: interrupted, stopping every role"; exit 130' INT TERM
 
-for role in "${ORDER[@]}"; do
-  setsid ${CMD[$role]} > "$RUN_DIR/$role.log" 2>&1 &
-  PID[$role]=$!
-done
+for role in "${ORDER[@]}"; do start_role "$role" "$([ "$role" = trainer ] && [ "${RESUME:-0}" = 1 ] && echo --resume)"; done
+write_restarts
 echo "launch.sh: run dir $RUN_DIR; roles: ${ORDER[*]}; logs in $RUN_DIR/<role>.log"
 
-# Progress: the trainer's step lines as they come; stop when the trainer ends or any role dies.
 shown=0
-while kill -0 "${PID[trainer]}" 2>/dev/null; do
+while true; do
   for role in "${ORDER[@]}"; do
-    if ! kill -0 "${PID[$role]}" 2>/dev/null && [ "$role" != trainer ]; then
-      echo "launch.sh: $role died; last lines of $RUN_DIR/$role.log:"; tail -n 20 "$RUN_DIR/$role.log"
+    kill -0 "${PID[$role]}" 2>/dev/null && continue
+    status=0; wait "${PID[$role]}" 2>/dev/null || status=$?
+    if [ "$role" = trainer ] && [ "$status" = 0 ]; then break 2; fi   # the run is complete
+    now=$(date +%s)
+    recent=""; for t in ${DEATHS[$role]:-}; do [ $((now - t)) -lt "$RESTART_WINDOW" ] && recent="$recent $t"; done
+    DEATHS[$role]="$recent $now"
+    if [ "$(echo ${DEATHS[$role]} | wc -w)" -gt "$MAX_RESTARTS" ]; then
+      echo "launch.sh: $role died $MAX_RESTARTS+ times within ${RESTART_WINDOW}s (last status $status); stopping the run."
+      echo "launch.sh: last lines of $RUN_DIR/$role.log:"; tail -n 20 "$RUN_DIR/$role.log"
       exit 1
     fi
+    RESTARTS[$role]=$(( ${RESTARTS[$role]:-0} + 1 ))
+    write_restarts
+    echo "launch.sh: $role exited (status $status); restart #${RESTARTS[$role]}"
+    start_role "$role" "$([ "$role" = trainer ] && echo --resume)"
   done
   lines=$( { wc -l < "$RUN_DIR/trainer.log"; } 2>/dev/null || echo 0)
-  if [ "$lines" -gt "$shown" ]; then sed -n "$((shown + 1)),${lines}p" "$RUN_DIR/trainer.log"; shown=$lines; fi
+  if [ "$lines" -gt "$shown" ]; then sed -n "$((shown + 1)),${lines}p" "$RUN_DIR/trainer.log" | grep -E "step|eval|resumed|checkpoint|error|Error" || true; shown=$lines; fi
   sleep 1
 done
-sed -n "$((shown + 1)),\$p" "$RUN_DIR/trainer.log"
-status=0; wait "${PID[trainer]}" || status=$?
-[ "$status" = 0 ] || { echo "launch.sh: trainer exited with status $status"; exit "$status"; }
+sed -n "$((shown + 1)),\$p" "$RUN_DIR/trainer.log" | grep -E "step|eval|resumed|checkpoint" || true
 $PYTHON - "$RUN_DIR/metrics.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -69,7 +69,7 @@ class Config:
     steps: int = 60
     """optimizer steps to run"""
     resume: bool = False
-    """continue from the newest good checkpoint in run_dir/checkpoints"""
+    """continue from the newest good checkpoint in run_dir/checkpoints (start fresh if there is none)"""
     # --- batch and sampling (sent to the workers inside each work item)
     prompts_per_step: int = 16
     """B: prompts per optimizer step (each sampled group_size times)"""
@@ -279,15 +279,22 @@ class Trainer:
         self.step_n, self.cursor = 0, 0
         self.in_flight: dict[str, dict] = {}   # item_id -> work item, enqueued and not yet used or dropped
         self.ready: list[dict] = []            # received training rollouts not yet used
+        self.batch: list[dict] = []            # rollouts chosen for the step being assembled
         self.counts = {k: 0 for k in ("used", "dropped_stale", "duplicate", "filtered_zero_var", "skipped_too_long")}
         self.t_start, self.ps_instance = time.monotonic(), None
         # A lineage names this trainer process's policy history. Version numbers restart from the
         # checkpoint on a resume, so "version 7" alone could be a dead trainer's version 7.
         self.lineage = os.urandom(4).hex()
-        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=60)
-        if cfg.resume:
+        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=30)
+        has_checkpoint = any(d.startswith("step_") and not d.endswith(".tmp")
+                             for d in os.listdir(os.path.join(cfg.run_dir, "checkpoints"))) \
+            if os.path.isdir(os.path.join(cfg.run_dir, "checkpoints")) else False
+        if cfg.resume and not has_checkpoint:
+            self.log("--resume: no checkpoint yet, starting from the initial model")
+        if cfg.resume and has_checkpoint:
             self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state)
             self.step_n, self.cursor, self.counts = meta["step"], meta["cursor"], meta["counts"]
+            self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
             # Items in flight at the checkpoint are sampled again with our (restored) weights.
             self.in_flight = {k: {**v, "min_version": self.step_n, "lineage": self.lineage}
                               for k, v in meta["in_flight"].items()}
@@ -304,6 +311,11 @@ class Trainer:
     def write_metrics(self, metrics: dict) -> None:
         metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics,
                    **{f"rollouts/{k}": v for k, v in self.counts.items()}}
+        try:  # written by launch.sh's supervisor
+            with open(os.path.join(self.cfg.run_dir, "restarts.json")) as f:
+                metrics.update({f"restarts/{role}": n for role, n in json.load(f).items()})
+        except (OSError, ValueError):
+            pass
         self.metrics_file.write(json.dumps({k: (float(v) if isinstance(v, (np.floating, jax.Array)) else v)
                                             for k, v in metrics.items()}) + "\n")
         self.metrics_file.flush()
@@ -363,7 +375,7 @@ class Trainer:
         """Step 1: keep (max_staleness + 1) x B training items ahead of us: the rest of this step's
         batch plus the next k steps'. Each is tagged with our version, so when it is used (at most k
         steps later) its staleness is at most k, unless a worker was slow (then step 2 drops it)."""
-        in_flight = sum(not i["eval"] for i in self.in_flight.values()) + len(self.ready)
+        in_flight = sum(not i["eval"] for i in self.in_flight.values()) + len(self.ready) + len(self.batch)
         target = (self.cfg.max_staleness + 1) * self.cfg.prompts_per_step - n_collected
         items = []
         while in_flight + len(items) < target:
@@ -379,7 +391,7 @@ class Trainer:
     def receive(self, wait_s: float) -> list:
         """Take finished rollouts, applying THE STALENESS BOUND (step 2 above). Returns eval rollouts;
         training ones go to self.ready."""
-        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s), timeout_s=wait_s + 60,
+        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s), timeout_s=wait_s + 10,
                              what="rollouts")
         evals = []
         for rollout in reply.rollouts:
@@ -407,8 +419,9 @@ class Trainer:
     # -- the algorithm ----------------------------------------------------------------------------
     def collect_batch(self) -> tuple[list, float]:
         """Steps 1-2: B groups of usable rollouts (with DAPO dynamic sampling: mixed-reward groups only,
-        refilled up to 4 x B attempts, then whatever we have)."""
-        t0, B, seen, batch = time.monotonic(), self.cfg.prompts_per_step, 0, []
+        refilled up to 4 x B attempts, then whatever we have). The batch under construction lives in
+        self.batch, so a param server hiccup (TimeoutError) loses nothing: the next call continues."""
+        t0, B, seen, batch = time.monotonic(), self.cfg.prompts_per_step, 0, self.batch
         last_progress = time.monotonic()
         while len(batch) < B:
             self.feed(len(batch))
@@ -428,6 +441,7 @@ class Trainer:
                                    f"and connected to {self.cfg.param_server}?")
             if self.stop_requested:
                 break
+        self.batch = []
         return batch, time.monotonic() - t0
 
     def train_step(self, batch: list) -> dict:
@@ -486,7 +500,13 @@ class Trainer:
         pending, correct = {i["item_id"] for i in items}, []
         last_progress = time.monotonic()
         while pending:
-            for rollout in self.receive(wait_s=0.5):
+            try:
+                received = self.receive(wait_s=0.5)
+            except (TimeoutError, wire.RemoteError) as e:  # param server restarting: re-send, go on
+                self.log(f"{type(e).__name__} during evaluation: {e}; retrying")
+                self.check_param_server()
+                continue
+            for rollout in received:
                 if rollout["item_id"] in pending:
                     pending.discard(rollout["item_id"])
                     correct.append(int((rollout["rewards_G"] >= 1.0).sum()))
@@ -502,8 +522,9 @@ class Trainer:
         # Rollouts received but not yet trained on count as in flight: the resumed trainer
         # re-enqueues them (requeue) instead of silently losing their prompts.
         in_flight = {k: v for k, v in self.in_flight.items() if not v["eval"]}
-        in_flight.update({r["item_id"]: r["_item"] for r in self.ready})
-        meta = {"cursor": self.cursor, "counts": self.counts, "seed": self.cfg.seed, "in_flight": in_flight}
+        in_flight.update({r["item_id"]: r["_item"] for r in self.ready + self.batch})
+        meta = {"cursor": self.cursor, "counts": self.counts, "seed": self.cfg.seed, "in_flight": in_flight,
+                "time_s": time.monotonic() - self.t_start}
         path = save_checkpoint(self.cfg.run_dir, self.step_n, self.master, self.opt_state, meta,
                                self.cfg.keep_checkpoints)
         self.log(f"checkpoint {path}")
@@ -515,8 +536,14 @@ class Trainer:
             self.write_metrics(self.evaluate())
         while self.step_n < cfg.steps and not self.stop_requested:
             t0 = time.monotonic()
-            self.check_param_server()
-            batch, wait_s = self.collect_batch()
+            try:
+                self.check_param_server()
+                batch, wait_s = self.collect_batch()
+            except (TimeoutError, wire.RemoteError) as e:
+                # The param server died or restarted: nothing is lost (self.batch, self.ready and
+                # self.in_flight are ours); check_param_server re-sends weights and work.
+                self.log(f"{type(e).__name__}: {e}; retrying")
+                continue
             if self.stop_requested:
                 break
             metrics = self.train_step(batch)
@@ -538,6 +565,7 @@ class Trainer:
         if self.stop_requested:
             self.checkpoint()
             self.log("stopped by SIGTERM after checkpointing")
+            raise SystemExit(143)  # not 0: the run is not finished, so a supervisor restarts us
 
 
 if __name__ == "__main__":

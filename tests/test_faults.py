@@ -1,0 +1,141 @@
+"""Preemption and fault tolerance, proven by killing things (ARCHITECTURE.md invariants 3-5).
+
+Run: python -m pytest -q tests/test_faults.py        (about 3-4 minutes on a 2-core CPU)
+
+launch.sh is the supervisor here, exactly as a user runs it; the test plays the cluster that takes
+chips back: it SIGKILLs roles at seeded random moments and checks what must survive.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import ROOT, free_port, wait_until
+from test_system import tiny  # noqa: F401  (the module-scoped tiny model fixture)
+
+TRAINER_ARGS = "--heldout 4 --eval-samples 8 --eval-every 0 --prompts-per-step 4 --checkpoint-every 2"
+
+
+def launch(run_dir, model_path, steps, workers, worker_args="--lease-s 5"):
+    env = {**os.environ, "RUN_DIR": run_dir, "STEPS": str(steps), "WORKERS": str(workers),
+           "MODEL": model_path, "PORT": str(free_port()), "TRAINER_ARGS": TRAINER_ARGS,
+           "WORKER_ARGS": worker_args, "MAX_RESTARTS": "20"}
+    log = open(os.path.join(os.path.dirname(run_dir), os.path.basename(run_dir) + ".launch.log"), "ab")
+    return subprocess.Popen(["bash", "launch.sh"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def kill_role(run_dir, role):
+    with open(os.path.join(run_dir, "pids", role)) as f:
+        pid = int(f.read())
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def steps_done(run_dir) -> int:
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            return max([json.loads(line)["step"] for line in f if line.strip()], default=0)
+    except (OSError, ValueError):
+        return 0
+
+
+def finish(proc, run_dir, timeout_s):
+    try:
+        wait_until(lambda: proc.poll() is not None, timeout_s, "launch.sh to finish")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+    log = open(run_dir + ".launch.log", errors="replace").read()
+    assert proc.returncode == 0, log[-3000:]
+    return log
+
+
+def final_master(run_dir, steps):
+    return load_file(os.path.join(run_dir, "checkpoints", f"step_{steps:06d}", "state.safetensors"))
+
+
+def test_any_role_killed_at_random_moments(tmp_path, tiny):  # noqa: F811
+    run_dir, steps = str(tmp_path / "run"), 30
+    # Workers made a little slow (0.3 s per batch) so that kills land mid-run, not after it.
+    proc = launch(run_dir, tiny, steps, workers=2, worker_args="--lease-s 5 --slow-s 0.3")
+    rng = np.random.default_rng(2025)
+    victims = list(rng.permutation(["worker-0", "worker-1", "verifier", "param_server", "trainer"]))
+    wait_until(lambda: steps_done(run_dir) >= 1, 180, "the first step")
+    for victim in victims:
+        time.sleep(float(rng.uniform(1.0, 3.0)))
+        if proc.poll() is not None or steps_done(run_dir) >= steps:
+            break
+        kill_role(run_dir, victim)
+    finish(proc, run_dir, timeout_s=400)
+
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert max(r["step"] for r in rows) == steps
+    restarts = json.load(open(os.path.join(run_dir, "restarts.json")))
+    assert sum(restarts.values()) >= 3, restarts
+    assert "restarts/worker-0" in rows[-1]
+
+    # No rollout used twice, no prompt lost: every training prompt the cursor handed out has exactly
+    # one fate in the (resume-rewound) ledger, or is still in flight at the end.
+    ledger = [json.loads(line) for line in open(os.path.join(run_dir, "ledger.jsonl"))]
+    trained = [e["item_id"] for e in ledger if e["fate"] == "trained"]
+    assert len(trained) == len(set(trained)) == rows[-1]["rollouts/used"]
+    meta = json.load(open(os.path.join(run_dir, "checkpoints", f"step_{steps:06d}", "meta.json")))
+    fates = [e["item_id"] for e in ledger] + list(meta["in_flight"])
+    assert len(fates) == len(set(fates))
+    indices = sorted(int(i.split("|")[0].split("/")[1]) for i in fates)
+    assert indices == list(range(meta["cursor"] - meta["counts"]["skipped_too_long"]))
+    assert rows[-1]["rollouts/dropped_stale"] + rows[-1]["rollouts/used"] + \
+        rows[-1]["rollouts/filtered_zero_var"] == len(ledger)
+
+
+def test_deterministic_mode_resume_is_bit_identical(tmp_path, tiny):  # noqa: F811
+    """One worker, fixed seeds, on-policy: a run whose trainer is SIGKILLed and resumed ends with exactly
+    the weights of a run that was never interrupted."""
+    steps = 6
+    clean = str(tmp_path / "clean")
+    finish(launch(clean, tiny, steps, workers=1), clean, timeout_s=300)
+
+    killed = str(tmp_path / "killed")
+    proc = launch(killed, tiny, steps, workers=1)
+    wait_until(lambda: steps_done(killed) >= 3, 240, "step 3")
+    kill_role(killed, "trainer")                                  # loses step 3 (checkpoint is at 2)
+    log = finish(proc, killed, timeout_s=300)
+    assert "trainer exited (status -9); restart #1" in log or "restart #1" in log
+    assert "resumed from step" in open(os.path.join(killed, "trainer.log")).read()
+
+    a, b = final_master(clean, steps), final_master(killed, steps)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+def test_sigterm_checkpoints_and_a_corrupt_checkpoint_falls_back(tmp_path, tiny):  # noqa: F811
+    run_dir = str(tmp_path / "run")
+    proc = launch(run_dir, tiny, 40, workers=1)
+    wait_until(lambda: steps_done(run_dir) >= 3, 240, "step 3")
+    # Preemption notice: the trainer checkpoints the step it is in and exits within a bounded time.
+    pid = int(open(os.path.join(run_dir, "pids", "trainer")).read())
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: "stopped by SIGTERM after checkpointing" in open(os.path.join(run_dir, "trainer.log")).read(),
+               60, "the SIGTERM checkpoint")
+    assert time.monotonic() - t0 < 60
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(60)
+    ckpts = sorted(d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if not d.endswith(".tmp"))
+    newest = os.path.join(run_dir, "checkpoints", ckpts[-1], "state.safetensors")
+    with open(newest, "r+b") as f:                                 # truncate the newest checkpoint
+        f.truncate(os.path.getsize(newest) // 2)
+    import trainer, grpo
+    cfg = trainer.Config(run_dir=run_dir, model=tiny, resume=True, param_server=f"tcp://127.0.0.1:{free_port()}")
+    t = trainer.Trainer(cfg, grpo.GRPOConfig())
+    assert t.step_n == int(ckpts[-2].split("_")[1])                # the previous good one
