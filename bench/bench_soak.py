@@ -128,6 +128,7 @@ class System:
                              "--checkpoint-every", str(checkpoint_every)]
         self.roles.append(Role("trainer", list(self.trainer_args)))
         self.by_name = {r.name: r for r in self.roles}
+        self.progress: list = []   # (t_s, step rows in metrics.jsonl) whenever that count changed
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -159,6 +160,9 @@ class System:
         for role in self.roles:
             if role.proc is not None and role.proc.poll() is None:
                 role.samples.append((t, role.incarnation, tree_rss_kib(role.proc.pid, children)))
+        rows = sum("reward/mean" in r for r in metrics_rows(self.run_dir))
+        if not self.progress or rows != self.progress[-1][1]:
+            self.progress.append((t, rows))
 
     def stop(self) -> None:
         for role in self.roles:
@@ -196,27 +200,31 @@ def report(system: System, minutes: float, warmup_s: float, events: list) -> str
     lines.append("peak    " + "".join(f"{max((k for *_, k in r.samples), default=0) / 1024:14.0f}" for r in roles))
     lines.append("final   " + "".join(f"{(r.samples[-1][2] / 1024 if r.samples else 0):14.0f}" for r in roles))
     lines.append("")
-    lines.append(f"RSS trend over each role's longest-lived incarnation, after {warmup_s:.0f} s of warm-up (MiB/min):")
+    lines.append(f"RSS trend per role (least-squares slope after {warmup_s:.0f} s of warm-up, in the incarnation "
+                 "with the longest post-warm-up span; MiB/min):")
     for r in roles:
         by_inc = collections.defaultdict(list)
         for t, inc, kib in r.samples:
             by_inc[inc].append((t, kib))
-        if not by_inc:
+        spans = {inc: [(t, k) for t, k in pts if t >= pts[0][0] + warmup_s] for inc, pts in by_inc.items()}
+        spans = {inc: pts for inc, pts in spans.items() if len(pts) >= 2}
+        if not spans:
+            lines.append(f"  {r.name:<13} no incarnation lived past the warm-up")
             continue
-        inc, pts = max(by_inc.items(), key=lambda kv: kv[1][-1][0] - kv[1][0][0])
-        start = pts[0][0] + warmup_s
-        pts = [(t, k) for t, k in pts if t >= start]
+        inc, pts = max(spans.items(), key=lambda kv: kv[1][-1][0] - kv[1][0][0])
         slope = slope_mib_per_min([t for t, _ in pts], [k for _, k in pts])
-        span = (pts[-1][0] - pts[0][0]) / 60 if pts else 0.0
-        first, last = (pts[0][1] / 1024, pts[-1][1] / 1024) if pts else (0, 0)
-        lines.append(f"  {r.name:<13} incarnation {inc}: {slope:+7.2f} MiB/min over {span:4.1f} min "
-                     f"({first:.0f} -> {last:.0f} MiB)")
+        lines.append(f"  {r.name:<13} incarnation {inc}: {slope:+7.2f} MiB/min over "
+                     f"{(pts[-1][0] - pts[0][0]) / 60:4.1f} min ({pts[0][1] / 1024:.0f} -> {pts[-1][1] / 1024:.0f} MiB)")
     lines.append("")
     lines.append("restarts: " + ", ".join(f"{r.name} {r.kills} killed + {r.crashes} crashed" for r in roles))
     rows = metrics_rows(system.run_dir)
     steps = [r["step"] for r in rows if "reward/mean" in r]
     lines.append(f"steps reached: {max(steps) if steps else 0} ({len(steps)} step rows in metrics.jsonl, "
                  f"repeats after a resume included) in {system.now() / 60:.1f} min")
+    if len(system.progress) >= 2:
+        times = [t for t, _ in system.progress] + [system.now()]
+        gap, at = max((b - a, a) for a, b in zip(times, times[1:]))
+        lines.append(f"longest stretch without a new step row: {gap:.0f} s (from {at:.0f} s)")
     counters = next((r for r in reversed(rows) if any(k.startswith("rollouts/") for k in r)), {})
     if counters:
         lines.append("trainer rollouts/* at the last step row: " +

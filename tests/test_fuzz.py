@@ -12,12 +12,13 @@ MAXMSGSIZE, which ZeroMQ drops with the connection. After each category the proc
 answers Ping, and its state is what it was (ISSUE 6: "every one answered with an error or ignored, no
 crash, no state change").
 """
+import dataclasses
 import math
 import os
 import signal
 import subprocess
 import sys
-import time
+import typing
 
 import msgpack
 import numpy as np
@@ -25,7 +26,7 @@ import pytest
 import zmq
 
 import wire
-from conftest import ROOT, free_port, wait_until
+from conftest import ROOT, free_port
 from param_server import crc32
 
 SEED = 20261129
@@ -92,8 +93,6 @@ def sample(cls):
     if cls.TYPE in rich:
         return rich[cls.TYPE]()
     plain = {int: 1, float: 0.5, str: "s", list: [], dict: {}, bool: False}
-    import dataclasses
-    import typing
     hints = typing.get_type_hints(cls)
     kwargs = {f.name: plain.get(hints[f.name], None) for f in dataclasses.fields(cls)
               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
@@ -154,8 +153,6 @@ def bad_headers(rng, served):
 
 def bad_fields(rng, types):
     """Every field of every served message given values of the wrong type; fields missing; unknown ones."""
-    import dataclasses
-    import typing
     for name in types:
         cls = wire.MESSAGES[name]
         arrays: list = []
@@ -447,7 +444,6 @@ class Target:
 
 def lineage_of_wire():
     """A trainer-lineage string for PushWeights where this wire version has that field, else None."""
-    import dataclasses
     return "fuzz-lineage" if "lineage" in {f.name for f in dataclasses.fields(wire.PushWeights)} else None
 
 
@@ -505,7 +501,7 @@ def verifier_service(tmp_path_factory):
 # Known server bugs found by this fuzz; each is written up with a reproducer and a suggested fix in
 # /work/notes/fuzz.md. strict=True: once fixed, the XPASS fails, and the mark must go.
 BUG_DEEP = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 1: wire._unpack_value recurses per "
-                             "nesting level; ~900 levels raise RecursionError, which Server.handle does not "
+                             "nesting level; a few hundred levels raise RecursionError, which Server.handle does not "
                              "catch, and the server exits")
 BUG_SHAPE = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 2: array shapes are not checked to be "
                               "non-negative ints; reshape raises TypeError/ValueError outside the WireError "
