@@ -375,7 +375,7 @@ class Trainer:
         """Step 1: keep (max_staleness + 1) x B training items ahead of us: the rest of this step's
         batch plus the next k steps'. Each is tagged with our version, so when it is used (at most k
         steps later) its staleness is at most k, unless a worker was slow (then step 2 drops it)."""
-        in_flight = sum(not i["eval"] for i in self.in_flight.values()) + len(self.ready) + len(self.batch)
+        in_flight = sum(not i["eval"] for i in self.in_flight.values()) + len(self.ready)
         target = (self.cfg.max_staleness + 1) * self.cfg.prompts_per_step - n_collected
         items = []
         while in_flight + len(items) < target:

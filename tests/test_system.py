@@ -92,9 +92,11 @@ def test_on_policy_run_is_bitwise_and_resumes(roles, tmp_path, tiny):
 
 def test_fix_off_shows_the_mismatch(roles, tmp_path, tiny):
     run_dir = str(tmp_path / "run")
-    trainer, _ = start_system(roles, run_dir, tiny, trainer_args=["--steps", "2"], fix=False)
+    # (With DAPO dynamic sampling on, which must keep refilling while it filters uniform groups.)
+    trainer, _ = start_system(roles, run_dir, tiny, trainer_args=["--steps", "2", "--dynamic-sampling"], fix=False)
     finish(roles, trainer)
     steps = [r for r in metrics(run_dir) if "reward/mean" in r]
+    assert steps[-1]["rollouts/filtered_zero_var"] > 0
     # Negative control: plain bf16 without remat, same weights, staleness 0, and still not equal.
     assert all(r["staleness/max"] == 0 for r in steps)
     assert min(r["mismatch/bitwise_frac"] for r in steps) < 1.0
