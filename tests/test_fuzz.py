@@ -1,6 +1,6 @@
 """Fuzz: hostile messages to the parameter server and the verifier service, both real processes.
 
-Run: python -m pytest -q tests/test_fuzz.py      (about 30 s on a 2-core CPU)
+Run: python -m pytest -q tests/test_fuzz.py      (about 40 s on a 2-core CPU)
 
 From a seeded generator, each server gets a few hundred messages on a raw DEALER socket, one at a time:
 random bytes, every wire message truncated at random points, valid msgpack with wrong types / missing /
