@@ -84,6 +84,8 @@ class WeightStore:
         return self.versions[self.newest].lineage if self.versions else ""
 
     def put(self, msg: wire.PushWeights) -> None:
+        if msg.version < 0:
+            raise ValueError(f"version must be >= 0, got {msg.version}")
         if not (len(msg.names) == len(msg.arrays) == len(msg.checksums)) or not msg.names:
             raise ValueError("names, arrays and checksums must be non-empty and of equal length")
         if len(set(msg.names)) != len(msg.names) or not all(isinstance(n, str) for n in msg.names):
@@ -154,16 +156,17 @@ class WorkQueue:
         self.counts = collections.Counter()
 
     def enqueue(self, items: list, requeue: bool) -> dict:
+        for data in items:  # all or nothing: validate every item before changing anything
+            wire.check_item(data)
+        if len(self.items) + len(items) > self.cfg.max_items:
+            raise ValueError(f"queue full ({len(self.items)} of {self.cfg.max_items} items held)")
         added = 0
         for data in items:
-            wire.check_item(data)
             item_id = data["item_id"]
             if item_id in self.items:
                 continue  # idempotent: already queued, leased or finished
             if item_id in self.delivered and not requeue:
                 continue
-            if len(self.items) >= self.cfg.max_items:
-                raise ValueError(f"queue full ({self.cfg.max_items} items)")
             self.delivered.pop(item_id, None)
             self.items[item_id] = Item(dict(data))
             self.queue.append(item_id)
@@ -268,12 +271,12 @@ class ParamServer:
     def on_push(self, msg, peer):
         new_lineage = msg.lineage != self.weights.lineage
         self.weights.put(msg)
-        if new_lineage and self.work.items:
+        if new_lineage:
             # A trainer restarted: the old one's queue, leases and finished rollouts belong to a
             # policy history that no longer exists. The new trainer re-enqueues what it needs;
             # late submissions for the old items are answered "unknown" and dropped.
-            print(f"[param_server] new trainer lineage {msg.lineage}: dropping {len(self.work.items)} "
-                  f"items of the old one", flush=True)
+            print(f"[param_server] new trainer lineage {msg.lineage}: dropping the old one's "
+                  f"{len(self.work.items)} items", flush=True)
             self.work.reset()
         return wire.Ok({"version": self.weights.newest})
 
@@ -283,24 +286,32 @@ class ParamServer:
             return wire.WeightsUnchanged(newest, lineage)
         return self.weights.versions[newest]
 
+    @staticmethod
+    def check_wait(wait_s: float) -> None:
+        if not 0 <= wait_s <= 600:
+            raise ValueError(f"wait_s must be in [0, 600] seconds, got {wait_s}")
+
     def on_get_weights(self, msg, peer):
+        self.check_wait(msg.wait_s)
         if self.weights.newest >= msg.min_version or msg.wait_s <= 0:
             return self._weights_reply(msg)
-        self.weight_waiters.append((peer, msg, time.monotonic() + min(msg.wait_s, 600)))
+        self.weight_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
 
     def on_lease(self, msg, peer):
+        self.check_wait(msg.wait_s)
         items = self.work.lease(msg.worker, msg.max_items, msg.lease_s)
         if items or msg.wait_s <= 0:
             return wire.Work(items)
-        self.lease_waiters.append((peer, msg, time.monotonic() + min(msg.wait_s, 600)))
+        self.lease_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
 
     def on_get_rollouts(self, msg, peer):
+        self.check_wait(msg.wait_s)
         if msg.max_items < 1:
             raise ValueError("max_items must be >= 1")
         rollouts = self.work.take(msg.max_items)
         if rollouts or msg.wait_s <= 0:
             return wire.Rollouts(rollouts, self.work.stats())
-        self.rollout_waiters.append((peer, msg, time.monotonic() + min(msg.wait_s, 600)))
+        self.rollout_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
 
     def tick(self) -> None:
         self.work.expire()

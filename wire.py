@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import threading
 import time
+import traceback
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -268,21 +270,30 @@ def encode(msg, rid: int = 0) -> list:
     return [header] + [memoryview(a.reshape(-1).view(np.uint8)) if a.size else b"" for a in arrays]
 
 
-def _unpack_value(value, frames: list):
+MAX_DEPTH = 32      # nesting of maps/lists in a body; deeper is malformed (and would exhaust the stack)
+MAX_NDIM = 16
+
+
+def _unpack_value(value, frames: list, depth: int = 0):
+    if depth > MAX_DEPTH:
+        raise WireError(f"body nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
         if "__nd__" in value:
-            try:
-                index, dtype, shape = int(value["__nd__"]), _DTYPES[value["dtype"]], tuple(value["shape"])
-                buffer = frames[index]
-            except (KeyError, IndexError, TypeError, ValueError) as e:
-                raise WireError(f"bad array reference {value!r}: {e!r}") from None
-            if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != len(buffer):
+            index, dtype, shape = value.get("__nd__"), value.get("dtype"), value.get("shape")
+            if (type(index) is not int or not 0 <= index < len(frames) or dtype not in _DTYPES
+                    or not isinstance(shape, list) or len(shape) > MAX_NDIM
+                    or not all(type(d) is int and d >= 0 for d in shape)):
+                raise WireError(f"bad array reference {str(value)[:200]}")
+            dtype, buffer = _DTYPES[dtype], frames[index]
+            if math.prod(shape) * dtype.itemsize != len(buffer):  # Python ints: no overflow
                 raise WireError(f"array frame {index} has {len(buffer)} bytes, "
                                 f"expected {shape} x {dtype.name}")
             return np.frombuffer(buffer, dtype=dtype).reshape(shape)
-        return {k: _unpack_value(v, frames) for k, v in value.items()}
+        return {k: _unpack_value(v, frames, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_unpack_value(v, frames) for v in value]
+        return [_unpack_value(v, frames, depth + 1) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise WireError("NaN and infinite numbers are not accepted")
     return value
 
 
@@ -296,6 +307,8 @@ def _check_type(cls, name: str, value) -> None:
         return
     if hint is int and isinstance(value, bool) or not isinstance(value, allowed):
         raise WireError(f"{cls.TYPE}.{name} must be {hint.__name__}, got {type(value).__name__}")
+    if hint is float and not math.isfinite(value):
+        raise WireError(f"{cls.TYPE}.{name} must be finite, got {value}")
 
 
 def decode(frames: list) -> tuple[Any, int]:
@@ -383,9 +396,9 @@ class Server:
         identity, payload = frames[0], frames[1:]
         try:
             msg, rid = decode(payload)
-        except WireError as e:
+        except Exception as e:  # WireError, and whatever else garbage provokes: never die of it
             self.bad_messages += 1
-            self.reply((identity, 0), Error(f"{self.name}: malformed message: {e}"))
+            self.reply((identity, 0), Error(f"{self.name}: malformed message: {type(e).__name__}: {e}"[:1000]))
             return
         handler = self.handlers.get(type(msg))
         if handler is None:
@@ -396,7 +409,11 @@ class Server:
         except (ValueError, KeyError, TypeError, WireError) as e:
             # A handler rejects a well-formed message with bad content: say why, keep serving.
             self.bad_messages += 1
-            answer = Error(f"{self.name}: bad {msg.TYPE}: {type(e).__name__}: {e}")
+            answer = Error(f"{self.name}: bad {msg.TYPE}: {type(e).__name__}: {e}"[:1000])
+        except Exception as e:  # a bug of ours: report it loudly, but one message must not kill the server
+            self.bad_messages += 1
+            traceback.print_exc()
+            answer = Error(f"{self.name}: internal error on {msg.TYPE}: {type(e).__name__}: {e}"[:1000])
         if answer is not None:
             self.reply((identity, rid), answer)
 

@@ -498,63 +498,43 @@ def verifier_service(tmp_path_factory):
     target.stop()
 
 
-# Known server bugs found by this fuzz; each is written up with a reproducer and a suggested fix in
-# /work/notes/fuzz.md. strict=True: once fixed, the XPASS fails, and the mark must go.
-BUG_DEEP = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 1: wire._unpack_value recurses per "
-                             "nesting level; a few hundred levels raise RecursionError, which Server.handle does not "
-                             "catch, and the server exits")
-BUG_SHAPE = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 2: array shapes are not checked to be "
-                              "non-negative ints; reshape raises TypeError/ValueError outside the WireError "
-                              "handler and the server exits")
-BUG_WAIT = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 3: a NaN wait_s parks a long poll forever "
-                             "(NaN deadline never passes), inf parks it 600 s; non-finite waits should be errors")
-BUG_VERSION = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 4: push_weights with a negative version "
-                                "is accepted, drops every stored version and makes the server report none")
-BUG_ENQUEUE = pytest.mark.xfail(strict=True, reason="notes/fuzz.md bug 5: enqueue_work is not atomic: the "
-                                "items before a bad one are queued although the request gets an error")
-
 PS_TYPES = ["ping", "push_weights", "get_weights", "enqueue_work", "lease_work", "submit_rollout",
             "get_rollouts", "get_stats"]
 PUSH_ONE = lambda ref: {"version": 7, "names": ["a"], "arrays": [ref], "checksums": [0]}  # noqa: E731
 JOB_REF = lambda ref: {"jobs": [ref]}  # noqa: E731
 PS_CATEGORIES = {
-    "random_bytes": (lambda rng: random_bytes(rng), None),
-    "truncated": (lambda rng: truncated(rng, sorted(wire.MESSAGES)), None),
-    "bad_headers": (lambda rng: bad_headers(rng, PS_TYPES), None),
-    "bad_fields": (lambda rng: bad_fields(rng, PS_TYPES), None),
-    "wide_structures": (lambda rng: wide_structures(rng, ("enqueue_work", "items")), None),
-    "bad_array_refs": (lambda rng: bad_array_refs(rng, "push_weights", "arrays", PUSH_ONE), None),
-    "many_frames": (lambda rng: many_frames(rng, "get_stats"), None),
-    "absurd_values": (lambda rng: absurd_ps(rng, lineage_of_wire()), None),
-    "oversized": (lambda rng: oversized_ps(rng), None),
-    "deep_nesting": (lambda rng: deep_nesting(rng, ("enqueue_work", "items")), BUG_DEEP),
-    "bad_array_shapes": (lambda rng: bad_array_shapes(rng, "push_weights", "arrays", PUSH_ONE), BUG_SHAPE),
-    "non_finite_waits": (lambda rng: non_finite_waits(rng), BUG_WAIT),
-    "negative_versions": (lambda rng: negative_versions(rng, lineage_of_wire()), BUG_VERSION),
-    "partial_enqueue": (lambda rng: partial_enqueue(rng), BUG_ENQUEUE),
+    "random_bytes": lambda rng: random_bytes(rng),
+    "truncated": lambda rng: truncated(rng, sorted(wire.MESSAGES)),
+    "bad_headers": lambda rng: bad_headers(rng, PS_TYPES),
+    "bad_fields": lambda rng: bad_fields(rng, PS_TYPES),
+    "wide_structures": lambda rng: wide_structures(rng, ("enqueue_work", "items")),
+    "bad_array_refs": lambda rng: bad_array_refs(rng, "push_weights", "arrays", PUSH_ONE),
+    "many_frames": lambda rng: many_frames(rng, "get_stats"),
+    "absurd_values": lambda rng: absurd_ps(rng, lineage_of_wire()),
+    "oversized": lambda rng: oversized_ps(rng),
+    "deep_nesting": lambda rng: deep_nesting(rng, ("enqueue_work", "items")),
+    "bad_array_shapes": lambda rng: bad_array_shapes(rng, "push_weights", "arrays", PUSH_ONE),
+    "non_finite_waits": lambda rng: non_finite_waits(rng),
+    "negative_versions": lambda rng: negative_versions(rng, lineage_of_wire()),
+    "partial_enqueue": lambda rng: partial_enqueue(rng),
 }
 VERIFIER_CATEGORIES = {
-    "random_bytes": (lambda rng: random_bytes(rng), None),
-    "truncated": (lambda rng: truncated(rng, sorted(wire.MESSAGES)), None),
-    "bad_headers": (lambda rng: bad_headers(rng, ["ping", "verify_batch"]), None),
-    "bad_fields": (lambda rng: bad_fields(rng, ["ping", "verify_batch"]), None),
-    "wide_structures": (lambda rng: wide_structures(rng, ("verify_batch", "jobs")), None),
-    "bad_array_refs": (lambda rng: bad_array_refs(rng, "verify_batch", "jobs", JOB_REF), None),
-    "many_frames": (lambda rng: many_frames(rng, "verify_batch"), None),
-    "absurd_values": (lambda rng: absurd_verifier(rng), None),
-    "oversized": (lambda rng: oversized_verifier(rng), None),
-    "deep_nesting": (lambda rng: deep_nesting(rng, ("verify_batch", "jobs")), BUG_DEEP),
-    "bad_array_shapes": (lambda rng: bad_array_shapes(rng, "verify_batch", "jobs", JOB_REF), BUG_SHAPE),
+    "random_bytes": lambda rng: random_bytes(rng),
+    "truncated": lambda rng: truncated(rng, sorted(wire.MESSAGES)),
+    "bad_headers": lambda rng: bad_headers(rng, ["ping", "verify_batch"]),
+    "bad_fields": lambda rng: bad_fields(rng, ["ping", "verify_batch"]),
+    "wide_structures": lambda rng: wide_structures(rng, ("verify_batch", "jobs")),
+    "bad_array_refs": lambda rng: bad_array_refs(rng, "verify_batch", "jobs", JOB_REF),
+    "many_frames": lambda rng: many_frames(rng, "verify_batch"),
+    "absurd_values": lambda rng: absurd_verifier(rng),
+    "oversized": lambda rng: oversized_verifier(rng),
+    "deep_nesting": lambda rng: deep_nesting(rng, ("verify_batch", "jobs")),
+    "bad_array_shapes": lambda rng: bad_array_shapes(rng, "verify_batch", "jobs", JOB_REF),
 }
 
 
-def cases(categories):
-    return [pytest.param(name, marks=[bug] if bug else []) for name, (_, bug) in categories.items()]
-
-
-def fuzz(target, category, generator, known_bug):
-    """Send every message of one category; fail with the list of those mishandled (a category with a
-    known bug stops at its first failure: one is enough to show it, and each costs a timeout)."""
+def fuzz(target, category, generator):
+    """Send every message of one category; fail with the list of those mishandled."""
     target.ensure()
     before = target.state(target)
     rng = np.random.default_rng([SEED, sum(map(ord, category))])
@@ -564,7 +544,7 @@ def fuzz(target, category, generator, known_bug):
         sent += 1
         if (why := target.send(frames, expect)) is not None:
             failures.append(f"{what}: {why}")
-            if target.proc.poll() is not None or known_bug:
+            if target.proc.poll() is not None:
                 break  # dead: the rest would only repeat "no reply"
     assert target.proc.poll() is None, (f"{target.name} died during {category} after {sent} messages "
                                         f"(first failures: {failures[:3]}); log:\n{target.log()}")
@@ -575,14 +555,12 @@ def fuzz(target, category, generator, known_bug):
     target.clean = True
 
 
-@pytest.mark.parametrize("category", cases(PS_CATEGORIES))
+@pytest.mark.parametrize("category", list(PS_CATEGORIES))
 def test_param_server_survives(param_server, category):
-    generator, bug = PS_CATEGORIES[category]
-    fuzz(param_server, category, generator, bug)
+    fuzz(param_server, category, PS_CATEGORIES[category])
 
 
-@pytest.mark.parametrize("category", cases(VERIFIER_CATEGORIES))
+@pytest.mark.parametrize("category", list(VERIFIER_CATEGORIES))
 def test_verifier_survives(verifier_service, category):
-    generator, bug = VERIFIER_CATEGORIES[category]
-    fuzz(verifier_service, category, generator, bug)
+    fuzz(verifier_service, category, VERIFIER_CATEGORIES[category])
     assert verifier_state(verifier_service) == [("passed", True), ("failed", False)]

@@ -165,3 +165,17 @@ def test_a_new_trainer_lineage_resets_the_work_of_the_old_one(roles, tmp_path):
     assert late.info["status"] == "old_lineage"
     ok = client.call(wire.SubmitRollout("w", "it0", "x", {**rollout("it0"), "lineage": "new"}))
     assert ok.info["status"] == "accepted"
+
+
+def test_a_resumed_trainer_can_reuse_item_ids_already_delivered(roles, tmp_path):
+    # Found by bench_soak.py: the old lineage's delivered ids must not block the new lineage's items.
+    _, client, _ = start(roles, tmp_path)
+    a = push(1); a.lineage = "A"
+    client.call(a)
+    client.call(wire.EnqueueWork([item(0)]))
+    lease = client.call(wire.LeaseWork("w")).items[0]["lease"]
+    client.call(wire.SubmitRollout("w", "it0", lease, {**rollout("it0"), "lineage": "A"}))
+    assert len(client.call(wire.GetRollouts(5)).rollouts) == 1       # delivered; queue now empty
+    b = push(1); b.lineage = "B"
+    client.call(b)
+    assert client.call(wire.EnqueueWork([item(0)])).info["added"] == 1
