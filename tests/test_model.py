@@ -119,8 +119,9 @@ BF16_CFG = dict(vocab_size=256, hidden_size=128, num_layers=2, num_heads=4, num_
                 tie_embeddings=False, dtype="bfloat16")
 
 
-def _sample_and_score(bf16_fix, n_rows, T=64, max_new=40, temperature=1.0, top_p=1.0, score_batches=(16,)):
-    cfg = model.ModelConfig(**BF16_CFG, bf16_fix=bf16_fix)
+def _sample_and_score(bf16_fix, n_rows, T=64, max_new=40, temperature=1.0, top_p=1.0, score_batches=(16,),
+                      tie=False):
+    cfg = model.ModelConfig(**{**BF16_CFG, "tie_embeddings": tie}, bf16_fix=bf16_fix)
     params = model.init_params(cfg, jax.random.key(0))
     rs = np.random.RandomState(n_rows)
     prompt_len_B = rs.randint(3, 20, n_rows)
@@ -140,9 +141,9 @@ def _sample_and_score(bf16_fix, n_rows, T=64, max_new=40, temperature=1.0, top_p
 def test_decode_logprobs_bitwise_equal_forward():
     """PRECISION POLICY in model.py: the sampler's reported log-probs == token_logprobs, bit for bit,
     for decode batches below and above MIN_DECODE_ROWS and scoring batches 1..32."""
-    for n_rows, temperature, top_p in [(4, 1.0, 1.0), (20, 0.7, 0.9)]:
+    for n_rows, temperature, top_p, tie in [(4, 1.0, 1.0, False), (20, 0.7, 0.9, False), (16, 1.0, 1.0, True)]:
         cfg, params, out, scored = _sample_and_score(True, n_rows, temperature=temperature, top_p=top_p,
-                                                     score_batches=(1, 5, 16, 32))
+                                                     score_batches=(1, 5, 16, 32), tie=tie)
         m = out["mask_BT"]
         assert m.sum() == n_rows * 40 and (out["logp_BT"][m > 0] < 0).all()
         for sb, logp_BT in scored.items():
@@ -155,6 +156,28 @@ def test_decode_logprobs_bitwise_equal_forward():
     (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_BT"])
     assert np.array_equal(np.asarray(lp_grad) * m, out["logp_BT"] * m)
     assert all(np.isfinite(np.asarray(g, np.float32)).all() for g in jax.tree.leaves(grads))
+
+
+def test_gradients_flow_through_the_precision_policy():
+    """The bf16 rounding points have a cast's (identity) derivative: every parameter gets a non-zero
+    gradient, and the bf16_fix=True gradients agree with the float32 model's (same weights, same tokens)
+    up to bf16 noise. (A bitcast-based rounding without a custom derivative silently zeroed them.)"""
+    cfg = model.ModelConfig(**BF16_CFG)
+    cfg32 = model.ModelConfig(**{**BF16_CFG, "dtype": "float32"})
+    params = model.init_params(cfg, jax.random.key(0))
+    params32 = jax.tree.map(lambda x: x.astype(jnp.float32), params)
+    tokens = np.random.RandomState(3).randint(0, 256, (4, 32)).astype(np.int32)
+
+    def grads(p, c):
+        return jax.jit(jax.grad(lambda p: jnp.mean(model.token_logprobs(p, c, tokens))))(p)
+
+    g16, g32 = grads(params, cfg), grads(params32, cfg32)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g16), jax.tree.leaves(g32)):
+        a, b = np.asarray(a, np.float32).ravel(), np.asarray(b, np.float32).ravel()
+        name = jax.tree_util.keystr(path)
+        assert np.abs(a).max() > 0, f"zero gradient for {name}"
+        cos = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+        assert cos > 0.99, (name, cos)
 
 
 def test_plain_bf16_decode_differs_from_forward():
