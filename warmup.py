@@ -195,8 +195,7 @@ def make_train_step(mcfg, opt):
     """One AdamW step on float32 master weights; the forward runs on their bf16 cast (the sampler's dtype).
 
     Supervised learning needs no bitwise parity with a sampler, so the step uses the plain bf16 forward
-    (bf16_fix=False): no remat, no fixed rounding points. (It also sidesteps a zero gradient we measured
-    through model.py's bit-level rounding at commit 8eeed5c; see notes/tasks.md.)
+    (bf16_fix=False): no remat and no fixed rounding points, so it is the cheaper step.
     """
     run_dtype = jnp.dtype(mcfg.dtype)
     mcfg = dataclasses.replace(mcfg, bf16_fix=False)
