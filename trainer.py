@@ -82,9 +82,9 @@ class Config:
     seq_len: int = 0
     """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = the model's max"""
     # --- optimizer
-    microbatch: int = 16
-    """rows (completions) per forward/backward pass; gradients are accumulated over the batch. Keep it
-    equal to the workers' decode batch (batch_items x G): on XLA:CPU the numerics depend on row count"""
+    microbatch: int = 128
+    """rows (completions) per forward/backward pass; gradients are accumulated over the batch. Lower it
+    to save memory; model.py's precision policy makes the log-probs independent of it (bitwise)"""
     lr: float = 2e-4
     """Adam learning rate"""
     max_grad_norm: float = 1.0
