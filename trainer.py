@@ -533,7 +533,10 @@ class Trainer:
         cfg = self.cfg
         self.check_param_server()
         if self.step_n == 0:
-            self.write_metrics(self.evaluate())
+            metrics = self.evaluate()
+            self.write_metrics(metrics)
+            self.log(f"step 0 | eval pass@1 {metrics['eval/pass@1']:.3f} pass@8 {metrics.get('eval/pass@8', float('nan')):.3f} "
+                     f"on {metrics['eval/problems']} held-out problems")
         while self.step_n < cfg.steps and not self.stop_requested:
             t0 = time.monotonic()
             try:
@@ -557,9 +560,12 @@ class Trainer:
                 metrics.update(self.evaluate())
             self.write_metrics(metrics)
             self.log(f"step {self.step_n}: reward {metrics['reward/mean']:.3f} "
+                     f"entropy {metrics['policy/entropy']:.3f} "
                      f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
-                     f"staleness<= {metrics['staleness/max']} dropped {self.counts['dropped_stale']} "
-                     f"{step_s:.2f}s" + (f" pass@1 {metrics['eval/pass@1']:.3f}" if "eval/pass@1" in metrics else ""))
+                     f"staleness<={metrics['staleness/max']} dropped {self.counts['dropped_stale']} "
+                     f"{metrics['throughput/rollouts_per_s']:.0f} rollouts/s {step_s:.2f}s"
+                     + (f" | eval pass@1 {metrics['eval/pass@1']:.3f} pass@8 {metrics.get('eval/pass@8', float('nan')):.3f}"
+                        if "eval/pass@1" in metrics else ""))
             if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
                 self.checkpoint()
         if self.stop_requested:
