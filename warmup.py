@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import grpo
 import model
 import tasks
 
@@ -152,13 +152,6 @@ def score(problems: list, completions: list[str]) -> np.ndarray:
     return np.array([float(v.passed) for v in verifier.verify_batch(jobs)], np.float32)
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, eq. 1): 1 - C(n-c, k)/C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
 def sample(params, mcfg, tok, problems: list, key, n: int, prompt_len: int, max_new_tokens: int,
            temperature: float, chunk: int = 256) -> list[str]:
     """n completions per problem (problem-major order), decoded to text, in chunks of `chunk` rows."""
@@ -184,8 +177,8 @@ def evaluate(params, mcfg, tok, problems: list, key, n: int = 8, prompt_len: int
     comps = sample(params, mcfg, tok, problems, key, n, prompt_len, max_new_tokens, temperature)
     r = score([p for p in problems for _ in range(n)], comps).reshape(len(problems), n)
     c = r.sum(1).astype(int)
-    return {"pass@1": float(np.mean([pass_at_k(n, ci, 1) for ci in c])),
-            "pass@8": float(np.mean([pass_at_k(n, ci, 8) for ci in c])),
+    return {"pass@1": float(np.mean([grpo.pass_at_k(n, ci, 1) for ci in c])),
+            "pass@8": float(np.mean([grpo.pass_at_k(n, ci, 8) for ci in c])),
             "reward/mean": float(r.mean()), "n": n, "problems": len(problems)}
 
 
