@@ -284,10 +284,12 @@ def kill_children() -> None:
     """Fallback cleanup: SIGKILL every child of this process (orphans come here as subreaper).
 
     Without a uid of its own a program can only be found through parentage; /proc/<pid>/stat gives
-    each process's parent. Repeated until no child is left or 50 sweeps have passed.
+    each process's parent. Repeated until no child is left, for up to 5 s: on a loaded machine a
+    SIGKILLed process can take a while to die, and its orphans reach us only once it has.
     """
     me = os.getpid()
-    for _ in range(50):
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
         found = False
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -307,6 +309,7 @@ def kill_children() -> None:
         reap_orphans()
         if not found:
             return
+        time.sleep(0.002)  # let the kills land before the next sweep
 
 
 def reap_orphans() -> None:
