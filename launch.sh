@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 RUN_DIR=${RUN_DIR:-runs/$(date +%Y%m%d-%H%M%S)}
-STEPS=${STEPS:-40}                  # optimizer steps
+STEPS=${STEPS:-150}                 # optimizer steps
 WORKERS=${WORKERS:-2}               # inference workers
 MAX_STALENESS=${MAX_STALENESS:-0}   # 0 = strict on-policy; k = rollouts up to k versions old are used
 PULL_EVERY=${PULL_EVERY:-1}         # workers check for new weights every this many batches
@@ -30,7 +30,11 @@ SEED=${SEED:-0}
 BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log-probs); 0 = plain bf16
 PORT=${PORT:-5555}                  # param server; the verifier uses PORT+2
 PYTHON=${PYTHON:-python3}
-TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags, e.g. "--kl-beta 0.01 --lr 1e-4"
+# The GRPO recipe of the default run: grpo.py's defaults (GRPO advantages, token-mean loss, TIS) plus
+# a k3 KL term to the cold-start policy and DAPO dynamic sampling, which kept held-out pass@8 from
+# collapsing in our measurements (README "Results").
+RECIPE=${RECIPE:-"--kl-beta 0.1 --dynamic-sampling --lr 2e-4"}
+TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags (they come after RECIPE, so they win)
 WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. "--lease-s 30"
 
 # Every role inherits the same XLA_FLAGS (none by default): bitwise parity of sampler and trainer
@@ -51,7 +55,7 @@ CMD[verifier]="$PYTHON verifier.py --bind $verifier_addr --executors 2"
 for i in $(seq 0 $((WORKERS - 1))); do
   CMD[worker-$i]="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY $fix_flag $WORKER_ARGS"
 done
-CMD[trainer]="$PYTHON trainer.py --run-dir $RUN_DIR --param-server $ps_addr --model $MODEL ${DATA:+--data $DATA} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $TRAINER_ARGS"
+CMD[trainer]="$PYTHON trainer.py --run-dir $RUN_DIR --param-server $ps_addr --model $MODEL ${DATA:+--data $DATA} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $RECIPE $TRAINER_ARGS"
 ORDER=(param_server verifier $(for i in $(seq 0 $((WORKERS - 1))); do echo worker-$i; done) trainer)
 
 { echo "# Started $(date -Is) by launch.sh; run any line to restart that role by hand."

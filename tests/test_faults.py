@@ -24,7 +24,10 @@ TRAINER_ARGS = "--heldout 4 --eval-samples 8 --eval-every 0 --prompts-per-step 4
 def launch(run_dir, model_path, steps, workers, worker_args="--lease-s 5"):
     env = {**os.environ, "RUN_DIR": run_dir, "STEPS": str(steps), "WORKERS": str(workers),
            "MODEL": model_path, "PORT": str(free_port()), "TRAINER_ARGS": TRAINER_ARGS,
-           "WORKER_ARGS": worker_args, "MAX_RESTARTS": "20"}
+           "WORKER_ARGS": worker_args, "MAX_RESTARTS": "20",
+           # The default recipe minus dynamic sampling: a random model earns reward 0 everywhere, so
+           # every group would be filtered and each step would sample 4x more, for nothing tested here.
+           "RECIPE": "--kl-beta 0.1"}
     log = open(os.path.join(os.path.dirname(run_dir), os.path.basename(run_dir) + ".launch.log"), "ab")
     return subprocess.Popen(["bash", "launch.sh"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
