@@ -33,7 +33,7 @@ PYTHON=${PYTHON:-python3}
 # The GRPO recipe of the default run: grpo.py's defaults (GRPO advantages, token-mean loss, TIS) plus
 # a k3 KL term to the cold-start policy and DAPO dynamic sampling, which kept held-out pass@8 from
 # collapsing in our measurements (README "Results").
-RECIPE=${RECIPE:-"--kl-beta 0.1 --dynamic-sampling --lr 2e-4"}
+RECIPE=${RECIPE:-"--kl-beta 0.05 --dynamic-sampling --lr 1e-4"}
 TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags (they come after RECIPE, so they win)
 WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. "--lease-s 30"
 
