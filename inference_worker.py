@@ -84,6 +84,12 @@ def log(cfg: Config, text: str) -> None:
 
 # ----------------------------------------------------------------------------- sampling (pure)
 
+def settings(item: dict) -> tuple:
+    """What one generate() call needs to be the same for all its rows."""
+    return (item["seq_len"], item["max_new_tokens"], item.get("temperature", 1.0), item.get("top_p", 1.0),
+            tuple(item.get("stop", ["\n"])))
+
+
 def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
     """Each item's prompt repeated G times, right-padded to the item's seq_len, then dummy rows up to
     `rows` (a fixed decode batch: one compilation). Returns (prompt_BT, prompt_len_B)."""
@@ -189,14 +195,15 @@ class Worker:
                 items.append(wire.check_item(item))
             except wire.WireError as e:
                 log(cfg, f"skipping malformed work item: {e}")
-        if not items:
-            return 0
-        # All items of one batch must share seq_len and sampling settings; the trainer sends uniform
-        # items, so anything else is left for its lease to expire and be reissued.
-        first = items[0]
-        settings = lambda i: (i["seq_len"], i["max_new_tokens"], i.get("temperature", 1.0), i.get("top_p", 1.0),
-                              tuple(i.get("stop", ["\n"])))
-        items = [i for i in items if settings(i) == settings(first)]
+        # One generate() call needs one seq_len and one set of sampling settings: a lease that mixes
+        # them (sampled and greedy evaluation items, say) is sampled group by group.
+        groups = {}
+        for item in items:
+            groups.setdefault(settings(item), []).append(item)
+        return sum(self.sample_and_submit(group) for group in groups.values())
+
+    def sample_and_submit(self, items: list) -> int:
+        cfg, first = self.cfg, items[0]
         # The staleness bound, worker side: never sample with weights older than the item asks for,
         # nor with weights of another trainer lineage (a restarted trainer reuses version numbers).
         need, lineage = max(i["min_version"] for i in items), first.get("lineage", "")

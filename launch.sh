@@ -127,6 +127,7 @@ evals = [r for r in rows if "eval/pass@1" in r]
 if len(evals) >= 2:
     a, b = evals[0], evals[-1]
     print(f"launch.sh: held-out pass@1 {a['eval/pass@1']:.3f} -> {b['eval/pass@1']:.3f}, "
-          f"pass@8 {a.get('eval/pass@8', float('nan')):.3f} -> {b.get('eval/pass@8', float('nan')):.3f} "
+          f"pass@8 {a.get('eval/pass@8', float('nan')):.3f} -> {b.get('eval/pass@8', float('nan')):.3f}, "
+          f"greedy pass@1 {a.get('eval/greedy_pass@1', float('nan')):.3f} -> {b.get('eval/greedy_pass@1', float('nan')):.3f} "
           f"after {b['step']} steps in {b['time_s']:.0f}s")
 EOF

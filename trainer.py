@@ -102,6 +102,9 @@ class Config:
     """held-out problems per evaluation (pass@8's standard error is about 0.5/sqrt(heldout))"""
     eval_samples: int = 8
     """n samples per held-out problem (pass@1 and pass@8 from them)"""
+    eval_greedy: bool = True
+    """also decode each held-out problem greedily (temperature 0) and report eval/greedy_pass@1: how far
+    sharpening alone could take pass@1 (see README "Results")"""
     eval_every: int = 50
     """evaluate every this many steps (and at the start and the end); 0 = start and end only"""
     checkpoint_every: int = 10
@@ -180,14 +183,20 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
 
 
 def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: int, version: int,
-                 evaluate: bool = False, lineage: str = "") -> dict:
+                 evaluate: bool = False, lineage: str = "", temperature: float | None = None) -> dict:
     """A work item: everything a worker needs to sample and verify one group (wire.ITEM_FIELDS)."""
     return {"item_id": item_id, "prompt": problem.prompt, "tests": problem.tests,
             "entry_point": problem.entry_point, "kind": problem.kind,
             "cases": [list(c) for c in problem.cases] if problem.kind == "io" else [],
             "group_size": G, "seq_len": T, "max_new_tokens": cfg.max_new_tokens, "min_version": version,
-            "temperature": cfg.temperature, "top_p": cfg.top_p, "stop": list(problem.stop), "eval": evaluate,
-            "lineage": lineage}
+            "temperature": cfg.temperature if temperature is None else temperature, "top_p": cfg.top_p,
+            "stop": list(problem.stop), "eval": evaluate, "lineage": lineage}
+
+
+def eval_text(metrics: dict) -> str:
+    nan = float("nan")
+    return (f"eval pass@1 {metrics['eval/pass@1']:.3f} pass@8 {metrics.get('eval/pass@8', nan):.3f} "
+            f"greedy pass@1 {metrics.get('eval/greedy_pass@1', nan):.3f}")
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -496,8 +505,11 @@ class Trainer:
         t0, n = time.monotonic(), self.cfg.eval_samples
         items = [problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True,
                               self.lineage) for j, p in enumerate(self.heldout)]
+        if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
+            items += [problem_item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", self.cfg, 1, self.T, self.step_n,
+                                   True, self.lineage, temperature=0.0) for j, p in enumerate(self.heldout)]
         self.enqueue(items)
-        pending, correct = {i["item_id"] for i in items}, []
+        pending, correct, greedy = {i["item_id"] for i in items}, [], []
         last_progress = time.monotonic()
         while pending:
             try:
@@ -509,14 +521,16 @@ class Trainer:
             for rollout in received:
                 if rollout["item_id"] in pending:
                     pending.discard(rollout["item_id"])
-                    correct.append(int((rollout["rewards_G"] >= 1.0).sum()))
+                    passed = int((rollout["rewards_G"] >= 1.0).sum())
+                    (greedy if rollout["item_id"].startswith("evalg/") else correct).append(passed)
                     last_progress = time.monotonic()
             if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
                 raise TimeoutError(f"evaluation stalled with {len(pending)} problems unanswered")
         c = np.array(correct)
         return {"eval/pass@1": float(grpo.pass_at_k_array(np.full_like(c, n), c, 1).mean()),
                 f"eval/pass@{min(8, n)}": float(grpo.pass_at_k_array(np.full_like(c, n), c, min(8, n)).mean()),
-                "eval/problems": len(c), "wait/eval_s": time.monotonic() - t0}
+                "eval/problems": len(c), "wait/eval_s": time.monotonic() - t0,
+                **({"eval/greedy_pass@1": float(np.mean(greedy))} if greedy else {})}
 
     def checkpoint(self) -> None:
         # Rollouts received but not yet trained on count as in flight: the resumed trainer
@@ -535,8 +549,7 @@ class Trainer:
         if self.step_n == 0:
             metrics = self.evaluate()
             self.write_metrics(metrics)
-            self.log(f"step 0 | eval pass@1 {metrics['eval/pass@1']:.3f} pass@8 {metrics.get('eval/pass@8', float('nan')):.3f} "
-                     f"on {metrics['eval/problems']} held-out problems")
+            self.log(f"step 0 | {eval_text(metrics)} on {metrics['eval/problems']} held-out problems")
         while self.step_n < cfg.steps and not self.stop_requested:
             t0 = time.monotonic()
             try:
@@ -564,8 +577,7 @@ class Trainer:
                      f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
                      f"staleness<={metrics['staleness/max']} dropped {self.counts['dropped_stale']} "
                      f"{metrics['throughput/rollouts_per_s']:.0f} rollouts/s {step_s:.2f}s"
-                     + (f" | eval pass@1 {metrics['eval/pass@1']:.3f} pass@8 {metrics.get('eval/pass@8', float('nan')):.3f}"
-                        if "eval/pass@1" in metrics else ""))
+                     + (f" | {eval_text(metrics)}" if "eval/pass@1" in metrics else ""))
             if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
                 self.checkpoint()
         if self.stop_requested:

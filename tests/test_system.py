@@ -16,7 +16,7 @@ import pytest
 
 import model
 import wire
-from conftest import free_port, wait_until
+from conftest import ROOT, free_port, wait_until
 
 XLA = {"XLA_FLAGS": ""}  # the same (default) compiler flags in every role, as launch.sh does
 
@@ -116,6 +116,28 @@ def test_staleness_bound_with_a_slow_and_a_fast_worker(roles, tmp_path, tiny):
     # late ones were dropped and counted.
     assert max(r["staleness/max"] for r in steps) == 1
     assert max(r["rollouts/dropped_stale"] for r in metrics(run_dir)) > 0
+
+
+def test_greedy_evaluation_is_the_mode_of_the_same_weights_and_mixed_leases_do_not_stall(roles, tmp_path):
+    """eval/greedy_pass@1, decoded by the workers, equals greedy decoding of the same weights in this
+    process; and the workers' leases, which mix sampled and greedy evaluation items, are sampled group
+    by group (none is left to expire and be reissued)."""
+    import tasks
+    import warmup
+    ckpt, run_dir = os.path.join(ROOT, "checkpoints", "coldstart"), str(tmp_path / "run")
+    trainer, ps = start_system(roles, run_dir, ckpt, trainer_args=["--steps", "1", "--heldout", "25"])
+    finish(roles, trainer)
+    first = metrics(run_dir)[0]
+    mcfg, params = model.load_hf(ckpt)
+    problems = tasks.heldout_problems(25)  # odd: a lease of 2 items holds the last sampled and the first greedy
+    completions = warmup.sample(params, mcfg, model.ByteTokenizer(), problems, jax.random.PRNGKey(0), n=1,
+                                prompt_len=72, max_new_tokens=16, temperature=0.0)
+    expected = float(np.sum(warmup.score(problems, completions))) / len(problems)  # solved / problems
+    assert expected > 0  # the cold start solves some of them, so the equality below says something
+    assert first["eval/greedy_pass@1"] == expected
+    assert first["eval/pass@1"] != expected  # sampled at temperature 1: a different estimate
+    stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
+    assert stats.get("lease_expired", 0) == 0 and stats.get("reissued", 0) == 0, stats
 
 
 def test_checkpoint_folder_that_does_not_match_the_model_is_a_clear_error(roles, tmp_path, tiny):
