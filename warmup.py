@@ -23,6 +23,9 @@ Run (the committed checkpoint, two stages: 500 steps from scratch, then 400 more
     python warmup.py --init checkpoints/coldstart --first-problem 32000 --steps 400 --lr 1e-3 \
                      --out checkpoints/coldstart
 About 8 + 5 minutes on a quiet 2-core CPU (14 + 5 measured on the shared one).
+How much can RL add to a checkpoint, and where (held-out and training pass@1 sampled and greedy, and
+what the wrong answers get wrong; about a minute):
+    python warmup.py --report checkpoints/coldstart --eval-problems 256
 Output: <out>/config.json + model.safetensors (model.save_hf), <out>/warmup.json (task, sequence and
 sampling settings, and the measured held-out pass@1/pass@8).
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -88,6 +92,8 @@ class WarmupConfig:
     """Held-out problems in the final evaluation."""
     eval_samples: int = 8
     """Samples per held-out problem (n of the pass@k estimator; must be >= 8 for pass@8)."""
+    report: str = ""
+    """Train nothing: measure this checkpoint's room for RL (see report()) on eval_problems problems"""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -190,6 +196,53 @@ def evaluate(params, mcfg, tok, problems: list, key, n: int = 8, prompt_len: int
             "reward/mean": float(r.mean()), "n": n, "problems": len(problems)}
 
 
+def answer_error(problem: tasks.Problem, completion: str, passed: bool) -> str:
+    """What a completion of a generated problem gets wrong: "right", "family" (another template),
+    "offset" (right template, wrong b = f(0)), "coefficient" (right template and b, wrong a or m) or
+    "malformed" (no template at all)."""
+    family, coeffs = tasks.split_key(problem)
+    if passed:
+        return "right"
+    text = completion.split("\n")[0].strip()
+    for name, (template, _) in tasks.FAMILIES.items():
+        pattern = re.escape(template).replace(re.escape("{b:+d}"), r"(?P<b>[+-]\d+)")
+        pattern = pattern.replace(re.escape("{a}"), r"(?P<a>-?\d+)").replace(re.escape("{m}"), r"(?P<m>\d+)")
+        m = re.fullmatch(pattern, text)
+        if m:
+            return "family" if name != family else "offset" if int(m["b"]) != coeffs["b"] else "coefficient"
+    return "malformed"
+
+
+def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72, max_new_tokens: int = 16) -> dict:
+    """How much RL could gain from this checkpoint, and where. On held-out problems and on as many training
+    problems: pass@1/pass@8 sampled at temperature 1 (what RL samples and is evaluated at) and greedy
+    pass@1 (the policy's mode). RL at temperature 1 sharpens the policy towards its mode, so greedy
+    minus sampled pass@1 is what sharpening alone can add; more has to be learned. Plus what the wrong
+    held-out samples get wrong (answer_error)."""
+    tok, (mcfg, params) = model.ByteTokenizer(), model.load_hf(ckpt)
+    out = {}
+    for split, problems in (("heldout", tasks.heldout_problems(n_problems)),
+                            ("train", tasks.train_problems(seed + 1000).batch(0, n_problems))):
+        key = jax.random.PRNGKey(seed + 7)
+        comps = sample(params, mcfg, tok, problems, key, 8, prompt_len, max_new_tokens, 1.0)
+        r = score([p for p in problems for _ in range(8)], comps).reshape(len(problems), 8)
+        greedy = sample(params, mcfg, tok, problems, key, 1, prompt_len, max_new_tokens, 0.0)
+        c = r.sum(1).astype(int)
+        out[split] = {"pass@1": float(r.mean()), "pass@8": float(np.mean([grpo.pass_at_k(8, ci, 8) for ci in c])),
+                      "greedy_pass@1": float(score(problems, greedy).mean())}
+        if split == "heldout":
+            errors = [answer_error(p, comp, bool(ok)) for p, comp, ok in
+                      zip([p for p in problems for _ in range(8)], comps, r.reshape(-1))]
+            out["heldout_samples"] = {k: errors.count(k) / len(errors) for k in
+                                      ("right", "coefficient", "family", "offset", "malformed")}
+    for split in ("heldout", "train"):
+        o = out[split]
+        print(f"{split:8s} ({n_problems} problems): pass@1 {o['pass@1']:.3f}  pass@8 {o['pass@8']:.3f}  "
+              f"greedy pass@1 {o['greedy_pass@1']:.3f}  (sharpening room {o['greedy_pass@1'] - o['pass@1']:+.3f})")
+    print("held-out samples: " + ", ".join(f"{k} {v:.3f}" for k, v in out["heldout_samples"].items()))
+    return out
+
+
 # ----------------------------------------------------------------------------- training
 
 def make_train_step(mcfg, opt):
@@ -263,4 +316,8 @@ def main(cfg: WarmupConfig) -> dict:
 
 if __name__ == "__main__":
     import cli
-    main(cli.parse(WarmupConfig, description=__doc__.split("\n\n")[0]))
+    config = cli.parse(WarmupConfig, description=__doc__.split("\n\n")[0])
+    if config.report:
+        report(config.report, config.eval_problems, config.seed, config.prompt_len, config.max_new_tokens)
+    else:
+        main(config)

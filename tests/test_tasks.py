@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import tasks
@@ -222,3 +223,17 @@ def test_committed_coldstart_checkpoint_matches_its_settings():
     longest = max(len(p.prompt.encode()) for p in tasks.heldout_problems(300))
     assert longest <= w.prompt_len and cfg.max_seq_len >= w.prompt_len + w.max_new_tokens
     assert 0.0 < info["heldout"]["pass@1"] < info["heldout"]["pass@8"]
+
+
+def test_answer_error_names_what_a_wrong_answer_gets_wrong():
+    import warmup
+    p = tasks.make_problem("linear", {"a": 3, "b": -5}, np.random.default_rng(0))
+    assert warmup.answer_error(p, "3*x-5\n", True) == "right"
+    assert warmup.answer_error(p, "4*x-5\n", False) == "coefficient"
+    assert warmup.answer_error(p, "3*x+5\n", False) == "offset"
+    assert warmup.answer_error(p, "3*abs(x)-5\n", False) == "family"
+    assert warmup.answer_error(p, "3*x*x-5", False) == "family"
+    assert warmup.answer_error(p, "x%3-5", False) == "family"
+    assert warmup.answer_error(p, "3*x-5 if x else 0", False) == "malformed"
+    m = tasks.make_problem("mod", {"m": 4, "b": 2}, np.random.default_rng(0))
+    assert warmup.answer_error(m, "x%5+2", False) == "coefficient"
