@@ -14,10 +14,11 @@ Two sources of problems, one `Problem` type:
    The program is prompt + completion; hidden tests are HumanEval-style asserts (`assert f(5) == 11`)
    that the verifier runs after it. Problems come from generated families (linear, square, abs, modulo),
    each a template with integer coefficients. Choices measured in the prototype of
-   issue 5 with a 0.8M-parameter byte model (see /work/notes/tasks.md for our own numbers):
-   - f(0) and f(1) are ALWAYS shown and coefficient ranges are WIDE: with narrow ranges the tiny model
+   issue 5 with a 0.8M-parameter byte model (our own numbers are in README "Results"):
+   - f(0) and f(1) are ALWAYS shown and the offset's range is WIDE: with narrow ranges the tiny model
      memorised training problems and RL raised training reward while held-out scores fell; with f(0)
-     and f(1) (which pin the offset and the slope of most families) it learns the rule instead.
+     and f(1) (which pin the offset and the slope of most families) it learns the rule instead. The
+     slope's range is narrow (|a| <= 3): see FAMILIES below for what we measured.
    - The held-out split is by coefficient COMBINATION (a hash of family + coefficients), never by
      coefficient VALUE: a value the model never saw for its family in training is unreachable for it,
      so held-out problems are new combinations of values that each occur in training.
@@ -146,16 +147,22 @@ def cut_at_stop(text: str, stop: tuple) -> str:
 # ("+0" is kept, signs always written) so the one canonical answer is easy to learn.
 
 FAMILIES: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
-    "linear": ("{a}*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "square": ("{a}*x*x{b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "abs": ("{a}*abs(x){b:+d}", {"a": (-9, 9), "b": (-20, 20)}),
-    "mod": ("x%{m}{b:+d}", {"m": (2, 9), "b": (-20, 20)}),
+    "linear": ("{a}*x{b:+d}", {"a": (-3, 3), "b": (-99, 99)}),
+    "square": ("{a}*x*x{b:+d}", {"a": (-3, 3), "b": (-99, 99)}),
+    "abs": ("{a}*abs(x){b:+d}", {"a": (-3, 3), "b": (-99, 99)}),
+    "mod": ("x%{m}{b:+d}", {"m": (2, 5), "b": (-99, 99)}),
 }
+# Ranges: b (copied from f(0)) is WIDE, so the warm-up cannot memorise combinations and must learn
+# the rules; a and m are NARROW, because a 0.8M byte model does not learn to subtract two-digit
+# numbers in minutes. With a in [-9, 9] and b in [-20, 20] (our previous set) the cold start had
+# memorised its training combinations, and on held-out ones its greedy answer was right only 0.8
+# points more often than a sample (warmup.py --report): nothing for RL to sharpen, and GRPO added
+# 1-3 points of held-out pass@1. With these ranges the same report gives +8 points (README "Results").
 # In every family b = f(0), and in the three a-families a = f(1) - f(0): the same two rules solve them
 # all once the family is recognised from the other shown examples (a negative x tells abs from linear,
 # x >= 2 tells square from linear). Our first family set (abs(x-a)+b, max(x,a)+b, min(x,a)+b, x*x+a*x+b,
 # where f(0) and f(1) do NOT pin the coefficients) left a 0.8M model at 1.5% held-out pass@1 after
-# 400 warm-up steps (notes/tasks.md).
+# 400 warm-up steps.
 _EXCLUDE = {f: {"a": (0,)} for f in ("linear", "square", "abs")}  # a = 0 is the constant function
 _SPLIT_SALT = "tasks-heldout-v1"    # changing it changes the split (and invalidates checkpoints' numbers)
 

@@ -18,11 +18,11 @@ Loss: next-byte cross-entropy on the completion, plus `prompt_loss_weight` times
 prompt bytes (predicting f(7) from f(0) and f(1) in the prompt is the same skill, so the examples are
 free extra supervision).
 
-Run (the committed checkpoint, two stages: 500 steps from scratch, then 400 more at a lower peak lr):
+Run (the committed checkpoint, two stages: 400 steps from scratch, then 400 more at a lower peak lr):
     python warmup.py --out checkpoints/coldstart
-    python warmup.py --init checkpoints/coldstart --first-problem 32000 --steps 400 --lr 1e-3 \
+    python warmup.py --init checkpoints/coldstart --first-problem 25600 --steps 400 --lr 1e-3 \
                      --out checkpoints/coldstart
-About 8 + 5 minutes on a quiet 2-core CPU (14 + 5 measured on the shared one).
+About 3.5 + 3.5 minutes on a quiet 2-core CPU (warmup.json records both stages and their numbers).
 How much can RL add to a checkpoint, and where (held-out and training pass@1 sampled and greedy, and
 what the wrong answers get wrong; about a minute):
     python warmup.py --report checkpoints/coldstart --eval-problems 256
@@ -62,7 +62,7 @@ class WarmupConfig:
     """Continue from this checkpoint folder instead of a random initialisation ("" = from scratch)."""
     first_problem: int = 0
     """Index of the first training problem (a continued run starts where the previous one stopped)."""
-    steps: int = 500
+    steps: int = 400
     """Supervised steps (batch of `batch_size` training problems each)."""
     batch_size: int = 64
     """Sequences per supervised step."""
