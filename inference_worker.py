@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 import cli
+import hf_io
 import model
 import tasks
 import wire
@@ -152,7 +153,7 @@ class Worker:
         self.cfg = cfg
         with open(os.path.join(cfg.model, "config.json")) as f:
             self.mcfg = model.ModelConfig.from_hf_dict(json.load(f), bf16_fix=cfg.bf16_fix)
-        self.tokenizer = model.load_tokenizer(cfg.model)
+        self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.pad_id = self.tokenizer.pad_id
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
         if cfg.verifier:
@@ -169,7 +170,7 @@ class Worker:
         for name, array, checksum in zip(w.names, w.arrays, w.checksums):
             if crc32(array) != checksum:
                 raise ValueError(f"weights v{w.version}: checksum mismatch on {name}; keeping v{self.version}")
-        self.params = jax.device_put(model.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
+        self.params = jax.device_put(hf_io.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
         self.version, self.lineage = w.version, w.lineage
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:

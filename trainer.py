@@ -47,6 +47,7 @@ from safetensors.numpy import load_file, save_file
 
 import cli
 import grpo
+import hf_io
 import model
 import tasks
 import wire
@@ -265,8 +266,8 @@ class Trainer:
     def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
         self.cfg, self.gcfg = cfg, gcfg
         os.makedirs(cfg.run_dir, exist_ok=True)
-        self.mcfg, params = model.load_hf(cfg.model, bf16_fix=cfg.bf16_fix)
-        self.tokenizer = model.load_tokenizer(cfg.model)
+        self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix)
+        self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.T = cfg.seq_len or self.mcfg.max_seq_len
         if self.T > self.mcfg.max_seq_len:
             raise ValueError(f"seq_len {self.T} exceeds the model's max_seq_len {self.mcfg.max_seq_len}")
@@ -367,7 +368,7 @@ class Trainer:
 
     def push(self) -> float:
         t0 = time.monotonic()
-        tensors = model.to_hf_tensors(cast_params(self.master, self.mcfg.jdtype), self.mcfg)
+        tensors = hf_io.to_hf_tensors(cast_params(self.master, self.mcfg.jdtype), self.mcfg)
         names = list(tensors)
         arrays = [np.ascontiguousarray(tensors[n]) for n in names]
         checksums = [zlib.crc32(memoryview(a.reshape(-1).view(np.uint8))) for a in arrays]

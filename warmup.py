@@ -26,7 +26,7 @@ About 3.5 + 3.5 minutes on a quiet 2-core CPU (warmup.json records both stages a
 How much can RL add to a checkpoint, and where (held-out and training pass@1 sampled and greedy, and
 what the wrong answers get wrong; about a minute):
     python warmup.py --report checkpoints/coldstart --eval-problems 256
-Output: <out>/config.json + model.safetensors (model.save_hf), <out>/warmup.json (task, sequence and
+Output: <out>/config.json + model.safetensors (hf_io.save_hf), <out>/warmup.json (task, sequence and
 sampling settings, and the measured held-out pass@1/pass@8).
 """
 from __future__ import annotations
@@ -44,6 +44,7 @@ import numpy as np
 import optax
 
 import grpo
+import hf_io
 import model
 import tasks
 
@@ -219,7 +220,7 @@ def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72
     pass@1 (the policy's mode). RL at temperature 1 sharpens the policy towards its mode, so greedy
     minus sampled pass@1 is what sharpening alone can add; more has to be learned. Plus what the wrong
     held-out samples get wrong (answer_error)."""
-    tok, (mcfg, params) = model.ByteTokenizer(), model.load_hf(ckpt)
+    tok, (mcfg, params) = hf_io.ByteTokenizer(), hf_io.load_hf(ckpt)
     out = {}
     for split, problems in (("heldout", tasks.heldout_problems(n_problems)),
                             ("train", tasks.train_problems(seed + 1000).batch(0, n_problems))):
@@ -268,11 +269,11 @@ def make_train_step(mcfg, opt):
 
 
 def main(cfg: WarmupConfig) -> dict:
-    tok = model.ByteTokenizer()
+    tok = hf_io.ByteTokenizer()
     mcfg = cfg.model_config(tok.vocab_size)
     key = jax.random.PRNGKey(cfg.seed)
     if cfg.init:
-        init_cfg, init_params = model.load_hf(cfg.init)
+        init_cfg, init_params = hf_io.load_hf(cfg.init)
         if init_cfg != mcfg:
             raise ValueError(f"--init {cfg.init}: its config {init_cfg} differs from this run's {mcfg}")
     else:
@@ -297,8 +298,8 @@ def main(cfg: WarmupConfig) -> dict:
     train_s = time.time() - t0
 
     params = jax.tree.map(lambda a: a.astype(jnp.dtype(mcfg.dtype)), master)
-    model.save_hf(cfg.out, mcfg, params)
-    mcfg2, params = model.load_hf(cfg.out)
+    hf_io.save_hf(cfg.out, mcfg, params)
+    mcfg2, params = hf_io.load_hf(cfg.out)
     t1 = time.time()
     ev = evaluate(params, mcfg2, tok, tasks.heldout_problems(cfg.eval_problems), jax.random.PRNGKey(cfg.seed + 1),
                   cfg.eval_samples, cfg.prompt_len, cfg.max_new_tokens, cfg.temperature)

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import hf_io  # noqa: E402
 import model  # noqa: E402
 
 SIZES = {  # issue 2: "about 3M" and "about 100M"
@@ -68,7 +69,7 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
     rows = [("ours (jax, bf16, bf16_fix=True)", ours_s, first)]
 
     with tempfile.TemporaryDirectory() as tmp:
-        model.save_hf(tmp, cfg, params)
+        hf_io.save_hf(tmp, cfg, params)
         torch.set_num_threads(os.cpu_count())
         dtypes = [("bf16", torch.bfloat16)] + ([("f32", torch.float32)] if torch_f32 else [])
         for name, dt in dtypes:

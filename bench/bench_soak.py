@@ -237,13 +237,14 @@ def tiny_model(path: str) -> str:
     """The 2-layer random Qwen2 of tests/test_system.py's `tiny` fixture."""
     sys.path.insert(0, ROOT)
     import jax
+    import hf_io
     import model
     cfg = model.ModelConfig(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                             head_dim=16, intermediate_size=192, max_seq_len=96, rope_theta=1e4,
                             rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
     params = model.init_params(cfg, jax.random.PRNGKey(0))
     params = jax.tree_util.tree_map(lambda x: (x * 4).astype(x.dtype) if x.ndim > 1 else x, params)
-    model.save_hf(path, cfg, params)
+    hf_io.save_hf(path, cfg, params)
     return path
 
 

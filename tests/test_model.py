@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import hf_io  # noqa: E402
 import model  # noqa: E402
 
 torch = pytest.importorskip("torch")
@@ -54,7 +55,7 @@ TOKENS = np.random.RandomState(0).randint(0, HF_TINY["vocab_size"], (3, 40)).ast
 @pytest.mark.parametrize("kind,tie", [("qwen2", False), ("llama", False), ("llama", True)])
 def test_load_hf_matches_transformers_logits_and_greedy(tmp_path, kind, tie):
     hf = _make_hf(kind, tmp_path, tie)
-    cfg, params = model.load_hf(str(tmp_path), dtype="float32")
+    cfg, params = hf_io.load_hf(str(tmp_path), dtype="float32")
     assert cfg.model_type == kind and cfg.tie_embeddings == tie and cfg.qkv_bias == (kind == "qwen2")
     ours = np.asarray(model.forward(params, cfg, TOKENS))
     ref = _hf_logits(hf, TOKENS)
@@ -80,12 +81,12 @@ def test_load_hf_matches_transformers_logits_and_greedy(tmp_path, kind, tie):
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_save_hf_loads_in_transformers(tmp_path, kind):
     _make_hf(kind, tmp_path / "src")
-    cfg, params = model.load_hf(str(tmp_path / "src"), dtype="float32")
+    cfg, params = hf_io.load_hf(str(tmp_path / "src"), dtype="float32")
     ours = np.asarray(model.forward(params, cfg, TOKENS))
 
-    model.save_hf(str(tmp_path / "single"), cfg, params)
+    hf_io.save_hf(str(tmp_path / "single"), cfg, params)
     # small shards: several files plus model.safetensors.index.json
-    model.save_hf(str(tmp_path / "sharded"), cfg, params, max_shard_bytes=60_000)
+    hf_io.save_hf(str(tmp_path / "sharded"), cfg, params, max_shard_bytes=60_000)
     index = json.load(open(tmp_path / "sharded" / "model.safetensors.index.json"))
     assert len(set(index["weight_map"].values())) > 1
     assert not (tmp_path / "sharded" / "model.safetensors").exists()
@@ -93,7 +94,7 @@ def test_save_hf_loads_in_transformers(tmp_path, kind):
         hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / sub), dtype=torch.float32).eval()
         assert type(hf).__name__ == ("Qwen2ForCausalLM" if kind == "qwen2" else "LlamaForCausalLM")
         assert np.abs(_hf_logits(hf, TOKENS) - ours).max() <= 1e-4
-        cfg2, params2 = model.load_hf(str(tmp_path / sub))
+        cfg2, params2 = hf_io.load_hf(str(tmp_path / sub))
         assert cfg2 == cfg
         assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)))
 
@@ -102,8 +103,8 @@ def test_bf16_save_load_roundtrip_and_config_dict(tmp_path):
     cfg = model.ModelConfig.from_hf_dict({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
     assert model.ModelConfig.from_hf_dict(cfg.to_hf_dict()) == cfg
     params = model.init_params(cfg, jax.random.key(1))
-    model.save_hf(str(tmp_path), cfg, params)
-    cfg2, params2 = model.load_hf(str(tmp_path))
+    hf_io.save_hf(str(tmp_path), cfg, params)
+    cfg2, params2 = hf_io.load_hf(str(tmp_path))
     assert cfg2 == cfg and jax.tree.leaves(params2)[0].dtype == jnp.bfloat16
     assert all(np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
                for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)))
@@ -257,22 +258,22 @@ def test_clear_errors(tmp_path):
     (tmp_path / "x").mkdir()
     json.dump({**HF_TINY, "model_type": "mistral"}, open(tmp_path / "x" / "config.json", "w"))
     with pytest.raises(ValueError, match="not supported"):
-        model.load_hf(str(tmp_path / "x"))
+        hf_io.load_hf(str(tmp_path / "x"))
     with pytest.raises(ValueError, match="no config.json"):
-        model.load_hf(str(tmp_path / "nothing"))
+        hf_io.load_hf(str(tmp_path / "nothing"))
 
     cfg = model.ModelConfig(**BF16_CFG)
     params = model.init_params(cfg, jax.random.key(0))
-    tensors = model.to_hf_tensors(params, cfg)
+    tensors = hf_io.to_hf_tensors(params, cfg)
     missing = dict(tensors)
     del missing["model.layers.1.mlp.up_proj.weight"]
     with pytest.raises(ValueError, match=r"missing tensors \(1\): model.layers.1.mlp.up_proj.weight"):
-        model.from_hf_tensors(missing, cfg)
+        hf_io.from_hf_tensors(missing, cfg)
     with pytest.raises(ValueError, match=r"unexpected tensors \(1\): model.layers.9.foo"):
-        model.from_hf_tensors({**tensors, "model.layers.9.foo": np.zeros(3)}, cfg)
+        hf_io.from_hf_tensors({**tensors, "model.layers.9.foo": np.zeros(3)}, cfg)
     bad = {**tensors, "model.norm.weight": np.zeros(7, np.float32)}
     with pytest.raises(ValueError, match=r"model.norm.weight: checkpoint \(7,\), config expects \(128,\)"):
-        model.from_hf_tensors(bad, cfg)
+        hf_io.from_hf_tensors(bad, cfg)
 
     with pytest.raises(ValueError, match=r"token id 256 out of range \[0, 256\)"):
         model.forward(params, cfg, np.array([[1, 256]], np.int32))
@@ -291,8 +292,8 @@ def test_clear_errors(tmp_path):
 # ------------------------------------------------ tokenizers ------------------------------------------------
 
 def test_tokenizers(tmp_path):
-    tok = model.load_tokenizer(None)
-    assert isinstance(tok, model.ByteTokenizer)
+    tok = hf_io.load_tokenizer(None)
+    assert isinstance(tok, hf_io.ByteTokenizer)
     text = "def f(x):\n    return x + 1  # é"
     assert tok.decode(tok.encode(text)) == text and max(tok.encode(text)) < 256
     assert {tok.pad_id, tok.bos_id, tok.eos_id} == {256, 257, 258} and tok.vocab_size == 259
@@ -303,7 +304,7 @@ def test_tokenizers(tmp_path):
     hf_tok.decoder = decoders.WordPiece()
     hf_tok.save(str(tmp_path / "tokenizer.json"))
     json.dump({"eos_token_id": 0}, open(tmp_path / "config.json", "w"))
-    tok = model.load_tokenizer(str(tmp_path))
-    assert isinstance(tok, model.HFTokenizer) and tok.vocab_size == 4 and tok.eos_id == 0
+    tok = hf_io.load_tokenizer(str(tmp_path))
+    assert isinstance(tok, hf_io.HFTokenizer) and tok.vocab_size == 4 and tok.eos_id == 0
     assert tok.encode("hello world hello") == [1, 2, 1]
     assert tok.decode([1, 2]) == "hello world"

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+import hf_io
 import model
 import wire
 from conftest import ROOT, free_port, wait_until
@@ -30,7 +31,7 @@ def tiny(tmp_path_factory):
                             rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
     params = model.init_params(cfg, jax.random.PRNGKey(0))
     params = jax.tree_util.tree_map(lambda x: (x * 4).astype(x.dtype) if x.ndim > 1 else x, params)
-    model.save_hf(path, cfg, params)
+    hf_io.save_hf(path, cfg, params)
     return path
 
 
@@ -128,9 +129,9 @@ def test_greedy_evaluation_is_the_mode_of_the_same_weights_and_mixed_leases_do_n
     trainer, ps = start_system(roles, run_dir, ckpt, trainer_args=["--steps", "1", "--heldout", "25"])
     finish(roles, trainer)
     first = metrics(run_dir)[0]
-    mcfg, params = model.load_hf(ckpt)
+    mcfg, params = hf_io.load_hf(ckpt)
     problems = tasks.heldout_problems(25)  # odd: a lease of 2 items holds the last sampled and the first greedy
-    completions = warmup.sample(params, mcfg, model.ByteTokenizer(), problems, jax.random.PRNGKey(0), n=1,
+    completions = warmup.sample(params, mcfg, hf_io.ByteTokenizer(), problems, jax.random.PRNGKey(0), n=1,
                                 prompt_len=72, max_new_tokens=16, temperature=0.0)
     expected = float(np.sum(warmup.score(problems, completions))) / len(problems)  # solved / problems
     assert expected > 0  # the cold start solves some of them, so the equality below says something

@@ -191,9 +191,9 @@ def test_split_dataset_is_deterministic_and_disjoint(tmp_path):
 # ----------------------------------------------------------------------------- warm-up batching and checkpoint
 
 def test_sft_batch_weights_exactly_the_solution_bytes():
-    import model
+    import hf_io
     import warmup
-    tok = model.ByteTokenizer()
+    tok = hf_io.ByteTokenizer()
     p = tasks.heldout_problems(1)[0]
     tokens_BT, weight_BT = warmup.sft_batch(tok, [p], 88, prompt_loss_weight=0.0)
     n_prompt, n_sol = len(p.prompt.encode()), len(p.solution.encode())
@@ -210,14 +210,14 @@ def test_sft_batch_weights_exactly_the_solution_bytes():
 
 def test_committed_coldstart_checkpoint_matches_its_settings():
     import os
-    import model
+    import hf_io
     import warmup
     path = os.path.join(os.path.dirname(tasks.__file__), "checkpoints", "coldstart")
-    cfg, params = model.load_hf(path)
+    cfg, params = hf_io.load_hf(path)
     with open(os.path.join(path, "warmup.json")) as f:
         info = json.load(f)
     w = warmup.WarmupConfig(**{k: v for k, v in info["warmup"].items()})
-    assert cfg == w.model_config(model.ByteTokenizer().vocab_size)
+    assert cfg == w.model_config(hf_io.ByteTokenizer().vocab_size)
     assert tasks.TaskConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["task"].items()}) \
         == tasks.TaskConfig()
     longest = max(len(p.prompt.encode()) for p in tasks.heldout_problems(300))

@@ -1,0 +1,227 @@
+"""hf_io.py: model.py's weights and text in the Hugging Face formats.
+
+  1. The 1:1 mapping between our parameter pytree (model.py section 3 draws it) and the HF safetensors
+     names of Qwen2 / Llama: to_hf_tensors, from_hf_tensors (which names every mismatch).
+  2. Checkpoint folders: load_hf / save_hf (config.json + model.safetensors, or shards with an index).
+  3. Tokenizers: the built-in ByteTokenizer, or the HF `tokenizers` package when tokenizer.json exists.
+
+Kept apart from model.py so that file is the model's math only. Tested in tests/test_model.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from model import ModelConfig, _param_shapes
+
+# =====================================================================================================
+# 1. Our pytree <-> Hugging Face tensor names
+# =====================================================================================================
+
+def _hf_layer_map(cfg: ModelConfig):
+    """(our layer key, HF suffix, ours->HF numpy fn, HF->ours numpy fn) for one layer slice."""
+    D, N, K, H, F = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    ident = lambda x: x
+    rows = [
+        ("input_norm", "input_layernorm.weight", ident, ident),
+        ("q_proj", "self_attn.q_proj.weight", lambda w: w.reshape(D, N * H).T, lambda w: w.T.reshape(D, N, H)),
+        ("k_proj", "self_attn.k_proj.weight", lambda w: w.reshape(D, K * H).T, lambda w: w.T.reshape(D, K, H)),
+        ("v_proj", "self_attn.v_proj.weight", lambda w: w.reshape(D, K * H).T, lambda w: w.T.reshape(D, K, H)),
+        ("o_proj", "self_attn.o_proj.weight", lambda w: w.reshape(N * H, D).T, lambda w: w.T.reshape(N, H, D)),
+        ("post_norm", "post_attention_layernorm.weight", ident, ident),
+        ("gate_proj", "mlp.gate_proj.weight", lambda w: w.T, lambda w: w.T),
+        ("up_proj", "mlp.up_proj.weight", lambda w: w.T, lambda w: w.T),
+        ("down_proj", "mlp.down_proj.weight", lambda w: w.T, lambda w: w.T),
+    ]
+    if cfg.qkv_bias:
+        rows += [("q_bias", "self_attn.q_proj.bias", lambda b: b.reshape(N * H), lambda b: b.reshape(N, H)),
+                 ("k_bias", "self_attn.k_proj.bias", lambda b: b.reshape(K * H), lambda b: b.reshape(K, H)),
+                 ("v_bias", "self_attn.v_proj.bias", lambda b: b.reshape(K * H), lambda b: b.reshape(K, H))]
+    return rows
+
+
+def _to_numpy(x) -> np.ndarray:
+    return np.asarray(jax.device_get(x))
+
+
+def to_hf_tensors(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Our pytree -> {HF safetensors name: array} (contiguous numpy, dtype kept)."""
+    out = {"model.embed_tokens.weight": _to_numpy(params["embed"]),
+           "model.norm.weight": _to_numpy(params["final_norm"])}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = _to_numpy(params["lm_head"]).T
+    for ours, suffix, to_hf, _ in _hf_layer_map(cfg):
+        stacked = _to_numpy(params["layers"][ours])
+        for i in range(cfg.num_layers):
+            out[f"model.layers.{i}.{suffix}"] = to_hf(stacked[i])
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _hf_shapes(cfg: ModelConfig) -> dict[str, tuple]:
+    shapes = _param_shapes(cfg)
+    out = {"model.embed_tokens.weight": shapes["embed"], "model.norm.weight": shapes["final_norm"]}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = shapes["lm_head"][::-1]
+    for ours, suffix, to_hf, _ in _hf_layer_map(cfg):
+        hf_shape = to_hf(np.zeros(shapes["layers"][ours][1:], np.float32)).shape
+        for i in range(cfg.num_layers):
+            out[f"model.layers.{i}.{suffix}"] = tuple(hf_shape)
+    return out
+
+
+def from_hf_tensors(tensors: dict, cfg: ModelConfig) -> dict:
+    """{HF name: array} -> our pytree in cfg.dtype. Raises ValueError naming every missing, unexpected or
+    mis-shaped tensor. A tied checkpoint that still carries lm_head.weight is accepted (it is ignored)."""
+    expected = _hf_shapes(cfg)
+    given = dict(tensors)
+    if cfg.tie_embeddings:
+        given.pop("lm_head.weight", None)
+    given = {k: v for k, v in given.items() if not k.endswith("rotary_emb.inv_freq")}
+    missing = sorted(set(expected) - set(given))
+    extra = sorted(set(given) - set(expected))
+    bad = sorted(f"{k}: checkpoint {tuple(np.shape(given[k]))}, config expects {expected[k]}"
+                 for k in set(expected) & set(given) if tuple(np.shape(given[k])) != expected[k])
+    if missing or extra or bad:
+        lines = []
+        if missing:
+            lines.append(f"missing tensors ({len(missing)}): {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+        if extra:
+            lines.append(f"unexpected tensors ({len(extra)}): {', '.join(extra[:8])}{' ...' if len(extra) > 8 else ''}")
+        if bad:
+            lines.append(f"shape mismatches ({len(bad)}): {'; '.join(bad[:8])}")
+        raise ValueError("checkpoint does not match the model config:\n  " + "\n  ".join(lines))
+    dt = cfg.jdtype
+    conv = lambda x: jnp.asarray(np.asarray(x, dtype=np.float32) if np.asarray(x).dtype != dt else x, dtype=dt)
+    params = {"embed": conv(given["model.embed_tokens.weight"]), "final_norm": conv(given["model.norm.weight"])}
+    if not cfg.tie_embeddings:
+        params["lm_head"] = conv(np.asarray(given["lm_head.weight"]).T)
+    params["layers"] = {
+        ours: conv(np.stack([from_hf(np.asarray(given[f"model.layers.{i}.{suffix}"]))
+                             for i in range(cfg.num_layers)]))
+        for ours, suffix, _, from_hf in _hf_layer_map(cfg)}
+    return params
+
+
+# =====================================================================================================
+# 2. Checkpoint folders in the Hugging Face layout
+# =====================================================================================================
+
+
+def save_hf(path: str, cfg: ModelConfig, params: dict, max_shard_bytes: int | None = None) -> None:
+    """Write config.json and model.safetensors (or model-0000i-of-0000n.safetensors shards plus
+    model.safetensors.index.json when the tensors exceed max_shard_bytes), in cfg.dtype."""
+    from safetensors.numpy import save_file
+    import ml_dtypes  # noqa: F401  (numpy bfloat16 support, a jax dependency)
+
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg.to_hf_dict(), f, indent=2)
+    tensors = to_hf_tensors(params, cfg)
+    if max_shard_bytes is None or sum(t.nbytes for t in tensors.values()) <= max_shard_bytes:
+        save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        return
+    shards, current, size = [], {}, 0
+    for name, t in tensors.items():
+        if current and size + t.nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = t
+        size += t.nbytes
+    shards.append(current)
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(path, fname), metadata={"format": "pt"})
+        weight_map.update({name: fname for name in shard})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+
+
+def load_hf(path: str, dtype: str | None = None, **overrides) -> tuple[ModelConfig, dict]:
+    """Read a HF checkpoint folder (config.json + model.safetensors or a sharded index) -> (cfg, params).
+    dtype overrides the checkpoint's dtype ("bfloat16" / "float32"); other kwargs override config fields."""
+    from safetensors.numpy import load_file
+
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise ValueError(f"{path!r} is not a Hugging Face checkpoint folder: no config.json")
+    with open(cfg_path) as f:
+        hf = json.load(f)
+    if dtype is not None:
+        overrides["dtype"] = dtype
+    cfg = ModelConfig.from_hf_dict(hf, **overrides)
+    single, index = os.path.join(path, "model.safetensors"), os.path.join(path, "model.safetensors.index.json")
+    tensors = {}
+    if os.path.isfile(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        for fname in files:
+            tensors.update(load_file(os.path.join(path, fname)))
+    elif os.path.isfile(single):
+        tensors = load_file(single)
+    else:
+        raise ValueError(f"{path!r} has neither model.safetensors nor model.safetensors.index.json")
+    return cfg, from_hf_tensors(tensors, cfg)
+
+
+# =====================================================================================================
+# 3. Tokenizers
+# =====================================================================================================
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are ids 0..255; then pad (256), bos (257), eos (258). vocab_size 259 (models may be
+    larger). For the embedded tiny models: no files, no downloads, round-trips any text."""
+
+    def __init__(self):
+        self.pad_id, self.bos_id, self.eos_id = 256, 257, 258
+        self.vocab_size = 259
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids) -> str:
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """Same interface around a Hugging Face `tokenizers` tokenizer.json (optional dependency)."""
+
+    def __init__(self, tokenizer_json: str, pad_id=None, bos_id=None, eos_id=None):
+        from tokenizers import Tokenizer  # optional extra: imported only when a checkpoint ships one
+
+        self._tok = Tokenizer.from_file(tokenizer_json)
+        self.vocab_size = self._tok.get_vocab_size()
+        self.bos_id, self.eos_id = bos_id, eos_id
+        self.pad_id = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+
+def load_tokenizer(path_or_none: str | None):
+    """HFTokenizer when path has tokenizer.json (special ids from config.json / generation_config.json
+    when present), else the ByteTokenizer."""
+    if path_or_none is None or not os.path.isfile(os.path.join(path_or_none, "tokenizer.json")):
+        return ByteTokenizer()
+    ids = {}
+    for fname in ("config.json", "generation_config.json"):
+        p = os.path.join(path_or_none, fname)
+        if os.path.isfile(p):
+            with open(p) as f:
+                d = json.load(f)
+            for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+                v = d.get(k)
+                if isinstance(v, list):
+                    v = v[0] if v else None
+                if v is not None:
+                    ids[k[:-len("_token_id")] + "_id"] = int(v)
+    return HFTokenizer(os.path.join(path_or_none, "tokenizer.json"), **ids)
