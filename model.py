@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from functools import partial
 
@@ -182,10 +183,22 @@ class ModelConfig:
 #   (g) row sums (RMSNorm mean square, softmax denominators) are a fixed pairwise tree of elementwise
 #       adds (_row_sum), not a reduce op: XLA:CPU reduced a [B*T, D] array in a different order than a
 #       [B, D] one (measured: one RMSNorm output element in ~10^5 flipped its bf16 rounding).
+#   (h) on GPUs, XLA's Triton GEMM emitter autotunes a tiling (and split-K) per matmul SHAPE, so the
+#       decode's [B, D] x [D, F] and the trainer's [B*T, D] x [D, F] add up their products in different
+#       orders. Measured on an H200 (jax 0.11.2, bench/bench_parity.py): with (a)-(g) alone 0-13% of
+#       tokens were bitwise; with cuBLAS GEMMs (--xla_gpu_enable_triton_gemm=false, set below for every
+#       process that imports this file, unless XLA_FLAGS already names the flag) every token was.
+#       XLA reads XLA_FLAGS when its first backend starts, so this must run before any jax computation.
 # With bf16_fix=False: plain bf16 einsums, no remat: the negative control that shows the mismatch.
+# A float32 config runs its matmuls at Precision.HIGHEST: float32 means float32 on every backend
+# (JAX's default lets GPUs use TF32 and TPUs bf16 passes; measured on the H200: logits 3e-4 away from
+# transformers' float32, against under 1e-4 on CPU).
 # =====================================================================================================
 
 MIN_DECODE_ROWS = 16
+PARITY_XLA_FLAGS = "--xla_gpu_enable_triton_gemm=false"  # (h); flags for other backends are ignored
+if "xla_gpu_enable_triton_gemm" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + PARITY_XLA_FLAGS).strip()
 
 
 @jax.custom_jvp
@@ -215,10 +228,15 @@ def _to_act(cfg: ModelConfig, x32):
     return x32.astype(cfg.jdtype)
 
 
+def _precision(cfg: ModelConfig):
+    """Matmul precision: HIGHEST for a float32 config (see the end of PRECISION POLICY), else the default."""
+    return jax.lax.Precision.HIGHEST if cfg.dtype == "float32" else None
+
+
 def _einsum(cfg: ModelConfig, spec: str, a, b, bias=None):
     """Every matmul of the model goes through here (PRECISION POLICY (a)); the bias is added in f32."""
     if cfg.bf16_fix or cfg.dtype == "float32":
-        out = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+        out = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32, precision=_precision(cfg))
         return _to_act(cfg, out if bias is None else out + bias.astype(jnp.float32))
     out = jnp.einsum(spec, a, b)
     return out if bias is None else out + bias
@@ -354,7 +372,8 @@ def _attention(cfg: ModelConfig, q_BTNH, k_BKSH, v_BKSH, mask_BTS):
     B, T, N, H = q_BTNH.shape
     K = cfg.num_kv_heads
     q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
-    s_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH, k_BKSH, preferred_element_type=jnp.float32)
+    s_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH, k_BKSH, preferred_element_type=jnp.float32,
+                         precision=_precision(cfg))
     s_BKGTS = s_BKGTS * np.float32(1.0 / math.sqrt(H))
     s_BKGTS = jnp.where(mask_BTS[:, None, None, :, :], s_BKGTS, -jnp.inf)
     s_BKGTS = s_BKGTS - jax.lax.stop_gradient(jnp.max(s_BKGTS, axis=-1, keepdims=True))
@@ -450,7 +469,7 @@ def _head_logits(cfg: ModelConfig, final_norm, w, x_XD):
         # XLA:CPU: a bf16 x bf16 -> f32 dot gives the same bits for every row count >= 2, while an
         # f32 x f32 dot changes its summation order below 16..64 rows (so decode != forward).
         h = (x32 * final_norm.astype(jnp.float32)).astype(w.dtype)
-        return jnp.einsum(spec, h, w, preferred_element_type=jnp.float32)
+        return jnp.einsum(spec, h, w, preferred_element_type=jnp.float32, precision=_precision(cfg))
     h = x32.astype(cfg.jdtype) * final_norm
     return jnp.einsum(spec, h, w).astype(jnp.float32)
 

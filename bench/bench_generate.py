@@ -3,6 +3,7 @@ on the same weights, side by side in one run.
 
 Run:  python bench/bench_generate.py                 # both sizes from issue 2 (a few minutes on 2 cores)
       python bench/bench_generate.py --sizes 3m --repeats 5
+      python bench/bench_generate.py --torch-device cuda   # on a GPU machine (jax uses its default device)
 
 What is measured: wall time of one full generate call (prefill + max_new_tokens sampled tokens) for a
 batch of 32-token prompts, median over --repeats after one warm-up call (the warm-up includes our jit
@@ -45,7 +46,7 @@ def _time(fn, repeats):
     return first, statistics.median(times)
 
 
-def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: bool):
+def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: bool, torch_device: str = "cpu"):
     import torch
     import transformers
 
@@ -73,8 +74,8 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
         torch.set_num_threads(os.cpu_count())
         dtypes = [("bf16", torch.bfloat16)] + ([("f32", torch.float32)] if torch_f32 else [])
         for name, dt in dtypes:
-            hf = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=dt).eval()
-            inp = torch.tensor(prompts_BP, dtype=torch.long)
+            hf = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=dt).eval().to(torch_device)
+            inp = torch.tensor(prompts_BP, dtype=torch.long, device=torch_device)
 
             def theirs():
                 with torch.no_grad():
@@ -82,10 +83,12 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
                                       min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0,
                                       top_p=1.0, pad_token_id=0, eos_token_id=None)
                 assert out.shape == (B, prompt_len + new_tokens)
+                if torch_device != "cpu":
+                    torch.cuda.synchronize()
 
             torch.manual_seed(0)
             first_hf, hf_s = _time(theirs, repeats)
-            rows.append((f"transformers {transformers.__version__} ({name})", hf_s, first_hf))
+            rows.append((f"transformers {transformers.__version__} ({name}, {torch_device})", hf_s, first_hf))
 
     toks = B * new_tokens
     print(f"\n== size {size}: {n_params / 1e6:.1f}M params, batch {B}, prompt {prompt_len}, {new_tokens} new tokens, "
@@ -104,7 +107,8 @@ if __name__ == "__main__":
     ap.add_argument("--new-tokens", type=int, default=128, help="sampled tokens per row")
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per side (median reported)")
     ap.add_argument("--torch-f32", action="store_true", help="also time transformers with f32 weights")
+    ap.add_argument("--torch-device", default="cpu", help="where transformers runs: cpu, or cuda on a GPU machine")
     args = ap.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cpus")
     for size in args.sizes:
-        bench(size, args.prompt_len, args.new_tokens, args.repeats, args.torch_f32)
+        bench(size, args.prompt_len, args.new_tokens, args.repeats, args.torch_f32, args.torch_device)

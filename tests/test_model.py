@@ -308,3 +308,14 @@ def test_tokenizers(tmp_path):
     assert isinstance(tok, hf_io.HFTokenizer) and tok.vocab_size == 4 and tok.eos_id == 0
     assert tok.encode("hello world hello") == [1, 2, 1]
     assert tok.decode([1, 2]) == "hello world"
+
+
+def test_gpu_gemm_flag_is_set_for_every_process_that_imports_model():
+    """PRECISION POLICY (h): importing model.py puts the cuBLAS-GEMM flag into XLA_FLAGS (measured
+    necessary for bitwise parity on an H200), and a flag the user set explicitly is left alone."""
+    assert model.PARITY_XLA_FLAGS in os.environ["XLA_FLAGS"].split()
+    code = "import os, model; print(os.environ['XLA_FLAGS'])"
+    env = {**os.environ, "XLA_FLAGS": "--xla_gpu_enable_triton_gemm=true"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["--xla_gpu_enable_triton_gemm=true"]
