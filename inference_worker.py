@@ -36,6 +36,7 @@ import zlib
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import cli
@@ -126,9 +127,24 @@ def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int
     return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT}, texts
 
 
-def sampling_key(seed: int, item_ids: list, version: int):
-    """A key that depends only on what is sampled and with which weights: a rerun samples the same."""
-    return jax.random.fold_in(jax.random.PRNGKey(seed), zlib.crc32("|".join(item_ids).encode()) ^ version)
+def row_keys(seed: int, items: list, version: int, rows: int):
+    """One sampling key per decode row (the layout of build_prompts), for model.generate.
+
+    A training item's G rows draw from its item id and the weight version: a rerun samples the same.
+    An item with a "crn_key" (the trainer's evaluation items) draws from that key and the row's index
+    alone, not from the version or from the items it shares a lease with. So every evaluation of a run
+    uses the same random numbers (common random numbers): the difference between two evaluations
+    measures the change of weights, not the luck of the draw, and each one is still an unbiased estimate.
+    """
+    base = jax.random.PRNGKey(seed)
+    keys = []
+    for item in items:
+        name = item.get("crn_key") or f"{item['item_id']}@{version}"
+        item_key = jax.random.fold_in(base, zlib.crc32(name.encode()))
+        keys.append(jax.vmap(jax.random.fold_in, (None, 0))(item_key, jnp.arange(item["group_size"])))
+    n = sum(len(k) for k in keys)
+    keys.append(jax.random.split(jax.random.fold_in(base, version), rows - n))  # dummy rows
+    return jnp.concatenate(keys)
 
 
 def verify_jobs(items: list, texts: list) -> list:
@@ -222,7 +238,7 @@ class Worker:
         t0 = time.monotonic()
         version = self.version
         out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B,
-                             sampling_key(cfg.seed, [i["item_id"] for i in items], version),
+                             row_keys(cfg.seed, items, version, rows),
                              max_new_tokens=max_new, temperature=temperature, top_p=top_p,
                              eos_id=eos, pad_id=self.pad_id)
         out, texts = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id)

@@ -551,12 +551,14 @@ def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
     return (tuple(k_out), tuple(v_out)), x_B1D[:, 0]
 
 
-def _sample(key, logp_BV, top_p, greedy: bool, use_top_p: bool):
+def _sample(u_B, logp_BV, top_p, greedy: bool, use_top_p: bool):
     """Draw one token per row from exp(logp_BV), restricted to the nucleus when use_top_p: the smallest
     set of most-likely tokens whose probability reaches top_p (Holtzman et al. 2019, arXiv:1904.09751).
     Inverse-CDF sampling (one uniform per row against the running sum of probabilities) instead of
     jax.random.categorical's Gumbel-max: it needs B random numbers instead of B*V, which measured
-    about 3x faster per step at V = 32000 on this CPU. Masked tokens have probability 0 and are never hit."""
+    about 3x faster per step at V = 32000 on this CPU. Masked tokens have probability 0 and are never hit.
+    u_B: one uniform in [0, 1) per row. Because the token is a monotone function of u given the
+    probabilities, two policies that differ a little mostly draw the same token from the same u."""
     if greedy:
         return jnp.argmax(logp_BV, axis=-1).astype(jnp.int32)
     if use_top_p:
@@ -567,13 +569,13 @@ def _sample(key, logp_BV, top_p, greedy: bool, use_top_p: bool):
         cut_B = jnp.take_along_axis(sorted_BV, jnp.maximum(n_keep_B - 1, 0)[:, None], axis=-1)
         logp_BV = jnp.where(logp_BV >= cut_B, logp_BV, -jnp.inf)
     cdf_BV = jnp.cumsum(jnp.exp(logp_BV - jnp.max(logp_BV, axis=-1, keepdims=True)), axis=-1)
-    u_B1 = jax.random.uniform(key, (logp_BV.shape[0], 1), jnp.float32) * cdf_BV[:, -1:]
+    u_B1 = u_B[:, None] * cdf_BV[:, -1:]
     tok_B = jnp.sum(cdf_BV <= u_B1, axis=-1)
     return jnp.minimum(tok_B, logp_BV.shape[-1] - 1).astype(jnp.int32)
 
 
 @partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p"))
-def _generate_jit(params, cfg, prompt_BT, prompt_len_B, key, temperature, top_p, eos_id, pad_id, *,
+def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top_p, eos_id, pad_id, *,
                   max_new_tokens: int, greedy: bool, use_top_p: bool):
     B, T = prompt_BT.shape
     rows_B = jnp.arange(B)
@@ -584,10 +586,11 @@ def _generate_jit(params, cfg, prompt_BT, prompt_len_B, key, temperature, top_p,
     x_BD = x_BTD[rows_B, prompt_len_B - 1]
 
     def sample_into(state, x_BD, i):
-        tokens_BT, logp_BT, mask_BT, done_B, key = state
-        key, sub = jax.random.split(key)
+        tokens_BT, logp_BT, mask_BT, done_B = state
+        # row b's i-th token uses uniform(fold_in(keys_B[b], i)): a row's draws never depend on its batch
+        u_B = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(keys_B)
         logp_BV = _log_softmax(cfg, head(params["final_norm"], w, x_BD), temperature)
-        tok_B = _sample(sub, logp_BV, top_p, greedy, use_top_p)
+        tok_B = _sample(u_B, logp_BV, top_p, greedy, use_top_p)
         tok_logp_B = jnp.take_along_axis(logp_BV, tok_B[:, None], axis=-1)[:, 0]
         pos_B = prompt_len_B + i
         live_B = ~done_B
@@ -596,10 +599,9 @@ def _generate_jit(params, cfg, prompt_BT, prompt_len_B, key, temperature, top_p,
         logp_BT = jnp.where(write_BT, tok_logp_B[:, None], logp_BT)
         mask_BT = jnp.where(write_BT, 1.0, mask_BT)
         done_B = done_B | (tok_B == eos_id)
-        return (tokens_BT, logp_BT, mask_BT, done_B, key), tok_B
+        return (tokens_BT, logp_BT, mask_BT, done_B), tok_B
 
-    state = (prompt_BT, jnp.zeros((B, T), jnp.float32), jnp.zeros((B, T), jnp.float32),
-             jnp.zeros((B,), bool), key)
+    state = (prompt_BT, jnp.zeros((B, T), jnp.float32), jnp.zeros((B, T), jnp.float32), jnp.zeros((B,), bool))
     state, tok_B = sample_into(state, x_BD, 0)
 
     def cond(carry):
@@ -614,8 +616,19 @@ def _generate_jit(params, cfg, prompt_BT, prompt_len_B, key, temperature, top_p,
 
     cache = (tuple(map(_as_bits, k_cache)), tuple(map(_as_bits, v_cache)))  # [L, B, K, T, H] -> L arrays [B, K, T, H]
     _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_B))
-    tokens_BT, logp_BT, mask_BT, _, _ = state
+    tokens_BT, logp_BT, mask_BT, _ = state
     return tokens_BT, logp_BT, mask_BT, jnp.sum(mask_BT, axis=1).astype(jnp.int32)
+
+
+def _row_keys(key, B: int):
+    """B per-row keys from one key (split) or a batch of B keys (as given); typed or raw uint32 keys."""
+    key = jnp.asarray(key)
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if key.ndim == (0 if typed else 1):
+        return jax.random.split(key, B)
+    if key.shape[0] != B or key.ndim != (1 if typed else 2):
+        raise ValueError(f"key must be one PRNG key or {B} of them (one per row); got shape {key.shape}")
+    return key
 
 
 def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, max_new_tokens: int,
@@ -629,6 +642,9 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
     renormalised one, so it equals token_logprobs(params, cfg, tokens_BT, temperature) bit for bit on the
     reference CPU configuration; 0 elsewhere), mask_BT (1.0 on completion tokens, eos included),
     completion_len_B. temperature=0 is greedy and reports the untempered (temperature 1) log-probs.
+    key: one PRNG key for the batch, or a batch of B keys, one per row. With per-row keys a row's
+    completion depends only on its prompt, its key and the weights, not on the other rows: the same
+    keys give common random numbers across evaluations (inference_worker.py: row_keys).
     Fewer than MIN_DECODE_ROWS rows are padded with dummy rows internally (PRECISION POLICY (e)).
     """
     prompt_BT = np.asarray(prompt_BT)
@@ -646,12 +662,14 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
     if not 0 <= pad_id < cfg.vocab_size or (eos_id is not None and not 0 <= eos_id < cfg.vocab_size):
         raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {cfg.vocab_size})")
+    keys_B = _row_keys(key, B)
     n_rows = max(B, MIN_DECODE_ROWS)
     if n_rows > B:  # dummy rows: a 1-token prompt, results dropped
         prompt_BT = np.concatenate([prompt_BT, np.full((n_rows - B, T), pad_id, prompt_BT.dtype)])
         prompt_len_B = np.concatenate([prompt_len_B, np.ones(n_rows - B, prompt_len_B.dtype)])
+        keys_B = jnp.concatenate([keys_B, jax.random.split(keys_B[0], n_rows - B)])
     tokens_BT, logp_BT, mask_BT, n_B = _generate_jit(
-        params, cfg, jnp.asarray(prompt_BT, jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), key,
+        params, cfg, jnp.asarray(prompt_BT, jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), keys_B,
         jnp.float32(temperature), jnp.float32(top_p), jnp.int32(-1 if eos_id is None else eos_id),
         jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1)
     out = {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT, "completion_len_B": n_B}

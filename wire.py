@@ -223,6 +223,8 @@ def check_item(item) -> dict:
     check_record("work item", item, ITEM_FIELDS)
     if item["group_size"] < 1 or item["max_new_tokens"] < 1 or item["seq_len"] < 2:
         raise WireError(f"work item {item['item_id']}: group_size, max_new_tokens and seq_len must be positive")
+    if not isinstance(item.get("crn_key", ""), str):
+        raise WireError(f"work item {item['item_id']}: crn_key must be a string")
     return item
 
 

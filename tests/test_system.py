@@ -167,3 +167,30 @@ def test_worker_jobs_reward_a_right_completion_and_not_a_wrong_one():
     texts = [problem.solution, "0\n", "__import__('os')._exit(0)\n"]
     verdicts = verifier.verify_batch(inference_worker.verify_jobs([item], texts), workers=1)
     assert [v.reward for v in verdicts] == [1.0, 0.0, 0.0], verdicts
+
+
+def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
+    """inference_worker.row_keys: an evaluation item's row keys (it carries a crn_key) are the same at
+    every weight version, in any lease position and next to any other items, so two evaluations of a
+    run draw the same random numbers; a training item's keys change with the version; a non-string
+    crn_key is refused by the wire check."""
+    import inference_worker
+    import wire
+
+    def item(item_id, G, crn=None):
+        return {"item_id": item_id, "group_size": G, **({"crn_key": crn} if crn else {})}
+
+    ev = item("eval/0/3|p", 4, crn="eval/3|p")
+    ev_later = item("eval/150/3|p", 4, crn="eval/3|p")  # the next evaluation of the same problem
+    train = item("train/7|q", 4)
+    a = np.asarray(inference_worker.row_keys(0, [ev, train], version=0, rows=16))
+    b = np.asarray(inference_worker.row_keys(0, [train, item("train/9|r", 2), ev_later], version=150, rows=16))
+    assert a.shape == b.shape == (16, 2)
+    assert np.array_equal(a[:4], b[6:10])          # same evaluation rows: same keys
+    assert not np.array_equal(a[4:8], b[:4])       # the training item at another version: new keys
+    assert len({k.tobytes() for k in a}) == 16     # every row its own key
+    c = np.asarray(inference_worker.row_keys(1, [ev], version=0, rows=16))
+    assert not np.array_equal(a[:4], c[:4])        # another seed: another draw
+    with pytest.raises(wire.WireError, match="crn_key"):
+        wire.check_item({"item_id": "x", "prompt": "p", "group_size": 1, "seq_len": 8, "max_new_tokens": 2,
+                         "min_version": 0, "crn_key": 5})
