@@ -132,15 +132,18 @@ def row_keys(seed: int, items: list, version: int, rows: int):
 
     A training item's G rows draw from its item id and the weight version: a rerun samples the same.
     An item with a "crn_key" (the trainer's evaluation items) draws from that key and the row's index
-    alone, not from the version or from the items it shares a lease with. So every evaluation of a run
-    uses the same random numbers (common random numbers): the difference between two evaluations
-    measures the change of weights, not the luck of the draw, and each one is still an unbiased estimate.
+    alone, not from the version, from this worker's seed or from the items it shares a lease with. So
+    every evaluation of a run uses the same random numbers whichever worker samples it (common random
+    numbers): the difference between two evaluations measures the change of weights, not the luck of
+    the draw, and each one is still an unbiased estimate. (The trainer puts its own seed in crn_key.)
     """
     base = jax.random.PRNGKey(seed)
     keys = []
     for item in items:
-        name = item.get("crn_key") or f"{item['item_id']}@{version}"
-        item_key = jax.random.fold_in(base, zlib.crc32(name.encode()))
+        if item.get("crn_key"):
+            item_key = jax.random.fold_in(jax.random.PRNGKey(0), zlib.crc32(item["crn_key"].encode()))
+        else:
+            item_key = jax.random.fold_in(base, zlib.crc32(f"{item['item_id']}@{version}".encode()))
         keys.append(jax.vmap(jax.random.fold_in, (None, 0))(item_key, jnp.arange(item["group_size"])))
     n = sum(len(k) for k in keys)
     keys.append(jax.random.split(jax.random.fold_in(base, version), rows - n))  # dummy rows

@@ -509,7 +509,7 @@ class Trainer:
         for item, (j, p) in zip(items, enumerate(self.heldout)):
             # the same random numbers at every evaluation of this run (inference_worker.row_keys): the
             # change between two evaluations is the weights' doing, not the draw's
-            item["crn_key"] = f"eval/{j}|{p.item_id}"
+            item["crn_key"] = f"seed{self.cfg.seed}/eval/{j}|{p.item_id}"
         if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
             items += [problem_item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", self.cfg, 1, self.T, self.step_n,
                                    True, self.lineage, temperature=0.0) for j, p in enumerate(self.heldout)]

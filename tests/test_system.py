@@ -171,8 +171,9 @@ def test_worker_jobs_reward_a_right_completion_and_not_a_wrong_one():
 
 def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
     """inference_worker.row_keys: an evaluation item's row keys (it carries a crn_key) are the same at
-    every weight version, in any lease position and next to any other items, so two evaluations of a
-    run draw the same random numbers; a training item's keys change with the version; a non-string
+    every weight version, on every worker, in any lease position and next to any other items, so two
+    evaluations of a run draw the same random numbers; a training item's keys change with the version
+    and the worker's seed; a non-string
     crn_key is refused by the wire check."""
     import inference_worker
     import wire
@@ -189,8 +190,11 @@ def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
     assert np.array_equal(a[:4], b[6:10])          # same evaluation rows: same keys
     assert not np.array_equal(a[4:8], b[:4])       # the training item at another version: new keys
     assert len({k.tobytes() for k in a}) == 16     # every row its own key
-    c = np.asarray(inference_worker.row_keys(1, [ev], version=0, rows=16))
-    assert not np.array_equal(a[:4], c[:4])        # another seed: another draw
+    c = np.asarray(inference_worker.row_keys(1, [ev, train], version=0, rows=16))
+    assert np.array_equal(a[:4], c[:4])            # another worker (seed) draws the same evaluation rows
+    assert not np.array_equal(a[4:8], c[4:8])      # but its own training rows
+    d = np.asarray(inference_worker.row_keys(0, [item("eval/0/3|p", 4, crn="seed1/eval/3|p")], 0, rows=16))
+    assert not np.array_equal(a[:4], d[:4])        # another crn_key (a run with another seed): another draw
     with pytest.raises(wire.WireError, match="crn_key"):
         wire.check_item({"item_id": "x", "prompt": "p", "group_size": 1, "seq_len": 8, "max_new_tokens": 2,
                          "min_version": 0, "crn_key": 5})
