@@ -24,6 +24,7 @@ Benchmark:      python bench/bench_generate.py
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
@@ -187,7 +188,8 @@ class ModelConfig:
 #       decode's [B, D] x [D, F] and the trainer's [B*T, D] x [D, F] add up their products in different
 #       orders. Measured on an H200 (jax 0.11.2, bench/bench_parity.py): with (a)-(g) alone 0-13% of
 #       tokens were bitwise; with cuBLAS GEMMs (--xla_gpu_enable_triton_gemm=false, set below for every
-#       process that imports this file, unless XLA_FLAGS already names the flag) every token was.
+#       process that imports this file on a machine with JAX's CUDA plugin, unless XLA_FLAGS already
+#       names the flag) every token was.
 #       XLA reads XLA_FLAGS when its first backend starts, so this must run before any jax computation.
 # With bf16_fix=False: plain bf16 einsums, no remat: the negative control that shows the mismatch.
 # A float32 config runs its matmuls at Precision.HIGHEST: float32 means float32 on every backend
@@ -196,9 +198,20 @@ class ModelConfig:
 # =====================================================================================================
 
 MIN_DECODE_ROWS = 16
-PARITY_XLA_FLAGS = "--xla_gpu_enable_triton_gemm=false"  # (h); flags for other backends are ignored
-if "xla_gpu_enable_triton_gemm" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + PARITY_XLA_FLAGS).strip()
+PARITY_XLA_FLAGS = "--xla_gpu_enable_triton_gemm=false"  # (h)
+_CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")  # what `pip install jax[cuda12|13]` brings
+
+
+def _use_parity_xla_flags() -> None:
+    """PRECISION POLICY (h): add the cuBLAS-GEMM flag where JAX can use an NVIDIA GPU (its CUDA plugin
+    is installed), unless XLA_FLAGS already names the flag. CPU and TPU machines are left untouched."""
+    if any(importlib.util.find_spec(m) for m in _CUDA_PLUGINS):
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_gpu_enable_triton_gemm" not in flags:
+            os.environ["XLA_FLAGS"] = (flags + " " + PARITY_XLA_FLAGS).strip()
+
+
+_use_parity_xla_flags()
 
 
 @jax.custom_jvp
