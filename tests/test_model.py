@@ -331,3 +331,31 @@ def test_gpu_gemm_flag_is_set_where_jax_has_cuda(tmp_path):
     assert flags_after_import("--xla_gpu_enable_triton_gemm=true", True) == ["--xla_gpu_enable_triton_gemm=true"]
     if not any(importlib.util.find_spec(m) for m in model._CUDA_PLUGINS):  # this machine: no CUDA plugin
         assert flags_after_import("--xla_foo=1", False) == ["--xla_foo=1"]
+
+
+def test_per_row_keys_make_each_row_independent_of_its_batch():
+    """generate() with one key per row: a row's completion depends on its prompt, key and the weights
+    only, so the same (prompt, key) gives the same tokens in any batch, at any position, next to any
+    rows (common random numbers for evaluation); a batch key still works, and a wrong count is refused."""
+    cfg = model.ModelConfig(**BF16_CFG)
+    params = model.init_params(cfg, jax.random.key(0))
+    rs = np.random.RandomState(0)
+    prompt_BT = np.zeros((6, 48), np.int32)
+    prompt_BT[:, :8] = rs.randint(1, 256, (6, 8))
+    lens = np.full(6, 8)
+    keys = jax.random.split(jax.random.key(7), 6)
+    a = model.generate(params, cfg, prompt_BT, lens, keys, max_new_tokens=24)
+    order = np.array([4, 0, 5])  # a different batch: fewer rows, another order
+    b = model.generate(params, cfg, prompt_BT[order], lens[order], keys[order], max_new_tokens=24)
+    assert np.array_equal(a["tokens_BT"][order], b["tokens_BT"])
+    assert np.array_equal(a["logp_BT"][order], b["logp_BT"])
+    assert len({a["tokens_BT"][i, 8:].tobytes() for i in range(6)}) == 6  # different keys, different draws
+    # the same prompt in every row with different keys gives different completions; same key, same one
+    same = np.repeat(prompt_BT[:1], 4, axis=0)
+    c = model.generate(params, cfg, same, lens[:4], jax.random.split(jax.random.key(3), 4), max_new_tokens=24)
+    d = model.generate(params, cfg, same, lens[:4], jnp.stack([keys[0]] * 4), max_new_tokens=24)
+    assert len({row.tobytes() for row in c["tokens_BT"]}) > 1
+    assert all(np.array_equal(row, a["tokens_BT"][0]) for row in d["tokens_BT"])
+    model.generate(params, cfg, prompt_BT, lens, jax.random.PRNGKey(1), max_new_tokens=4)  # raw batch key
+    with pytest.raises(ValueError, match="one per row"):
+        model.generate(params, cfg, prompt_BT, lens, keys[:5], max_new_tokens=4)
