@@ -43,8 +43,8 @@ WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. 
 # Every role inherits the same XLA_FLAGS (none by default): bitwise parity of sampler and trainer
 # needs the same compiler settings on both sides (NUMERICS.md). Measured: the precision policy is
 # bitwise with XLA's defaults, but NOT with --xla_cpu_multi_thread_eigen=false, which changes the
-# summation order of small matmuls; so do not add such flags to one role only. On GPUs, model.py
-# adds --xla_gpu_enable_triton_gemm=false to every role (PRECISION POLICY (h)).
+# summation order of small matmuls; so do not add such flags to one role only. Where JAX has CUDA,
+# model.py adds --xla_gpu_enable_triton_gemm=false to every role (PRECISION POLICY (h)).
 export XLA_FLAGS=${XLA_FLAGS:-}
 export PYTHONUNBUFFERED=1
 

@@ -504,12 +504,11 @@ class Trainer:
     def evaluate(self) -> dict:
         """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
         t0, n = time.monotonic(), self.cfg.eval_samples
-        items = [problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True,
-                              self.lineage) for j, p in enumerate(self.heldout)]
-        for item, (j, p) in zip(items, enumerate(self.heldout)):
-            # the same random numbers at every evaluation of this run (inference_worker.row_keys): the
-            # change between two evaluations is the weights' doing, not the draw's
-            item["crn_key"] = f"seed{self.cfg.seed}/eval/{j}|{p.item_id}"
+        # crn_key: the same random numbers at every evaluation of this run (inference_worker.row_keys),
+        # so the change between two evaluations is the weights' doing, not the draw's
+        items = [{**problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True,
+                                 self.lineage), "crn_key": f"seed{self.cfg.seed}/eval/{j}|{p.item_id}"}
+                 for j, p in enumerate(self.heldout)]
         if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
             items += [problem_item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", self.cfg, 1, self.T, self.step_n,
                                    True, self.lineage, temperature=0.0) for j, p in enumerate(self.heldout)]

@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import hf_io  # noqa: E402
 import model  # noqa: E402
+import sharding  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -215,6 +216,7 @@ SHARDED_SCRIPT = r"""
 import sys, numpy as np, jax
 sys.path.insert(0, sys.argv[1])
 import model
+import sharding
 assert len(jax.devices()) == 8, jax.devices()
 cfg = model.ModelConfig(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                         intermediate_size=128, max_seq_len=64, rope_theta=1e4, rms_norm_eps=1e-6, qkv_bias=True,
@@ -222,10 +224,10 @@ cfg = model.ModelConfig(vocab_size=128, hidden_size=64, num_layers=2, num_heads=
 params = model.init_params(cfg, jax.random.key(0))
 tokens = np.random.RandomState(0).randint(0, 128, (4, 24)).astype(np.int32)
 ref = np.asarray(jax.jit(model.forward, static_argnums=1)(jax.device_put(params, jax.devices()[0]), cfg, tokens))
-mesh = model.make_mesh(data=2, tensor=4)
-sharded = model.shard_params(params, cfg, mesh)
+mesh = sharding.make_mesh(data=2, tensor=4)
+sharded = sharding.shard_params(params, cfg, mesh)
 assert any(len(x.sharding.device_set) == 8 for x in jax.tree.leaves(sharded))
-toks = jax.device_put(tokens, jax.sharding.NamedSharding(mesh, model.ACTIVATION_SPECS["tokens_BT"]))
+toks = jax.device_put(tokens, jax.sharding.NamedSharding(mesh, sharding.ACTIVATION_SPECS["tokens_BT"]))
 out = jax.jit(model.forward, static_argnums=1)(sharded, cfg, toks)
 assert len(out.sharding.device_set) == 8
 print("MAXDIFF", float(np.abs(np.asarray(out) - ref).max()))
@@ -244,7 +246,7 @@ def test_sharded_forward_on_8_cpu_devices_matches_single_device():
 def test_partition_specs_cover_params():
     cfg = model.ModelConfig(**BF16_CFG)
     params = model.init_params(cfg, jax.random.key(0))
-    specs = model.param_partition_specs(params, cfg)
+    specs = sharding.param_partition_specs(params, cfg)
     assert jax.tree.structure(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)) == \
         jax.tree.structure(params)
     assert specs["layers"]["q_proj"] == jax.sharding.PartitionSpec(None, "data", "tensor", None)
