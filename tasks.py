@@ -7,18 +7,24 @@ Two sources of problems, one `Problem` type:
 1. The embedded default task (no download): synthesise a one-line Python function from input/output
    examples shown in the prompt, e.g.
 
-       # f(0)=1, f(1)=3, f(-4)=-7, f(7)=15
+       # f(-1)=-1, f(0)=1, f(1)=3, f(2)=5
        def f(x):
            return                                  <- the model completes "2*x+1\\n" (stop at "\\n")
 
    The program is prompt + completion; hidden tests are HumanEval-style asserts (`assert f(5) == 11`)
    that the verifier runs after it. Problems come from generated families (linear, square, abs, modulo),
-   each a template with integer coefficients. Choices measured in the prototype of
-   issue 5 with a 0.8M-parameter byte model (our own numbers are in README "Results"):
-   - f(0) and f(1) are ALWAYS shown and the offset's range is WIDE: with narrow ranges the tiny model
-     memorised training problems and RL raised training reward while held-out scores fell; with f(0)
-     and f(1) (which pin the offset and the slope of most families) it learns the rule instead. The
-     slope's range is narrow (|a| <= 3): see FAMILIES below for what we measured.
+   each a template with integer coefficients. Choices measured with a 0.8M-parameter byte model (the
+   prototype of issue 5 and README "Results"):
+   - The prompt shows f at the SAME x every time, in order: f(-1), f(0), f(1), f(2). f(0) and f(1) pin
+     the offset and the slope of most families, f(-1) tells abs and square from linear, f(2) tells
+     square from abs. With two of the shown x drawn at random from [-9, 12] instead (our previous
+     default), the warm-up had to learn arithmetic at varying x: 55% of the cold start's wrong
+     held-out answers had the wrong template, and GRPO added 2-4 points of held-out pass@1 in 150-300
+     steps. With the fixed x the warm-up's loss drops sharply once it finds the rules, and GRPO from
+     a cold start taken as that begins (pass@1 0.16) added 12 points in 250 steps, pass@8 kept.
+   - The offset's range is WIDE: with narrow ranges the tiny model memorised training problems and
+     RL raised training reward while held-out scores fell (issue 5's prototype). The slope's range is
+     narrow (|a| <= 3): see FAMILIES below for what we measured.
    - The held-out split is by coefficient COMBINATION (a hash of family + coefficients), never by
      coefficient VALUE: a value the model never saw for its family in training is unreachable for it,
      so held-out problems are new combinations of values that each occur in training.
@@ -65,13 +71,14 @@ class TaskConfig:
     families: tuple = ("linear", "square", "abs", "mod")
     """Generated problem families drawn (uniformly) for training and held out for evaluation."""
     n_shown: int = 4
-    """Examples in the prompt: always f(0) and f(1), then n_shown - 2 other distinct x."""
+    """Examples in the prompt: always f(0) and f(1), plus n_shown - 2 other distinct x, shown in order."""
     n_tests: int = 6
     """Hidden asserts per problem, at x values drawn from a wider range than the shown ones."""
     heldout_one_in: int = 8
     """About 1 in this many coefficient combinations of each family is held out of training."""
-    shown_x_range: tuple = (-9, 12)
-    """Inclusive range of the extra shown x values (0 and 1 are always shown besides)."""
+    shown_x_range: tuple = (-1, 2)
+    """Inclusive range of the extra shown x values (0 and 1 are always shown besides). The default
+    leaves exactly -1 and 2, so every prompt shows f(-1), f(0), f(1), f(2) (see the module docstring)."""
     test_x_range: tuple = (-15, 20)
     """Inclusive range of hidden test x values."""
 
@@ -159,8 +166,8 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
 # points more often than a sample (warmup.py --report): nothing for RL to sharpen, and GRPO added
 # 1-3 points of held-out pass@1. With these ranges the same report gives +8 points (README "Results").
 # In every family b = f(0), and in the three a-families a = f(1) - f(0): the same two rules solve them
-# all once the family is recognised from the other shown examples (a negative x tells abs from linear,
-# x >= 2 tells square from linear). Our first family set (abs(x-a)+b, max(x,a)+b, min(x,a)+b, x*x+a*x+b,
+# all once the family is recognised from the other shown examples (f(-1) tells abs and square from
+# linear, f(2) tells square from abs). Our first family set (abs(x-a)+b, max(x,a)+b, min(x,a)+b, x*x+a*x+b,
 # where f(0) and f(1) do NOT pin the coefficients) left a 0.8M model at 1.5% held-out pass@1 after
 # 400 warm-up steps.
 _EXCLUDE = {f: {"a": (0,)} for f in ("linear", "square", "abs")}  # a = 0 is the constant function
@@ -199,7 +206,7 @@ def make_problem(family: str, coeffs: dict[str, int], rng: np.random.Generator,
     fn = eval("lambda x: " + solution, {"abs": abs, "max": max, "min": min})  # our own template only
     lo, hi = cfg.shown_x_range
     extra = [x for x in range(lo, hi + 1) if x not in (0, 1)]
-    shown_x = [0, 1] + [int(x) for x in rng.choice(extra, size=cfg.n_shown - 2, replace=False)]
+    shown_x = sorted([0, 1] + [int(x) for x in rng.choice(extra, size=cfg.n_shown - 2, replace=False)])
     lo, hi = cfg.test_x_range
     test_x = sorted(int(x) for x in rng.choice(np.arange(lo, hi + 1), size=cfg.n_tests, replace=False))
     header = "# " + ", ".join(f"f({x})={fn(x)}" for x in shown_x)

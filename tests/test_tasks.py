@@ -1,5 +1,6 @@
 """The embedded task and the dataset loaders. Run: python -m pytest -q tests/test_tasks.py"""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -82,9 +83,22 @@ def test_every_heldout_coefficient_value_occurs_in_training():
         assert held_values and held_values <= train_values, family
 
 
-def test_prompt_always_shows_f0_and_f1_and_ends_ready_for_the_expression():
+def test_a_wider_shown_range_still_shows_f0_and_f1_among_sorted_distinct_x():
+    cfg = tasks.TaskConfig(shown_x_range=(-9, 12), n_shown=5)
+    xs_seen = set()
+    for p in tasks.train_problems(seed=2, cfg=cfg).batch(0, 100):
+        xs = [int(x) for x in re.findall(r"f\((-?\d+)\)=", p.prompt.splitlines()[0])]
+        assert len(xs) == 5 and xs == sorted(set(xs)) and {0, 1} <= set(xs) and -9 <= min(xs) and max(xs) <= 12
+        xs_seen.update(xs)
+    assert len(xs_seen) > 10  # the extra x really vary
+
+
+def test_prompt_shows_f_at_minus1_0_1_2_in_order_and_ends_ready_for_the_expression():
     for p in tasks.train_problems(seed=1).batch(0, 200) + tasks.heldout_problems(50):
-        assert p.prompt.startswith("# f(0)=") and ", f(1)=" in p.prompt.splitlines()[0]
+        shown = re.findall(r"f\((-?\d+)\)=(-?\d+)", p.prompt.splitlines()[0])
+        assert [int(x) for x, _ in shown] == [-1, 0, 1, 2]
+        fn = eval("lambda x: " + p.solution.strip(), {"abs": abs})
+        assert all(fn(int(x)) == int(y) for x, y in shown)
         assert p.prompt.endswith("def f(x):\n    return ")
         assert p.solution.endswith("\n") and "\n" not in p.solution[:-1]
         assert p.tests.count("assert f(") == tasks.TaskConfig().n_tests == len(p.cases)
