@@ -15,8 +15,8 @@ trainer run; the held-out numbers printed at the end are measured on the saved b
 back from disk.
 
 Loss: next-byte cross-entropy on the completion, plus `prompt_loss_weight` times the loss on the
-prompt bytes (predicting f(7) from f(0) and f(1) in the prompt is the same skill, so the examples are
-free extra supervision).
+prompt bytes (predicting f(2) from f(-1), f(0) and f(1) in the prompt is the same skill, so the
+examples are free extra supervision).
 
 Run (the committed checkpoint, two stages: 400 steps from scratch, then 125 more at a lower peak lr):
     python warmup.py --out checkpoints/coldstart
