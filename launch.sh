@@ -12,8 +12,8 @@
 #   MODEL=/path/to/hf_checkpoint DATA=problems.jsonl bash launch.sh   # a real model on real problems
 #
 # Everything lands in $RUN_DIR: one log per role, commands.sh (the exact command of every role, so any
-# of them can be restarted by hand), pids/<role>, restarts.json, metrics.jsonl, ledger.jsonl and the
-# trainer's checkpoints. A role that dies is restarted (the trainer with --resume); Ctrl-C, the end of
+# of them can be restarted by hand), pids/<role>, restarts.json, metrics.jsonl, ledger.jsonl, the
+# trainer's checkpoints and, at the end, final/ (the trained policy in Hugging Face layout). A role that dies is restarted (the trainer with --resume); Ctrl-C, the end of
 # the run, or a role that keeps dying stops every process this script started. RESUME=1 continues a
 # run dir from its last checkpoint.
 set -euo pipefail

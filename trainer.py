@@ -4,7 +4,8 @@
     python trainer.py --run-dir runs/demo --resume          # continue from the last good checkpoint
 
 Sockets (requests to the param server, see wire.py): ping, push_weights, enqueue_work, get_rollouts.
-Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/checkpoints/step_N/.
+Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/checkpoints/step_N/,
+and at the end $RUN_DIR/final/ (the trained policy in Hugging Face layout, `Trainer.export_policy`).
 
 One step, top to bottom (`Trainer.step`):
   1. Feed. Keep (max_staleness + 1) x prompts_per_step work items in flight, each tagged with
@@ -127,6 +128,10 @@ class Config:
 
 
 # ----------------------------------------------------------------------------- the update (pure)
+
+TOKENIZER_FILES = ("special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json",
+                   "generation_config.json", "chat_template.jinja")  # plus every tokenizer*
+
 
 def cast_params(master, dtype):
     """f32 master weights -> the model dtype. Sampler and trainer both run exactly these bf16 values."""
@@ -547,6 +552,21 @@ class Trainer:
                                self.cfg.keep_checkpoints)
         self.log(f"checkpoint {path}")
 
+    def export_policy(self) -> str:
+        """The trained policy as a Hugging Face folder, $RUN_DIR/final: the bf16 weights the workers
+        sample with, plus the model folder's tokenizer files. hf_io.load_hf, `warmup.py --report` and
+        transformers load it; written beside and renamed into place, so it is whole or absent."""
+        out = os.path.join(self.cfg.run_dir, "final")
+        tmp = out + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        hf_io.save_hf(tmp, self.mcfg, cast_params(self.master, self.mcfg.jdtype))
+        for name in sorted(os.listdir(self.cfg.model)):
+            if name in TOKENIZER_FILES or name.startswith("tokenizer"):
+                shutil.copy2(os.path.join(self.cfg.model, name), tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+        return out
+
     def run(self) -> None:
         cfg = self.cfg
         self.check_param_server()
@@ -584,6 +604,8 @@ class Trainer:
                      + (f" | {eval_text(metrics)}" if "eval/pass@1" in metrics else ""))
             if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
                 self.checkpoint()
+        if self.step_n == cfg.steps and not self.stop_requested:
+            self.log(f"trained policy in {self.export_policy()} (Hugging Face layout)")
         if self.stop_requested:
             self.checkpoint()
             self.log("stopped by SIGTERM after checkpointing")

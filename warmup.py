@@ -96,6 +96,8 @@ class WarmupConfig:
     """Sampling temperature of the evaluation, the same the RL workers sample at."""
     eval_problems: int = 128
     """Held-out problems in the final evaluation."""
+    eval_skip: int = 0
+    """--report only: skip the first this many held-out problems (256 skips those launch.sh evaluates on)"""
     eval_samples: int = 8
     """Samples per held-out problem (n of the pass@k estimator; must be >= 8 for pass@8)."""
     report: str = ""
@@ -106,6 +108,8 @@ class WarmupConfig:
                      "intermediate_size", "max_new_tokens", "eval_problems"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WarmupConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_skip < 0:
+            raise ValueError(f"WarmupConfig.eval_skip must be >= 0, got {self.eval_skip}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError(f"WarmupConfig: hidden_size {self.hidden_size} must divide by num_heads "
                              f"{self.num_heads}, which must divide by num_kv_heads {self.num_kv_heads}")
@@ -219,7 +223,8 @@ def answer_error(problem: tasks.Problem, completion: str, passed: bool) -> str:
     return "malformed"
 
 
-def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72, max_new_tokens: int = 16) -> dict:
+def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72, max_new_tokens: int = 16,
+           skip: int = 0) -> dict:
     """How much RL could gain from this checkpoint, and where. On held-out problems and on as many training
     problems: pass@1/pass@8 sampled at temperature 1 (what RL samples and is evaluated at) and greedy
     pass@1 (the policy's mode). RL at temperature 1 sharpens the policy towards its mode, so greedy
@@ -227,7 +232,7 @@ def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72
     held-out samples get wrong (answer_error)."""
     tok, (mcfg, params) = hf_io.ByteTokenizer(), hf_io.load_hf(ckpt)
     out = {}
-    for split, problems in (("heldout", tasks.heldout_problems(n_problems)),
+    for split, problems in (("heldout", tasks.heldout_problems(skip + n_problems)[skip:]),
                             ("train", tasks.train_problems(seed + 1000).batch(0, n_problems))):
         key = jax.random.PRNGKey(seed + 7)
         comps = sample(params, mcfg, tok, problems, key, 8, prompt_len, max_new_tokens, 1.0)
@@ -331,6 +336,7 @@ if __name__ == "__main__":
     import cli
     config = cli.parse(WarmupConfig, description=__doc__.split("\n\n")[0])
     if config.report:
-        report(config.report, config.eval_problems, config.seed, config.prompt_len, config.max_new_tokens)
+        report(config.report, config.eval_problems, config.seed, config.prompt_len, config.max_new_tokens,
+               config.eval_skip)
     else:
         main(config)

@@ -11,8 +11,10 @@ import os
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 
 import hf_io
 import model
@@ -62,6 +64,22 @@ def metrics(run_dir):
         return [json.loads(line) for line in f]
 
 
+def assert_exported_policy(run_dir, last_checkpoint, init_path) -> dict:
+    """$RUN_DIR/final is the trained policy in Hugging Face layout: the bf16 cast of the last
+    checkpoint's master weights, loadable like any model folder. Returns how far each tensor moved."""
+    final_cfg, final = hf_io.load_hf(os.path.join(run_dir, "final"))
+    init_cfg, init = hf_io.load_hf(init_path)
+    state = safetensors.numpy.load_file(os.path.join(run_dir, "checkpoints", last_checkpoint, "state.safetensors"))
+    master = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith("master/")}
+    flat = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(final)[0]}
+    init32 = {jax.tree_util.keystr(p): np.asarray(v, np.float32) for p, v in jax.tree_util.tree_flatten_with_path(init)[0]}
+    assert final_cfg == init_cfg and set(flat) == set(master) == set(init32) and master
+    for name, w in master.items():
+        assert np.array_equal(flat[name].astype(np.float32),
+                              np.asarray(jnp.asarray(w).astype(final_cfg.jdtype)).astype(np.float32)), name
+    return {k: float(np.abs(master[k] - init32[k]).max()) for k in master}
+
+
 def test_on_policy_run_is_bitwise_and_resumes(roles, tmp_path, tiny):
     run_dir = str(tmp_path / "run")
     trainer, ps = start_system(roles, run_dir, tiny, trainer_args=["--steps", "3", "--checkpoint-every", "2"])
@@ -80,6 +98,7 @@ def test_on_policy_run_is_bitwise_and_resumes(roles, tmp_path, tiny):
                     "throughput/tokens_per_s", "wait/rollouts_s"):
             assert key in r
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["step_000002", "step_000003"]
+    assert_exported_policy(run_dir, "step_000003", tiny)
 
     # Resume: continues from step 3 with the same data cursor, two more steps.
     meta = json.load(open(os.path.join(run_dir, "checkpoints", "step_000003", "meta.json")))
@@ -139,6 +158,9 @@ def test_greedy_evaluation_is_the_mode_of_the_same_weights_and_mixed_leases_do_n
     assert first["eval/pass@1"] != expected  # sampled at temperature 1: a different estimate
     stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
     assert stats.get("lease_expired", 0) == 0 and stats.get("reissued", 0) == 0, stats
+    # The cold start solves some training problems, so its one GRPO step moved the weights, and the
+    # exported policy is the moved one.
+    assert max(assert_exported_policy(run_dir, "step_000001", ckpt).values()) > 0
 
 
 def test_checkpoint_folder_that_does_not_match_the_model_is_a_clear_error(roles, tmp_path, tiny):
