@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -111,13 +112,23 @@ def from_hf_tensors(tensors: dict, cfg: ModelConfig) -> dict:
 # =====================================================================================================
 
 
-def save_hf(path: str, cfg: ModelConfig, params: dict, max_shard_bytes: int | None = None) -> None:
+TOKENIZER_FILES = ("special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json",
+                   "generation_config.json", "chat_template.jinja")  # plus every tokenizer*
+
+
+def save_hf(path: str, cfg: ModelConfig, params: dict, max_shard_bytes: int | None = None,
+            tokenizer_from: str | None = None) -> None:
     """Write config.json and model.safetensors (or model-0000i-of-0000n.safetensors shards plus
-    model.safetensors.index.json when the tensors exceed max_shard_bytes), in cfg.dtype."""
+    model.safetensors.index.json when the tensors exceed max_shard_bytes), in cfg.dtype.
+    tokenizer_from: a model folder whose tokenizer and generation files are copied along, so the
+    saved folder loads with its tokenizer (a trained policy next to the model it started from)."""
     from safetensors.numpy import save_file
     import ml_dtypes  # noqa: F401  (numpy bfloat16 support, a jax dependency)
 
     os.makedirs(path, exist_ok=True)
+    for name in sorted(os.listdir(tokenizer_from)) if tokenizer_from else ():
+        if name in TOKENIZER_FILES or name.startswith("tokenizer"):
+            shutil.copy2(os.path.join(tokenizer_from, name), path)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg.to_hf_dict(), f, indent=2)
     tensors = to_hf_tensors(params, cfg)

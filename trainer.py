@@ -129,10 +129,6 @@ class Config:
 
 # ----------------------------------------------------------------------------- the update (pure)
 
-TOKENIZER_FILES = ("special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json",
-                   "generation_config.json", "chat_template.jinja")  # plus every tokenizer*
-
-
 def cast_params(master, dtype):
     """f32 master weights -> the model dtype. Sampler and trainer both run exactly these bf16 values."""
     return jax.tree_util.tree_map(lambda x: x.astype(dtype), master)
@@ -559,10 +555,7 @@ class Trainer:
         out = os.path.join(self.cfg.run_dir, "final")
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        hf_io.save_hf(tmp, self.mcfg, cast_params(self.master, self.mcfg.jdtype))
-        for name in sorted(os.listdir(self.cfg.model)):
-            if name in TOKENIZER_FILES or name.startswith("tokenizer"):
-                shutil.copy2(os.path.join(self.cfg.model, name), tmp)
+        hf_io.save_hf(tmp, self.mcfg, cast_params(self.master, self.mcfg.jdtype), tokenizer_from=self.cfg.model)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
         return out

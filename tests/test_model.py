@@ -100,6 +100,18 @@ def test_save_hf_loads_in_transformers(tmp_path, kind):
         assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)))
 
 
+def test_save_hf_copies_the_tokenizer_files_of_the_source_folder(tmp_path):
+    cfg = model.ModelConfig.from_hf_dict({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "warmup.json"):
+        (src / name).write_text(f'{{"name": "{name}"}}')
+    hf_io.save_hf(str(tmp_path / "out"), cfg, model.init_params(cfg, jax.random.key(2)), tokenizer_from=str(src))
+    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "generation_config.json", "model.safetensors",
+                                                    "tokenizer.json", "tokenizer_config.json"]
+    assert (tmp_path / "out" / "tokenizer.json").read_text() == '{"name": "tokenizer.json"}'
+
+
 def test_bf16_save_load_roundtrip_and_config_dict(tmp_path):
     cfg = model.ModelConfig.from_hf_dict({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
     assert model.ModelConfig.from_hf_dict(cfg.to_hf_dict()) == cfg
