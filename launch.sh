@@ -107,6 +107,10 @@ while true; do
     kill -0 "${PID[$role]}" 2>/dev/null && continue
     status=0; wait "${PID[$role]}" 2>/dev/null || status=$?
     if [ "$role" = trainer ] && [ "$status" = 0 ]; then break 2; fi   # the run is complete
+    if [ "$role" = trainer ] && [ "$status" = 3 ]; then                # trainer.EXIT_STOP_RUN
+      echo "launch.sh: the trainer stopped the run; last lines of $RUN_DIR/trainer.log:"
+      tail -n 5 "$RUN_DIR/trainer.log"; exit 1
+    fi
     now=$(date +%s)
     recent=""; for t in ${DEATHS[$role]:-}; do [ $((now - t)) -lt "$RESTART_WINDOW" ] && recent="$recent $t"; done
     DEATHS[$role]="$recent $now"

@@ -9,14 +9,21 @@ It holds three things and nothing else:
      the newest to disk (safetensors, written to a temporary file and renamed) so a restarted server
      serves it. Workers ask for the newest (GetWeights) and may wait for a minimum version.
   2. The work queue. The trainer enqueues work items (one prompt + its tests + group size G);
-     workers lease them for `lease_s` seconds. A lease that expires (the worker was killed or is
-     too slow) puts the item back at the front of the queue, so no item is lost (invariant 3).
-  3. Finished rollouts, buffered until the trainer takes them. The first completed group for an
-     item wins; a second one (a slow original worker after a re-issue) is a duplicate: counted
-     and dropped, so a completion is used at most once.
+     workers lease them for a short `lease_s` and renew the leases with heartbeats while they
+     sample, so a slow live worker keeps its items and a dead one loses them within `lease_s`; a
+     restarted worker's hello releases its predecessor's leases at once. A released or expired
+     item goes back to the front of the queue, so no item is lost (invariant 3). A submission must
+     carry a lease the server issued for that item.
+  3. Finished rollouts, buffered until the trainer takes them and acknowledges them: a reply that
+     is lost on the way is sent again with the next one. The first completed group for an item
+     wins; a second one (a slow original worker after a re-issue) is a duplicate: counted and
+     dropped, so a completion is used at most once.
+The rules themselves (what a rollout is worth, what happens to an item when something stops) are
+in lifecycle.py; this file is their bookkeeping and the socket.
 
-Messages in (see wire.py): ping, push_weights, get_weights, enqueue_work, lease_work, submit_rollout,
-get_rollouts, get_stats. Out: pong, ok, weights, weights_unchanged, work, rollouts, error.
+Messages in (see wire.py): ping, push_weights, get_weights, enqueue_work, hello, lease_work,
+renew_leases, submit_rollout, get_rollouts, get_stats. Out: pong, ok, weights, weights_unchanged,
+work, rollouts, error.
 
 What is deliberately NOT persisted: the work queue and the rollout buffer. The trainer owns the data
 cursor and knows which items are in flight; when it sees the server's `instance` change (a restart),
@@ -31,7 +38,6 @@ import os
 import signal
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,10 +64,6 @@ class Config:
     def __post_init__(self):
         if self.keep_versions < 1 or self.max_items < 1 or self.remember_done < 1:
             raise ValueError("keep_versions, max_items and remember_done must be >= 1")
-
-
-def crc32(array: np.ndarray) -> int:
-    return zlib.crc32(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
 
 
 # ----------------------------------------------------------------------------- weights
@@ -91,7 +93,7 @@ class WeightStore:
         if len(set(msg.names)) != len(msg.names) or not all(isinstance(n, str) for n in msg.names):
             raise ValueError("tensor names must be unique strings")
         for name, array, checksum in zip(msg.names, msg.arrays, msg.checksums):
-            if not isinstance(array, np.ndarray) or crc32(array) != checksum:
+            if not isinstance(array, np.ndarray) or wire.crc32(array) != checksum:
                 raise ValueError(f"checksum mismatch for tensor {name!r}: weights rejected")
         # A new lineage means a trainer (re)started, possibly from an earlier checkpoint: its
         # weights are the truth now, every version of the old lineage is forgotten, and workers
@@ -124,7 +126,7 @@ class WeightStore:
                 meta = f.metadata()
             tensors, checksums = load_file(path), json.loads(meta["checksums"])
             names = list(checksums)
-            if any(crc32(tensors[n]) != checksums[n] for n in names):
+            if any(wire.crc32(tensors[n]) != checksums[n] for n in names):
                 raise ValueError("checksum mismatch")
         except Exception as e:  # a corrupt file must not stop the server: it waits for a push
             print(f"[param_server] ignoring corrupt persisted weights {path}: {e!r}", flush=True)
@@ -140,103 +142,165 @@ class WeightStore:
 @dataclass
 class Item:
     data: dict
-    state: str = "queued"     # queued -> leased -> done (rollout buffered) -> delivered (forgotten)
-    lease: str = ""
+    state: str = "queued"     # queued -> leased -> done (rollout buffered) -> sent (awaiting ack) -> forgotten
+    lease: str = ""           # the current lease token ("" when queued)
+    leases: set = dataclasses.field(default_factory=set)  # every token issued for it: a late but
+    worker: str = ""          # genuine submission under an earlier lease still counts
+    incarnation: str = ""
     deadline: float = 0.0
-    issued: int = 0           # how many times it was leased
 
 
 class WorkQueue:
+    """The queue of work items, their leases and the finished rollouts (see lifecycle.py's table)."""
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.items: dict[str, Item] = {}
         self.queue: collections.deque[str] = collections.deque()
-        self.finished: collections.deque[dict] = collections.deque()
+        self.finished: collections.OrderedDict[str, dict] = collections.OrderedDict()  # item_id -> rollout
+        self.sent: collections.OrderedDict[str, dict] = collections.OrderedDict()      # replied, not acked
         self.delivered: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.incarnations: dict[str, str] = {}  # worker name -> its newest incarnation
         self.counts = collections.Counter()
 
     def enqueue(self, items: list, requeue: bool) -> dict:
-        for data in items:  # all or nothing: validate every item before changing anything
-            wire.check_item(data)
+        items = [wire.WorkItem.from_dict(data) for data in items]  # all or nothing: check every one first
         if len(self.items) + len(items) > self.cfg.max_items:
             raise ValueError(f"queue full ({len(self.items)} of {self.cfg.max_items} items held)")
         added = 0
-        for data in items:
-            item_id = data["item_id"]
-            if item_id in self.items:
+        for item in items:
+            if item.item_id in self.items:
                 continue  # idempotent: already queued, leased or finished
-            if item_id in self.delivered and not requeue:
+            if item.item_id in self.delivered and not requeue:
                 continue
-            self.delivered.pop(item_id, None)
-            self.items[item_id] = Item(dict(data))
-            self.queue.append(item_id)
+            self.delivered.pop(item.item_id, None)
+            self.items[item.item_id] = Item(item.to_dict())
+            self.queue.append(item.item_id)
             added += 1
         self.counts["enqueued"] += added
         return {"added": added, "queued": len(self.queue)}
 
-    def lease(self, worker: str, max_items: int, lease_s: float) -> list:
-        if max_items < 1 or not 0 < lease_s <= 3600:
-            raise ValueError("max_items must be >= 1 and lease_s in (0, 3600]")
+    def hello(self, worker: str, incarnation: str) -> int:
+        """A worker (re)started: the leases its earlier incarnation held go back to the queue now,
+        not when they would expire. Returns how many."""
+        if not incarnation or self.incarnations.get(worker) == incarnation:
+            return 0
+        self.incarnations[worker] = incarnation
+        dead = [i for i, it in self.items.items()
+                if it.state == "leased" and it.worker == worker and it.incarnation != incarnation]
+        for item_id in reversed(dead):
+            self._requeue(item_id)
+        self.counts["released_on_hello"] += len(dead)
+        return len(dead)
+
+    @staticmethod
+    def check_lease_s(lease_s: float) -> None:
+        if not 0 < lease_s <= 3600:
+            raise ValueError("lease_s must be in (0, 3600]")
+
+    def lease(self, worker: str, max_items: int, lease_s: float, incarnation: str = "") -> list:
+        if max_items < 1:
+            raise ValueError("max_items must be >= 1")
+        self.check_lease_s(lease_s)
+        self.hello(worker, incarnation)
         out = []
         while self.queue and len(out) < max_items:
             item = self.items[self.queue.popleft()]
             item.state, item.lease = "leased", os.urandom(6).hex()
-            item.deadline, item.issued = time.monotonic() + lease_s, item.issued + 1
+            item.leases.add(item.lease)
+            item.worker, item.incarnation, item.deadline = worker, incarnation, time.monotonic() + lease_s
             self.counts["leased"] += 1
-            self.counts["reissued"] += item.issued > 1
-            out.append({**item.data, "lease": item.lease, "worker": worker})
+            self.counts["reissued"] += len(item.leases) > 1
+            out.append({**item.data, "lease": item.lease})
         return out
+
+    def renew(self, worker: str, leases: list, lease_s: float, incarnation: str = "") -> dict:
+        """Heartbeat: extend the leases this worker still holds; name the ones it lost (expired and
+        re-leased to someone else, or already finished)."""
+        self.check_lease_s(lease_s)
+        self.hello(worker, incarnation)
+        renewed, lost = 0, []
+        for pair in leases:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+                raise ValueError("leases must be [item_id, lease] pairs of strings")
+            item = self.items.get(pair[0])
+            if item is not None and item.state == "leased" and item.lease == pair[1]:
+                item.deadline = time.monotonic() + lease_s
+                renewed += 1
+            else:
+                lost.append(pair[0])
+        self.counts["renewed"] += renewed
+        return {"renewed": renewed, "lost": lost}
+
+    def _requeue(self, item_id: str) -> None:
+        item = self.items[item_id]
+        item.state, item.lease = "queued", ""
+        self.queue.appendleft(item_id)  # oldest work first: it has waited longest
 
     def reset(self) -> None:
         self.counts["reset_items"] += len(self.items)
         self.items.clear()
         self.queue.clear()
         self.finished.clear()
+        self.sent.clear()
         self.delivered.clear()  # the new trainer may enqueue the same item ids again
 
     def expire(self) -> None:
         now = time.monotonic()
         for item_id, item in self.items.items():
             if item.state == "leased" and item.deadline < now:
-                item.state = "queued"
-                self.queue.appendleft(item_id)  # oldest work first: it has waited longest
+                self._requeue(item_id)
                 self.counts["lease_expired"] += 1
 
     def submit(self, msg: wire.SubmitRollout, lineage: str) -> str:
-        rollout = wire.check_rollout(msg.rollout)
-        if rollout["item_id"] != msg.item_id:
+        rollout = wire.Rollout.from_dict(msg.rollout)
+        if rollout.item_id != msg.item_id:
             raise ValueError("rollout.item_id differs from the message's item_id")
-        if rollout.get("lineage", "") != lineage:
+        if rollout.lineage != lineage:
             self.counts["old_lineage"] += 1  # sampled with a dead trainer's weights
             return "old_lineage"
         item = self.items.get(msg.item_id)
-        if item is None or item.state in ("done", "delivered"):
+        if item is not None and msg.lease not in item.leases:
+            raise ValueError(f"item {msg.item_id}: lease {msg.lease[:16]!r} was never issued for it")
+        if item is None or item.state not in ("queued", "leased"):
             # Finished already (a slow worker after a re-issue) or never enqueued here.
-            self.counts["duplicate" if item or msg.item_id in self.delivered else "unknown"] += 1
-            return "duplicate" if item or msg.item_id in self.delivered else "unknown"
+            status = "duplicate" if item or msg.item_id in self.delivered else "unknown"
+            self.counts[status] += 1
+            return status
         if item.state == "queued":  # expired but nobody re-leased it yet: the result is still good
             self.queue.remove(msg.item_id)
         item.state = "done"
-        self.finished.append({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in rollout.items()})
+        self.finished[msg.item_id] = {k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                      for k, v in rollout.to_dict().items()}
         self.counts["submitted"] += 1
         return "accepted"
 
-    def take(self, max_items: int) -> list:
-        out = []
+    def take(self, max_items: int, ack: list = ()) -> list:
+        """Rollouts for the trainer. First the acknowledged ones are forgotten; anything sent
+        before and not acknowledged was lost on the way (the trainer sends one request at a time
+        and acks every reply it reads), so it is sent again, then new ones up to max_items."""
+        for item_id in ack:
+            if not isinstance(item_id, str):
+                raise ValueError("ack must list item ids")
+            if self.sent.pop(item_id, None) is not None:
+                del self.items[item_id]
+                self.delivered[item_id] = None
+                self.counts["delivered"] += 1
+        while len(self.delivered) > self.cfg.remember_done:
+            self.delivered.popitem(last=False)
+        out = list(self.sent.values())
+        self.counts["resent"] += len(out)
         while self.finished and len(out) < max_items:
-            rollout = self.finished.popleft()
-            del self.items[rollout["item_id"]]
-            self.delivered[rollout["item_id"]] = None
-            while len(self.delivered) > self.cfg.remember_done:
-                self.delivered.popitem(last=False)
+            item_id, rollout = self.finished.popitem(last=False)
+            self.items[item_id].state = "sent"
+            self.sent[item_id] = rollout
             out.append(rollout)
-        self.counts["delivered"] += len(out)
         return out
 
     def stats(self) -> dict:
         states = collections.Counter(i.state for i in self.items.values())
         return {**self.counts, "queued": states["queued"], "leased": states["leased"],
-                "finished": len(self.finished)}
+                "finished": len(self.finished), "unacked": len(self.sent)}
 
 
 # ----------------------------------------------------------------------------- the server
@@ -259,7 +323,9 @@ class ParamServer:
         s.on(wire.PushWeights, self.on_push)
         s.on(wire.GetWeights, self.on_get_weights)
         s.on(wire.EnqueueWork, lambda m, p: wire.Ok(self.work.enqueue(m.items, m.requeue)))
+        s.on(wire.Hello, lambda m, p: wire.Ok({"released": self.work.hello(m.worker, m.incarnation)}))
         s.on(wire.LeaseWork, self.on_lease)
+        s.on(wire.RenewLeases, lambda m, p: wire.Ok(self.work.renew(m.worker, m.leases, m.lease_s, m.incarnation)))
         s.on(wire.SubmitRollout, lambda m, p: wire.Ok({"status": self.work.submit(m, self.weights.lineage)}))
         s.on(wire.GetRollouts, self.on_get_rollouts)
         s.on(wire.GetStats, lambda m, p: wire.Ok({**self.work.stats(), "version": self.weights.newest,
@@ -299,7 +365,7 @@ class ParamServer:
 
     def on_lease(self, msg, peer):
         self.check_wait(msg.wait_s)
-        items = self.work.lease(msg.worker, msg.max_items, msg.lease_s)
+        items = self.work.lease(msg.worker, msg.max_items, msg.lease_s, msg.incarnation)
         if items or msg.wait_s <= 0:
             return wire.Work(items)
         self.lease_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
@@ -308,7 +374,7 @@ class ParamServer:
         self.check_wait(msg.wait_s)
         if msg.max_items < 1:
             raise ValueError("max_items must be >= 1")
-        rollouts = self.work.take(msg.max_items)
+        rollouts = self.work.take(msg.max_items, msg.ack)
         if rollouts or msg.wait_s <= 0:
             return wire.Rollouts(rollouts, self.work.stats())
         self.rollout_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
@@ -328,7 +394,7 @@ class ParamServer:
         self.weight_waiters = serve(self.weight_waiters, lambda m: self.weights.newest >= m.min_version,
                                     self._weights_reply)
         self.lease_waiters = serve(self.lease_waiters, lambda m: bool(self.work.queue),
-                                   lambda m: wire.Work(self.work.lease(m.worker, m.max_items, m.lease_s)))
+                                   lambda m: wire.Work(self.work.lease(m.worker, m.max_items, m.lease_s, m.incarnation)))
         self.rollout_waiters = serve(self.rollout_waiters, lambda m: bool(self.work.finished),
                                      lambda m: wire.Rollouts(self.work.take(m.max_items), self.work.stats()))
 

@@ -30,6 +30,7 @@ the last checkpoint; `--resume` continues with the same step, optimizer state an
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -49,6 +50,7 @@ from safetensors.numpy import load_file, save_file
 import cli
 import grpo
 import hf_io
+import lifecycle
 import model
 import tasks
 import wire
@@ -69,12 +71,13 @@ class Config:
     seed: int = 0
     """data order seed; with it and the cursor, the problems a run sees are fixed"""
     steps: int = 60
-    """optimizer steps to run"""
+    """training steps to run: batches, i.e. policy versions (one optimizer step each unless --ppo-epochs or
+    --minibatches > 1)"""
     resume: bool = False
     """continue from the newest good checkpoint in run_dir/checkpoints (start fresh if there is none)"""
     # --- batch and sampling (sent to the workers inside each work item)
     prompts_per_step: int = 16
-    """B: prompts per optimizer step (each sampled group_size times)"""
+    """B: prompts per training step (each sampled group_size times)"""
     temperature: float = 1.0
     """sampling temperature; the trainer's log-probs use the same one"""
     top_p: float = 1.0
@@ -91,11 +94,18 @@ class Config:
     """Adam learning rate"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
-    # --- staleness (ARCHITECTURE.md "Staleness")
+    ppo_epochs: int = 1
+    """PPO epochs: passes of optimizer steps over each batch of rollouts (verl ppo_epochs, TRL
+    num_iterations). > 1 lets the ratio pi/pi_old move away from 1, so the clip acts. pi_old is the
+    policy before the batch's first optimizer step. A policy version is still one batch (one weight
+    push), however many optimizer steps (ppo_epochs x minibatches) it took"""
+    minibatches: int = 1
+    """optimizer steps per epoch: the batch's rows are split, in order, into this many minibatches of
+    whole groups, each its own optimizer step (accumulated over microbatches of `microbatch` rows);
+    must divide prompts_per_step"""
+    # --- staleness (the rule is lifecycle.usable)
     max_staleness: int = 0
-    """k: train only on rollouts at most k versions old; 0 = strict on-policy"""
-    push_every: int = 1
-    """push weights to the param server every this many steps"""
+    """k: train only on rollouts at most k versions old when they enter a batch; 0 = strict on-policy"""
     # --- numerics
     bf16_fix: bool = True
     """the RLAX fix (model.py PRECISION POLICY); --no-bf16-fix reproduces the mismatch"""
@@ -115,16 +125,26 @@ class Config:
     """how many checkpoints to keep"""
     rollout_timeout_s: float = 300.0
     """give up (and say why) if no rollout arrives for this long"""
+    max_verifier_failure_frac: float = 0.5
+    """stop the run when more than this fraction of the programs of the last 3 x prompts_per_step
+    training groups failed in the verifier (status infra_error), not in the program"""
 
     def __post_init__(self):
-        if min(self.steps, self.prompts_per_step, self.microbatch, self.max_new_tokens, self.push_every, self.heldout,
+        if min(self.steps, self.prompts_per_step, self.microbatch, self.max_new_tokens, self.heldout,
                self.eval_samples, self.checkpoint_every, self.keep_checkpoints) < 1:
-            raise ValueError("steps, prompts_per_step, microbatch, max_new_tokens, push_every, heldout, eval_samples, "
+            raise ValueError("steps, prompts_per_step, microbatch, max_new_tokens, heldout, eval_samples, "
                              "checkpoint_every and keep_checkpoints must be >= 1")
         if self.max_staleness < 0 or self.eval_every < 0 or self.seq_len < 0:
             raise ValueError("max_staleness, eval_every and seq_len must be >= 0")
+        if not 0 <= self.max_verifier_failure_frac <= 1:
+            raise ValueError("max_verifier_failure_frac must be in [0, 1]")
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.lr <= 0:
             raise ValueError("temperature and lr must be > 0 and top_p in (0, 1]")
+        if self.ppo_epochs < 1 or self.minibatches < 1:
+            raise ValueError("ppo_epochs and minibatches must be >= 1")
+        if self.prompts_per_step % self.minibatches:
+            raise ValueError(f"minibatches={self.minibatches} must divide prompts_per_step={self.prompts_per_step}, "
+                             "so that every minibatch (optimizer step) holds the same number of whole groups")
 
 
 # ----------------------------------------------------------------------------- the update (pure)
@@ -134,32 +154,65 @@ def cast_params(master, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype), master)
 
 
-def microbatch_weight(mask_BT, total_tokens, total_seqs, total_rows, agg: str):
-    """The share of the full-batch loss that one microbatch's loss carries, so that summing weighted
-    microbatch losses reproduces grpo.aggregate over the whole batch exactly (gradient accumulation)."""
-    if agg == "token_mean":
-        return jnp.sum(mask_BT) / jnp.maximum(total_tokens, 1.0)
-    if agg == "seq_mean_token_mean":
-        return jnp.sum(jnp.any(mask_BT > 0, axis=1)) / jnp.maximum(total_seqs, 1.0)
-    return mask_BT.shape[0] / total_rows  # seq_mean_token_sum_norm: / (B * max_len) per row
+def split_batch(data: dict, minibatches: int, microbatch: int) -> list[list[dict]]:
+    """The rows of `data` (arrays, rows first, all of one length) as [minibatch][microbatch] dicts of row
+    slices, in row order: `minibatches` contiguous minibatches, each cut into microbatches of at most
+    `microbatch` rows. Equal minibatches when `minibatches` divides the rows (Config makes sure it does
+    for the trainer's batch); otherwise the first (rows % minibatches) minibatches get one row more
+    (as np.array_split). With minibatches=1: one minibatch, microbatches rows [0, m), [m, 2m), ..."""
+    lengths = {k: len(v) for k, v in data.items()}
+    n = next(iter(lengths.values()), 0)
+    if any(v != n for v in lengths.values()):
+        raise ValueError(f"split_batch: arrays of different row counts {lengths}")
+    if not 1 <= minibatches <= n or microbatch < 1:
+        raise ValueError(f"split_batch needs 1 <= minibatches <= rows and microbatch >= 1; got "
+                         f"minibatches={minibatches}, rows={n}, microbatch={microbatch}")
+    sizes = [n // minibatches + (j < n % minibatches) for j in range(minibatches)]
+    bounds = [sum(sizes[:j]) for j in range(minibatches + 1)]
+    return [[{k: v[i:min(i + microbatch, hi)] for k, v in data.items()} for i in range(lo, hi, microbatch)]
+            for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float):
-    """The GRPO step over microbatches: (master, opt_state, microbatches) -> (master, opt_state, logp_BT, aux).
+    """The GRPO (PPO-style) update on one batch of rollouts:
+        update(master, opt_state, minibatches, epochs=1) -> (master, opt_state, logp_BT, aux)
 
-    Each microbatch is one jitted forward + backward (the trainer's graph); gradients are summed with
-    the weights above, then one optax update is applied."""
+    minibatches: [minibatch][microbatch] dicts (`split_batch`) of tokens_BT, adv_B, mask_BT, logp_behav_BT
+    and, with kl_beta > 0, logp_ref_BT. Each minibatch is one optimizer step: every microbatch is one
+    jitted forward + backward (the trainer's graph), the gradients are summed with
+    grpo.microbatch_weight so that the step equals one on the whole minibatch, then one optax update.
+    `epochs` passes go over the minibatches in the given order (no shuffling): epochs x len(minibatches)
+    optimizer steps, each moving Adam's state once.
+
+    pi_old, the proximal policy the PPO ratio and clip are centred on, is the policy before the first
+    optimizer step, for every row. For the first minibatch it is the stop-gradient of the log-probs of
+    its own first forward + backward (the ratio is exactly 1 there, as with one step per batch); for
+    the other minibatches it is one forward (model.token_logprobs on the same cast params) before the
+    first step. Later steps see ratios != 1, so clipping, clip-higher, dual clip and GSPO's clip act.
+
+    Returns logp_BT: those pre-update log-probs, every row in the given (row) order: the trainer's
+    numbers at the weights that sampled the on-policy rows, which the mismatch metrics compare with
+    the sampler's (bitwise at staleness 0 under model.py's precision policy). aux: grpo.policy_loss's
+    scalars and "loss" (each a minibatch value) and grad_norm, averaged over the optimizer steps.
+
+    Versions: the trainer pushes weights once per batch, so a policy version counts batches (weight
+    pushes), however many optimizer steps each took. With epochs=1 and one minibatch (the defaults) a
+    version is one optimizer step and the computation is exactly the one-step update (same graphs)."""
 
     def loss_fn(master, mb, weight):
         logp_BT = model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg, mb["tokens_BT"], temperature)
-        # One optimizer step per batch: the proximal policy pi_old IS the current one, so the
-        # ratio pi/pi_old is exactly 1 and only the behaviour correction (pi_old/pi_behav) acts.
-        loss, aux = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), mb["adv_B"], mb["mask_BT"],
+        # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
+        # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
+        # correction (pi_old/pi_behav) acts.
+        logp_old_BT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_BT)
+        loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"],
                                      gcfg, logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"))
         aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
         return loss * weight, (logp_BT, aux)
 
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+    logp_fn = jax.jit(lambda master, tokens_BT: model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg,
+                                                                     tokens_BT, temperature))
     add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b))
 
     @jax.jit
@@ -167,32 +220,52 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
         updates, opt_state = optimizer.update(grads, opt_state, master)
         return optax.apply_updates(master, updates), opt_state, optax.global_norm(grads)
 
-    def update(master, opt_state, microbatches: list):
-        mask_all = np.concatenate([mb["mask_BT"] for mb in microbatches])
-        totals = (mask_all.sum(), np.any(mask_all > 0, axis=1).sum(), mask_all.shape[0])
-        grads, logps, aux = None, [], {}
-        for mb in microbatches:
-            weight = microbatch_weight(mb["mask_BT"], *totals, gcfg.loss_agg)
-            (loss, (logp_BT, mb_aux)), g = grad_fn(master, mb, weight)
-            grads = g if grads is None else add(grads, g)
-            logps.append(np.asarray(logp_BT))
-            mb_aux["loss"] = loss
-            aux = {k: aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
-        master, opt_state, grad_norm = apply(master, opt_state, grads)
-        return master, opt_state, np.concatenate(logps), {**aux, "grad_norm": float(grad_norm)}
+    def update(master, opt_state, minibatches: list, epochs: int = 1):
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+            raise ValueError(f"update: epochs must be an int >= 1; got {epochs!r}")
+        if not minibatches or any(isinstance(mini, dict) or not mini for mini in minibatches):
+            raise ValueError("update takes a non-empty list of minibatches, each a non-empty list of "
+                             "microbatch dicts (see split_batch)")
+        totals = [grpo.loss_totals(np.concatenate([mb["mask_BT"] for mb in mini])) for mini in minibatches]
+        # pi_old of every row, at the starting weights: minibatch 0's comes from its first step below
+        logp_old = [None] + [[np.asarray(logp_fn(master, mb["tokens_BT"])) for mb in mini] for mini in minibatches[1:]]
+        aux, grad_norms = {}, []
+        for _ in range(epochs):
+            for j, mini in enumerate(minibatches):
+                first = logp_old[j] is None  # the batch's first optimizer step
+                grads, logps, step_aux = None, [], {}
+                for i, mb in enumerate(mini):
+                    if not first:
+                        mb = {**mb, "logp_old_BT": logp_old[j][i]}
+                    weight = grpo.microbatch_weight(mb["mask_BT"], totals[j], gcfg)
+                    (loss, (logp_BT, mb_aux)), g = grad_fn(master, mb, weight)
+                    grads = g if grads is None else add(grads, g)
+                    if first:
+                        logps.append(np.asarray(logp_BT))
+                    mb_aux["loss"] = loss
+                    step_aux = {k: step_aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
+                if first:
+                    logp_old[j] = logps
+                master, opt_state, grad_norm = apply(master, opt_state, grads)
+                grad_norms.append(float(grad_norm))
+                aux = {k: aux.get(k, 0.0) + v for k, v in step_aux.items()}
+        n_steps = len(grad_norms)
+        aux = {k: v / n_steps for k, v in aux.items()}
+        return (master, opt_state, np.concatenate([x for mini in logp_old for x in mini]),
+                {**aux, "grad_norm": sum(grad_norms) / n_steps})
 
     return update
 
 
 def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: int, version: int,
-                 evaluate: bool = False, lineage: str = "", temperature: float | None = None) -> dict:
-    """A work item: everything a worker needs to sample and verify one group (wire.ITEM_FIELDS)."""
-    return {"item_id": item_id, "prompt": problem.prompt, "tests": problem.tests,
-            "entry_point": problem.entry_point, "kind": problem.kind,
-            "cases": [list(c) for c in problem.cases] if problem.kind == "io" else [],
-            "group_size": G, "seq_len": T, "max_new_tokens": cfg.max_new_tokens, "min_version": version,
-            "temperature": cfg.temperature if temperature is None else temperature, "top_p": cfg.top_p,
-            "stop": list(problem.stop), "eval": evaluate, "lineage": lineage}
+                 evaluate: bool = False, lineage: str = "", temperature: float | None = None) -> wire.WorkItem:
+    """A work item: everything a worker needs to sample and verify one group."""
+    return wire.WorkItem(
+        item_id=item_id, prompt=problem.prompt, tests=problem.tests, entry_point=problem.entry_point or "",
+        kind=problem.kind, cases=[list(c) for c in problem.cases] if problem.kind == "io" else [],
+        group_size=G, seq_len=T, max_new_tokens=cfg.max_new_tokens, min_version=version,
+        temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
+        stop=list(problem.stop), eval=evaluate, lineage=lineage)
 
 
 def eval_text(metrics: dict) -> str:
@@ -252,6 +325,23 @@ def load_checkpoint(run_dir: str, master_like, opt_like):
     raise FileNotFoundError(f"no usable checkpoint in {root}")
 
 
+def rewind_ledger(path: str, lines: int) -> int:
+    """On resume: keep the ledger's first `lines` lines (its length at the checkpoint); the fates
+    decided after it belong to steps that are redone. Returns the count kept."""
+    kept = []
+    if os.path.exists(path):
+        with open(path) as f:
+            kept = f.readlines()[:lines]
+        with open(path + ".tmp", "w") as f:
+            f.writelines(kept)
+        os.replace(path + ".tmp", path)
+    return len(kept)
+
+
+class VerifierBroken(RuntimeError):
+    """Most programs fail in the verifier, not in themselves: training would learn from noise."""
+
+
 def _flat(tree) -> dict:
     return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
@@ -272,6 +362,9 @@ class Trainer:
         self.T = cfg.seq_len or self.mcfg.max_seq_len
         if self.T > self.mcfg.max_seq_len:
             raise ValueError(f"seq_len {self.T} exceeds the model's max_seq_len {self.mcfg.max_seq_len}")
+        if gcfg.max_len > cfg.max_new_tokens:
+            raise ValueError(f"--max-len {gcfg.max_len} is the generation budget (Dr. GRPO's and DAPO's L_max): it "
+                             f"cannot exceed --max-new-tokens {cfg.max_new_tokens}, or no completion is ever overlong")
         self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
         self.master = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
         self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
@@ -288,15 +381,21 @@ class Trainer:
             stream = tasks.train_problems(cfg.seed)
             self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
         self.step_n, self.cursor = 0, 0
-        self.in_flight: dict[str, dict] = {}   # item_id -> work item, enqueued and not yet used or dropped
-        self.ready: list[dict] = []            # received training rollouts not yet used
-        self.batch: list[dict] = []            # rollouts chosen for the step being assembled
-        self.counts = {k: 0 for k in ("used", "dropped_stale", "duplicate", "filtered_zero_var", "skipped_too_long")}
         self.t_start, self.ps_instance = time.monotonic(), None
         # A lineage names this trainer process's policy history. Version numbers restart from the
         # checkpoint on a resume, so "version 7" alone could be a dead trainer's version 7.
         self.lineage = os.urandom(4).hex()
+        # Every training prompt without a final fate, and the rules for giving it one (lifecycle.py)
+        self.books = lifecycle.Books(cfg.max_staleness, cfg.prompts_per_step, self.lineage, self.record)
+        self.eval_pending: dict[str, wire.WorkItem] = {}   # evaluation items without a rollout yet
+        self.evals: list = []                              # their rollouts, as they arrive
+        self.ack: list = []        # ids of the rollouts the last GetRollouts reply brought (see wire.py)
+        # (infra failures, programs) of recent training groups: is the verifier broken?
+        self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
+        self.step_programs = [0, 0]
         self.ps = wire.Client("trainer", cfg.param_server, timeout_s=30)
+        ledger_path = os.path.join(cfg.run_dir, "ledger.jsonl")
+        self.ledger_lines = 0
         has_checkpoint = any(d.startswith("step_") and not d.endswith(".tmp")
                              for d in os.listdir(os.path.join(cfg.run_dir, "checkpoints"))) \
             if os.path.isdir(os.path.join(cfg.run_dir, "checkpoints")) else False
@@ -304,15 +403,17 @@ class Trainer:
             self.log("--resume: no checkpoint yet, starting from the initial model")
         if cfg.resume and has_checkpoint:
             self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state)
-            self.step_n, self.cursor, self.counts = meta["step"], meta["cursor"], meta["counts"]
+            self.step_n, self.cursor = meta["step"], meta["cursor"]
+            self.books.counts.update(meta["counts"])
             self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
-            # Items in flight at the checkpoint are sampled again with our (restored) weights.
-            self.in_flight = {k: {**v, "min_version": self.step_n, "lineage": self.lineage}
-                              for k, v in meta["in_flight"].items()}
-            self.rewind_ledger()
-            self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, {len(self.in_flight)} items in flight)")
+            # The ledger as it was at the checkpoint: later fates belong to steps we redo.
+            self.ledger_lines = rewind_ledger(ledger_path, meta["ledger_lines"])
+            # Prompts without a fate at the checkpoint are sampled again with our (restored) weights.
+            self.books.restore(meta["in_flight"], wire.WorkItem.from_dict, self.step_n)
+            self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, "
+                     f"{len(self.books.in_flight)} prompts in flight)")
         self.metrics_file = open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a")
-        self.ledger = open(os.path.join(cfg.run_dir, "ledger.jsonl"), "a")
+        self.ledger = open(ledger_path, "a")
         self.stop_requested = False
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -321,7 +422,7 @@ class Trainer:
 
     def write_metrics(self, metrics: dict) -> None:
         metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics,
-                   **{f"rollouts/{k}": v for k, v in self.counts.items()}}
+                   **{f"rollouts/{k}": self.books.counts[k] for k in (*lifecycle.FATES, "duplicate")}}
         try:  # written by launch.sh's supervisor
             with open(os.path.join(self.cfg.run_dir, "restarts.json")) as f:
                 metrics.update({f"restarts/{role}": n for role, n in json.load(f).items()})
@@ -332,160 +433,138 @@ class Trainer:
         self.metrics_file.flush()
 
     def check_param_server(self) -> None:
-        """A restarted param server (new instance id) lost its queue: give it our weights and our
-        in-flight items again. The trainer is the one owner of that state."""
+        """A restarted param server (new instance id) lost its queue: give it our weights and every
+        item whose rollout we do not hold. The trainer is the one owner of that state."""
         pong = self.ps.call(wire.Ping(), what="param server liveness")
-        if (pong.instance != self.ps_instance or pong.info.get("version") != self.step_n
-                or pong.info.get("lineage") != self.lineage):
-            if self.ps_instance is not None:
+        restarted = pong.instance != self.ps_instance
+        if restarted or pong.info.get("version") != self.step_n or pong.info.get("lineage") != self.lineage:
+            if restarted and self.ps_instance is not None:
                 self.log(f"param server restarted (instance {pong.instance}); re-sending weights and work")
             self.push()
-            if self.in_flight:
-                self.ps.call(wire.EnqueueWork(list(self.in_flight.values()), requeue=True), what="re-enqueue")
-            self.ps_instance = pong.instance
+        if restarted:
+            items = self.books.awaiting() + list(self.eval_pending.values())
+            if items:
+                self.ps.call(wire.EnqueueWork([i.to_dict() for i in items], requeue=True), what="re-enqueue")
+            self.ack, self.ps_instance = [], pong.instance
 
-    def record(self, item_id: str, fate: str, step: int | None = None) -> None:
-        """The ledger: one line per training prompt's fate (trained, dropped_stale, filtered_zero_var),
-        tagged with the step it belongs to, so a checker can prove no prompt was lost or used twice."""
-        self.ledger.write(json.dumps({"step": self.step_n + 1 if step is None else step,
-                                      "item_id": item_id, "fate": fate}) + "\n")
+    def record(self, item_id: str, fate: str) -> None:
+        """The ledger: one line per training prompt's final fate (lifecycle.FATES), tagged with the
+        step it belongs to, so a checker can prove no prompt was lost or used twice."""
+        step = self.step_n if fate == lifecycle.TRAINED else self.step_n + 1
+        self.ledger.write(json.dumps({"step": step, "item_id": item_id, "fate": fate}) + "\n")
         self.ledger.flush()
-
-    def rewind_ledger(self) -> None:
-        """On resume: forget the fates decided after the checkpoint; those steps are redone."""
-        path = os.path.join(self.cfg.run_dir, "ledger.jsonl")
-        if os.path.exists(path):
-            kept = []
-            with open(path) as f:
-                for line in f:
-                    try:
-                        if json.loads(line)["step"] <= self.step_n:
-                            kept.append(line)
-                    except (ValueError, KeyError):  # a line cut short by SIGKILL
-                        pass
-            with open(path + ".tmp", "w") as f:
-                f.writelines(kept)
-            os.replace(path + ".tmp", path)
+        self.ledger_lines += 1
 
     def push(self) -> float:
         t0 = time.monotonic()
         tensors = hf_io.to_hf_tensors(cast_params(self.master, self.mcfg.jdtype), self.mcfg)
         names = list(tensors)
         arrays = [np.ascontiguousarray(tensors[n]) for n in names]
-        checksums = [zlib.crc32(memoryview(a.reshape(-1).view(np.uint8))) for a in arrays]
-        self.ps.call(wire.PushWeights(self.step_n, names, arrays, checksums, self.lineage), what="weights receipt")
+        self.ps.call(wire.PushWeights(self.step_n, names, arrays, [wire.crc32(a) for a in arrays], self.lineage),
+                     what="weights receipt")
         return time.monotonic() - t0
 
     def enqueue(self, items: list) -> None:
         if items:
-            for item in items:
-                self.in_flight[item["item_id"]] = item
-            self.ps.call(wire.EnqueueWork(items), what="enqueue receipt")
+            self.ps.call(wire.EnqueueWork([i.to_dict() for i in items]), what="enqueue receipt")
 
-    def feed(self, n_collected: int) -> None:
-        """Step 1: keep (max_staleness + 1) x B training items ahead of us: the rest of this step's
-        batch plus the next k steps'. Each is tagged with our version, so when it is used (at most k
-        steps later) its staleness is at most k, unless a worker was slow (then step 2 drops it)."""
-        in_flight = sum(not i["eval"] for i in self.in_flight.values()) + len(self.ready)
-        target = (self.cfg.max_staleness + 1) * self.cfg.prompts_per_step - n_collected
+    def feed(self) -> None:
+        """Step 1: keep (max_staleness + 1) x B training prompts without a fate (lifecycle.items_to_feed),
+        each tagged with our version: workers sample it with weights at least that new."""
         items = []
-        while in_flight + len(items) < target:
+        for _ in range(self.books.to_feed()):
             problem, index = self.problem(self.cursor), self.cursor
             self.cursor += 1
+            item = problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg, self.gcfg.group_size,
+                                self.T, self.step_n, lineage=self.lineage)
             if len(self.tokenizer.encode(problem.prompt)) + self.cfg.max_new_tokens > self.T:
-                self.counts["skipped_too_long"] += 1
+                self.books.resolve(item.item_id, lifecycle.SKIPPED_TOO_LONG)
                 continue
-            items.append(problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg,
-                                      self.gcfg.group_size, self.T, self.step_n, lineage=self.lineage))
+            self.books.add(item)
+            items.append(item)
         self.enqueue(items)
 
-    def receive(self, wait_s: float) -> list:
-        """Take finished rollouts, applying THE STALENESS BOUND (step 2 above). Returns eval rollouts;
-        training ones go to self.ready."""
-        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s), timeout_s=wait_s + 10,
-                             what="rollouts")
-        evals = []
-        for rollout in reply.rollouts:
+    def receive(self, wait_s: float) -> None:
+        """Take finished rollouts (acknowledging the previous reply's), hand the training ones to the
+        books and keep the evaluation ones."""
+        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s, ack=self.ack),
+                             timeout_s=wait_s + 10, what="rollouts")
+        self.ack = [r.get("item_id") for r in reply.rollouts if isinstance(r, dict)]
+        for data in reply.rollouts:
             try:
-                wire.check_rollout(rollout)
+                rollout = wire.Rollout.from_dict(data)
             except wire.WireError as e:
                 self.log(f"dropping malformed rollout: {e}")
                 continue
-            item = self.in_flight.pop(rollout["item_id"], None)
-            if item is None:  # already used or dropped (e.g. re-issued after a resume): at most once
-                self.counts["duplicate"] += 1
+            if rollout.eval:
+                if self.eval_pending.pop(rollout.item_id, None) is not None:
+                    self.evals.append(rollout)
                 continue
-            if item["eval"]:
-                evals.append(rollout)
-                continue
-            staleness = self.step_n - rollout["version"]
-            if not 0 <= staleness <= self.cfg.max_staleness or rollout.get("lineage") != self.lineage:
-                self.counts["dropped_stale"] += 1  # invariant 1: never trained on
-                self.record(rollout["item_id"], "dropped_stale")
-                continue
-            rollout["_item"] = item
-            self.ready.append(rollout)
-        return evals
+            if self.books.receive(rollout, self.step_n) != lifecycle.ARRIVED_DUPLICATE:
+                failures = lifecycle.infra_failures(rollout.statuses)
+                self.verifier_window.append((failures, len(rollout.statuses)))
+                self.step_programs = [self.step_programs[0] + failures, self.step_programs[1] + len(rollout.statuses)]
+                if failures:
+                    bad = next(r for r in rollout.statuses if r == lifecycle.INFRA_ERROR)
+                    self.log(f"{rollout.item_id}: {failures} of {len(rollout.statuses)} programs got verifier "
+                             f"status {bad}: group dropped")
+        if lifecycle.verifier_broken(self.verifier_window, self.cfg.max_verifier_failure_frac):
+            bad, total = map(sum, zip(*self.verifier_window))
+            raise VerifierBroken(
+                f"the verifier failed {bad} of the last {total} programs (status {lifecycle.INFRA_ERROR}: the "
+                f"sandbox or the service, not the programs), more than --max-verifier-failure-frac "
+                f"{self.cfg.max_verifier_failure_frac}; see the verifier's log ($RUN_DIR/verifier.log under "
+                f"launch.sh) and the workers' logs")
 
     # -- the algorithm ----------------------------------------------------------------------------
-    def collect_batch(self) -> tuple[list, float]:
-        """Steps 1-2: B groups of usable rollouts (with DAPO dynamic sampling: mixed-reward groups only,
-        refilled up to 4 x B attempts, then whatever we have). The batch under construction lives in
-        self.batch, so a param server hiccup (TimeoutError) loses nothing: the next call continues."""
-        t0, B, seen, batch = time.monotonic(), self.cfg.prompts_per_step, 0, self.batch
-        last_progress = time.monotonic()
-        while len(batch) < B:
-            self.feed(len(batch))
+    def collect_batch(self) -> float:
+        """Steps 1-2: fill the books' batch with B usable groups (THE STALENESS BOUND is applied as
+        each rollout enters it, lifecycle.Books.fill; DAPO dynamic sampling is grpo.keep_group). A
+        param server hiccup (TimeoutError) or a SIGTERM loses nothing: the batch being assembled
+        is still in flight in the books, and the next call continues it. Returns the time waited."""
+        t0 = last_progress = time.monotonic()
+        B = self.cfg.prompts_per_step
+        keep = lambda rollout, seen: grpo.keep_group(rollout.rewards_G, seen, B, self.gcfg)
+        while not self.books.fill(self.step_n, keep):
+            self.feed()
+            n = len(self.books.received) + len(self.books.batch)
             self.receive(wait_s=0.5)
-            if self.ready:
+            if len(self.books.received) + len(self.books.batch) != n:
                 last_progress = time.monotonic()
-            while self.ready and len(batch) < B:
-                rollout = self.ready.pop(0)
-                seen += 1
-                if self.gcfg.dynamic_sampling and np.ptp(rollout["rewards_G"]) == 0 and seen <= 4 * B:
-                    self.counts["filtered_zero_var"] += 1
-                    self.record(rollout["item_id"], "filtered_zero_var")
-                    continue
-                batch.append(rollout)
             if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
                 raise TimeoutError(f"no rollout for {self.cfg.rollout_timeout_s:.0f}s: are workers running "
                                    f"and connected to {self.cfg.param_server}?")
             if self.stop_requested:
                 break
-        self.batch = []
-        return batch, time.monotonic() - t0
+        return time.monotonic() - t0
 
-    def train_step(self, batch: list) -> dict:
-        """Step 3: GRPO update on B groups; returns the step's metrics."""
-        G = self.gcfg.group_size
-        tokens_BT = np.concatenate([r["tokens_GT"] for r in batch])
-        behav_BT = np.concatenate([r["logp_GT"] for r in batch])
-        mask_BT = np.concatenate([r["mask_GT"] for r in batch])
-        rewards_BG = np.stack([r["rewards_G"] for r in batch])
-        staleness_B = np.repeat([self.step_n - r["version"] for r in batch], G)
-        lengths_B = mask_BT.sum(1)
-        if self.gcfg.overlong_buffer_len > 0:  # DAPO soft overlong punishment, added to the reward
-            rewards_BG = rewards_BG + np.asarray(grpo.overlong_penalty(
-                lengths_B, self.gcfg.max_len, self.gcfg.overlong_buffer_len,
-                self.gcfg.overlong_penalty_factor)).reshape(rewards_BG.shape)
-        if self.gcfg.overlong_filter:  # DAPO overlong filtering: truncated completions teach nothing
-            finished_B = np.concatenate([r.get("finished_G", np.ones(G, bool)) for r in batch])
-            mask_BT = mask_BT * np.asarray(grpo.overlong_mask(lengths_B, self.gcfg.max_len, finished_B))[:, None]
+    def train_step(self) -> dict:
+        """Step 3: GRPO update on the books' batch of B groups; returns the step's metrics."""
+        G, batch = self.gcfg.group_size, list(self.books.batch.values())
+        lifecycle.check_batch([r.version for r in batch], [r.lineage for r in batch], self.step_n, self.lineage,
+                              self.cfg.max_staleness)  # THE STALENESS BOUND, asserted at the update
+        tokens_BT = np.concatenate([r.tokens_GT for r in batch])
+        behav_BT = np.concatenate([r.logp_GT for r in batch])
+        mask_BT = np.concatenate([r.mask_GT for r in batch])
+        rewards_BG = np.stack([r.rewards_G for r in batch])
+        staleness_B = np.repeat([self.step_n - r.version for r in batch], G)
+        lengths_B = mask_BT.sum(1)  # completion tokens: what max_len (the generation budget) bounds
+        finished_B = np.concatenate([r.finished_G for r in batch])
+        # DAPO overlong punishment (added to the rewards) and overlong filter (keep_B), as configured
+        rewards_BG, keep_B = (np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_B, finished_B, self.gcfg))
+        mask_BT = mask_BT * keep_B[:, None]
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
         t0 = time.monotonic()
-        microbatches = []
-        for i in range(0, len(tokens_BT), self.cfg.microbatch):
-            mb = {k: v[i:i + self.cfg.microbatch] for k, v in data.items()}
-            if self.ref_params is not None:
+        minibatches = split_batch(data, self.cfg.minibatches, self.cfg.microbatch)  # [minibatch][microbatch]
+        if self.ref_params is not None:
+            for mb in (mb for minibatch in minibatches for mb in minibatch):
                 mb["logp_ref_BT"] = self.ref_logprobs(self.ref_params, mb["tokens_BT"])
-            microbatches.append(mb)
-        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, microbatches)
+        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, minibatches,
+                                                                epochs=self.cfg.ppo_epochs)
         train_s = time.monotonic() - t0
         self.step_n += 1
-        self.counts["used"] += len(batch)
-        for r in batch:
-            self.record(r["item_id"], "trained", self.step_n)
+        self.books.trained()  # each prompt's fate: trained at step_n
         names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
         metrics = {names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()}
         metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
@@ -493,7 +572,9 @@ class Trainer:
                         "policy/entropy": float(-(behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
                         "len/completion_mean": float(mask_BT.sum(1).mean()),
                         "staleness/max": int(staleness_B.max()), "staleness/mean": float(staleness_B.mean()),
+                        "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
                         "time/train_s": train_s})
+        self.step_programs = [0, 0]
         # THE MEASUREMENT of the bf16 problem: the sampler's log-probs (as it reported them while
         # sampling) against ours inside the gradient computation, on staleness-0 rows only (same weights).
         on_policy = staleness_B == 0
@@ -507,42 +588,46 @@ class Trainer:
         t0, n = time.monotonic(), self.cfg.eval_samples
         # crn_key: the same random numbers at every evaluation of this run (inference_worker.row_keys),
         # so the change between two evaluations is the weights' doing, not the draw's
-        items = [{**problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T, self.step_n, True,
-                                 self.lineage), "crn_key": f"seed{self.cfg.seed}/eval/{j}|{p.item_id}"}
+        items = [dataclasses.replace(problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T,
+                                                  self.step_n, True, self.lineage),
+                                     crn_key=f"seed{self.cfg.seed}/eval/{j}|{p.item_id}")
                  for j, p in enumerate(self.heldout)]
         if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
             items += [problem_item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", self.cfg, 1, self.T, self.step_n,
                                    True, self.lineage, temperature=0.0) for j, p in enumerate(self.heldout)]
+        self.eval_pending.update({i.item_id: i for i in items})
+        self.evals = []
         self.enqueue(items)
-        pending, correct, greedy = {i["item_id"] for i in items}, [], []
         last_progress = time.monotonic()
-        while pending:
+        while self.eval_pending:
             try:
-                received = self.receive(wait_s=0.5)
+                n_before = len(self.evals)
+                self.receive(wait_s=0.5)
+                if len(self.evals) != n_before:
+                    last_progress = time.monotonic()
             except (TimeoutError, wire.RemoteError) as e:  # param server restarting: re-send, go on
                 self.log(f"{type(e).__name__} during evaluation: {e}; retrying")
                 self.check_param_server()
                 continue
-            for rollout in received:
-                if rollout["item_id"] in pending:
-                    pending.discard(rollout["item_id"])
-                    passed = int((rollout["rewards_G"] >= 1.0).sum())
-                    (greedy if rollout["item_id"].startswith("evalg/") else correct).append(passed)
-                    last_progress = time.monotonic()
             if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
-                raise TimeoutError(f"evaluation stalled with {len(pending)} problems unanswered")
-        c = np.array(correct)
-        return {"eval/pass@1": float(grpo.pass_at_k_array(np.full_like(c, n), c, 1).mean()),
-                f"eval/pass@{min(8, n)}": float(grpo.pass_at_k_array(np.full_like(c, n), c, min(8, n)).mean()),
-                "eval/problems": len(c), "wait/eval_s": time.monotonic() - t0,
+                raise TimeoutError(f"evaluation stalled with {len(self.eval_pending)} problems unanswered")
+        # A problem whose programs the verifier failed on says nothing about the policy: left out.
+        scored = [r for r in self.evals if not lifecycle.infra_failures(r.statuses)]
+        correct = np.array([int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("eval/")])
+        greedy = [int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("evalg/")]
+        return {"eval/pass@1": float(grpo.pass_at_k_array(np.full_like(correct, n), correct, 1).mean()),
+                f"eval/pass@{min(8, n)}": float(grpo.pass_at_k_array(np.full_like(correct, n), correct,
+                                                                     min(8, n)).mean()),
+                "eval/problems": len(correct), "eval/verifier_failed": len(self.evals) - len(scored),
+                "wait/eval_s": time.monotonic() - t0,
                 **({"eval/greedy_pass@1": float(np.mean(greedy))} if greedy else {})}
 
     def checkpoint(self) -> None:
-        # Rollouts received but not yet trained on count as in flight: the resumed trainer
-        # re-enqueues them (requeue) instead of silently losing their prompts.
-        in_flight = {k: v for k, v in self.in_flight.items() if not v["eval"]}
-        in_flight.update({r["item_id"]: r["_item"] for r in self.ready + self.batch})
-        meta = {"cursor": self.cursor, "counts": self.counts, "seed": self.cfg.seed, "in_flight": in_flight,
+        """Every prompt without a fate goes into the checkpoint (the batch being assembled and the
+        rollouts in hand included), and the ledger's length: a resumed trainer cuts the ledger back
+        to it and enqueues those prompts again, so each has exactly one fate in the end."""
+        meta = {"cursor": self.cursor, "counts": dict(self.books.counts), "seed": self.cfg.seed,
+                "in_flight": self.books.snapshot(), "ledger_lines": self.ledger_lines,
                 "time_s": time.monotonic() - self.t_start}
         path = save_checkpoint(self.cfg.run_dir, self.step_n, self.master, self.opt_state, meta,
                                self.cfg.keep_checkpoints)
@@ -571,20 +656,20 @@ class Trainer:
             t0 = time.monotonic()
             try:
                 self.check_param_server()
-                batch, wait_s = self.collect_batch()
+                wait_s = self.collect_batch()
             except (TimeoutError, wire.RemoteError) as e:
-                # The param server died or restarted: nothing is lost (self.batch, self.ready and
-                # self.in_flight are ours); check_param_server re-sends weights and work.
+                # The param server died or restarted: nothing is lost (every prompt without a fate
+                # is in self.books); check_param_server re-sends weights and work.
                 self.log(f"{type(e).__name__}: {e}; retrying")
                 continue
             if self.stop_requested:
                 break
-            metrics = self.train_step(batch)
-            push_s = self.push() if self.step_n % cfg.push_every == 0 else 0.0
+            tokens = sum(float(r.mask_GT.sum()) for r in self.books.batch.values())
+            metrics = self.train_step()
+            push_s = self.push()  # every version is pushed: items of the next step ask for it
             step_s = time.monotonic() - t0
-            tokens = sum(float(r["mask_GT"].sum()) for r in batch)
             metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
-                            "throughput/rollouts_per_s": len(batch) * self.gcfg.group_size / step_s,
+                            "throughput/rollouts_per_s": cfg.prompts_per_step * self.gcfg.group_size / step_s,
                             "throughput/tokens_per_s": tokens / step_s})
             if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
                 metrics.update(self.evaluate())
@@ -592,7 +677,7 @@ class Trainer:
             self.log(f"step {self.step_n}: reward {metrics['reward/mean']:.3f} "
                      f"entropy {metrics['policy/entropy']:.3f} "
                      f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
-                     f"staleness<={metrics['staleness/max']} dropped {self.counts['dropped_stale']} "
+                     f"staleness<={metrics['staleness/max']} dropped {self.books.counts['dropped_stale']} "
                      f"{metrics['throughput/rollouts_per_s']:.0f} rollouts/s {step_s:.2f}s"
                      + (f" | {eval_text(metrics)}" if "eval/pass@1" in metrics else ""))
             if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
@@ -605,6 +690,9 @@ class Trainer:
             raise SystemExit(143)  # not 0: the run is not finished, so a supervisor restarts us
 
 
+EXIT_STOP_RUN = 3
+"""The trainer's exit status for "do not restart me, stop the run" (launch.sh obeys it)."""
+
 if __name__ == "__main__":
     config, grpo_config = cli.parse(Config, grpo.GRPOConfig)
     try:
@@ -613,4 +701,9 @@ if __name__ == "__main__":
         raise SystemExit(f"trainer: cannot start: {e}")
     # Preemption notice: finish the current step, checkpoint, exit (checked between steps).
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
-    trainer.run()
+    try:
+        trainer.run()
+    except VerifierBroken as e:
+        trainer.checkpoint()  # what was learned so far is kept; a RESUME=1 run continues after a fix
+        trainer.log(f"stopping the run: {e}")
+        raise SystemExit(EXIT_STOP_RUN)

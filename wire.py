@@ -17,7 +17,19 @@ can never be mistaken for the answer to the next one. Servers reply to a malform
 background) and send it later with `Server.reply`.
 
 Security: servers bind to loopback by default. Binding any other address requires CURVE keys
-(see `python wire.py keygen`), and a client without the server's public key cannot connect.
+(`python wire.py keygen DIR [--name NAME]` writes the pair DIR/NAME.key and its public half
+DIR/NAME.pub). Traffic is then encrypted, and a server admits only the client public keys on its
+allowlist; every other client is refused at the handshake (checked by a ZAP handler), so none of its
+requests ever reaches a handler and its calls time out. Environment (each also a constructor argument):
+
+    RLAX_CURVE_KEY         this process's own key pair (DIR/NAME.key), as server and as client
+    RLAX_CURVE_CLIENTS     servers: the allowed client public keys, a directory of *.pub files or one
+                           file of Z85 public keys, one a line (`# ` comments); default: own public key
+    RLAX_CURVE_SERVER_KEY  clients: the server's public key (a .pub or .key file); default: own public key
+
+With only RLAX_CURVE_KEY set, every role shares one pair: that pair's public key is the one allowed
+client, so the shared-key setup needs nothing more. Per-role keys: one pair for the servers, one per
+client; the servers get RLAX_CURVE_CLIENTS, the clients RLAX_CURVE_SERVER_KEY.
 """
 from __future__ import annotations
 
@@ -29,6 +41,7 @@ import threading
 import time
 import traceback
 import typing
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -139,13 +152,34 @@ class EnqueueWork:
     requeue: bool = False
 
 
+@message("hello")
+class Hello:
+    """Worker -> param server, once at start: `incarnation` is random per process start, so a
+    restarted worker (same name, new incarnation) releases its dead predecessor's leases at once."""
+    worker: str
+    incarnation: str
+
+
 @message("lease_work")
 class LeaseWork:
-    """Worker -> param server: lease up to max_items items for lease_s seconds."""
+    """Worker -> param server: lease up to max_items items for lease_s seconds (renewed by
+    RenewLeases while the worker samples them)."""
     worker: str
     max_items: int = 1
     lease_s: float = 60.0
     wait_s: float = 0.0  # long poll: wait up to this long for an item when the queue is empty
+    incarnation: str = ""
+
+
+@message("renew_leases")
+class RenewLeases:
+    """Worker -> param server, a heartbeat every lease_s / 3 while it holds leases: extend each
+    [item_id, lease] by lease_s. A live worker, however slow, keeps its items; a dead one stops
+    renewing and loses them within lease_s. Reply: Ok({"renewed": n, "lost": [item ids]})."""
+    worker: str
+    leases: list
+    lease_s: float = 60.0
+    incarnation: str = ""
 
 
 @message("work")
@@ -155,9 +189,9 @@ class Work:
 
 @message("submit_rollout")
 class SubmitRollout:
-    """Worker -> param server: the finished group for one item. `rollout` is a dict of named fields
-    (see inference_worker.py) whose arrays travel as frames. A second submit of the same item is a
-    duplicate: acknowledged, counted, dropped."""
+    """Worker -> param server: the finished group for one item (`rollout` is a Rollout.to_dict()),
+    under a lease the server issued for it. A second submit of the same item is a duplicate:
+    acknowledged, counted, dropped."""
     worker: str
     item_id: str
     lease: str
@@ -166,9 +200,13 @@ class SubmitRollout:
 
 @message("get_rollouts")
 class GetRollouts:
-    """Trainer -> param server: up to max_items finished rollouts, waiting up to wait_s for one."""
+    """Trainer -> param server: up to max_items finished rollouts, waiting up to wait_s for one.
+    `ack` lists the item ids of the rollouts the trainer received in its previous reply: a
+    rollout stays with the server, and is sent again, until it is acknowledged, so a lost reply
+    loses nothing (the trainer recognises a rollout it already holds as a duplicate)."""
     max_items: int
     wait_s: float = 0.0
+    ack: list = field(default_factory=list)
 
 
 @message("rollouts")
@@ -197,50 +235,111 @@ class Verdicts:
 
 
 # --- records carried inside messages ------------------------------------------------------------
-# Work items and rollouts are plain dicts (so a researcher can add a field without a protocol bump);
-# these checks run wherever one enters a role, so a malformed one is an error reply, not a crash later.
-
-ITEM_FIELDS = {"item_id": str, "prompt": str, "group_size": int, "seq_len": int,
-               "max_new_tokens": int, "min_version": int}
-ROLLOUT_FIELDS = {"item_id": str, "version": int, "worker": str, "prompt_len": int,
-                  "tokens_GT": np.ndarray, "logp_GT": np.ndarray, "mask_GT": np.ndarray,
-                  "rewards_G": np.ndarray}
+# A work item and a rollout are dataclasses defined here once. On the wire they travel as maps
+# (`to_dict`); `from_dict` is the one place a received map becomes a record, checking every field's
+# presence and type, so a malformed one is an error reply where it enters a role, never a crash later.
+# To add a field, add it here with a default: old and new senders then interoperate.
 
 
-def check_record(kind: str, record, fields: dict) -> dict:
-    if not isinstance(record, dict):
-        raise WireError(f"{kind} must be a map, got {type(record).__name__}")
-    for name, typ in fields.items():
-        if name not in record:
-            raise WireError(f"{kind} lacks field {name!r}")
-        value = record[name]
-        if typ is int and isinstance(value, bool) or not isinstance(value, typ):
-            raise WireError(f"{kind}.{name} must be {typ.__name__}, got {type(value).__name__}")
-    return record
+def crc32(array: np.ndarray) -> int:
+    """The checksum of an array's bytes (weights on the wire, on disk and in checkpoints)."""
+    return zlib.crc32(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
 
 
-def check_item(item) -> dict:
-    check_record("work item", item, ITEM_FIELDS)
-    if item["group_size"] < 1 or item["max_new_tokens"] < 1 or item["seq_len"] < 2:
-        raise WireError(f"work item {item['item_id']}: group_size, max_new_tokens and seq_len must be positive")
-    if not isinstance(item.get("crn_key", ""), str):
-        raise WireError(f"work item {item['item_id']}: crn_key must be a string")
-    return item
+def _check_fields(cls, data) -> dict:
+    if not isinstance(data, dict):
+        raise WireError(f"{cls.KIND} must be a map, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    if unknown := set(data) - set(hints):
+        raise WireError(f"{cls.KIND} has unknown fields {sorted(unknown)}")
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise WireError(f"{cls.KIND} lacks field {f.name!r}")
+            continue
+        value, hint = data[f.name], hints[f.name]
+        allowed = (int, float) if hint is float else (hint,)
+        if (hint is int and isinstance(value, bool)) or not isinstance(value, allowed):
+            raise WireError(f"{cls.KIND}.{f.name} must be {hint.__name__}, got {type(value).__name__}")
+    return data
 
 
-def check_rollout(rollout) -> dict:
-    check_record("rollout", rollout, ROLLOUT_FIELDS)
-    G, T = rollout["tokens_GT"].shape if rollout["tokens_GT"].ndim == 2 else (-1, -1)
-    if G < 1 or rollout["tokens_GT"].dtype != np.int32:
-        raise WireError("rollout.tokens_GT must be a non-empty int32 [G, T] array")
-    for name in ("logp_GT", "mask_GT"):
-        if rollout[name].shape != (G, T) or rollout[name].dtype != np.float32:
-            raise WireError(f"rollout.{name} must be float32 of shape {(G, T)}")
-    if rollout["rewards_G"].shape != (G,) or not np.all(np.isfinite(rollout["rewards_G"])):
-        raise WireError(f"rollout.rewards_G must be {G} finite values")
-    if not 0 < rollout["prompt_len"] < T:
-        raise WireError(f"rollout.prompt_len {rollout['prompt_len']} outside (0, {T})")
-    return rollout
+@dataclass
+class WorkItem:
+    """Trainer -> param server -> worker: one prompt to sample `group_size` times and verify."""
+    KIND: typing.ClassVar[str] = "work item"
+    item_id: str              # "train/<cursor index>|<problem id>" or "eval/<step>/<j>|<problem id>"
+    prompt: str
+    group_size: int           # G
+    seq_len: int              # T: prompt + completion, fixed so sampler and trainer compile once
+    max_new_tokens: int
+    min_version: int          # never sample with weights older than this (the staleness bound)
+    lineage: str = ""         # the trainer process that enqueued it
+    tests: str = ""           # assert-style tests (HumanEval's end with check(entry_point))
+    entry_point: str = ""
+    kind: str = "assert"      # "assert" | "io" (stdin/stdout cases)
+    cases: list = field(default_factory=list)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list = field(default_factory=lambda: ["\n"])
+    eval: bool = False        # an evaluation item: scored for pass@k, never trained on
+    crn_key: str = ""         # evaluation items: the key of their common random numbers
+    timeout_s: float = 5.0    # per program, in the verifier
+    lease: str = ""           # set by the param server when it leases the item
+
+    @classmethod
+    def from_dict(cls, data) -> "WorkItem":
+        item = cls(**_check_fields(cls, data))
+        if item.group_size < 1 or item.max_new_tokens < 1 or item.seq_len < 2:
+            raise WireError(f"work item {item.item_id}: group_size, max_new_tokens and seq_len must be positive")
+        return item
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Rollout:
+    """Worker -> param server -> trainer: one item's group of G sampled completions, verified.
+    Every token of it was sampled with weights `version` of `lineage`."""
+    KIND: typing.ClassVar[str] = "rollout"
+    item_id: str
+    version: int
+    lineage: str
+    worker: str
+    prompt_len: int           # prompt tokens (the same for every row of the group)
+    tokens_GT: np.ndarray     # int32 [G, T]: prompt + completion, padded
+    logp_GT: np.ndarray       # float32 [G, T]: the sampler's log-probs of the tokens it drew
+    mask_GT: np.ndarray       # float32 [G, T]: 1 on completion tokens the verifier saw
+    rewards_G: np.ndarray     # float32 [G]
+    finished_G: np.ndarray    # bool [G]: the completion ended (stop string or EOS), not truncated
+    statuses: list            # G verdict statuses (lifecycle.INFRA_ERROR: the verifier failed)
+    texts: list = field(default_factory=list)
+    eval: bool = False
+    sample_s: float = 0.0
+    verify_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data) -> "Rollout":
+        r = cls(**_check_fields(cls, data))
+        G, T = r.tokens_GT.shape if r.tokens_GT.ndim == 2 else (-1, -1)
+        if G < 1 or r.tokens_GT.dtype != np.int32:
+            raise WireError("rollout.tokens_GT must be a non-empty int32 [G, T] array")
+        for name in ("logp_GT", "mask_GT"):
+            if getattr(r, name).shape != (G, T) or getattr(r, name).dtype != np.float32:
+                raise WireError(f"rollout.{name} must be float32 of shape {(G, T)}")
+        if r.rewards_G.shape != (G,) or r.rewards_G.dtype != np.float32 or not np.all(np.isfinite(r.rewards_G)):
+            raise WireError(f"rollout.rewards_G must be {G} finite float32 values")
+        if r.finished_G.shape != (G,) or r.finished_G.dtype != np.bool_:
+            raise WireError(f"rollout.finished_G must be {G} booleans")
+        if len(r.statuses) != G or not all(isinstance(s, str) for s in r.statuses):
+            raise WireError(f"rollout.statuses must be {G} strings")
+        if not 0 < r.prompt_len < T:
+            raise WireError(f"rollout.prompt_len {r.prompt_len} outside (0, {T})")
+        return r
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -353,39 +452,186 @@ def is_loopback(addr: str) -> bool:
     return addr.startswith(("ipc://", "inproc://")) or host in ("127.0.0.1", "localhost", "::1")
 
 
+from zmq.utils import z85  # noqa: E402  (the sockets part's own import)
+
+
 def _load_key(path: str, secret: bool) -> bytes:
-    """Keys are stored as the two Z85 lines written by `python wire.py keygen DIR`."""
+    """Keys are stored as the two Z85 lines (public, secret) written by `python wire.py keygen DIR`."""
     with open(path) as f:
-        public, secret_key = (line.strip().encode() for line in f.read().splitlines()[:2])
-    return secret_key if secret else public
+        lines = [line.strip() for line in f.read().splitlines() if line.strip()]
+    if len(lines) < 2:
+        raise ValueError(f"{path}: not a CURVE key pair (two Z85 lines written by `python wire.py keygen`)")
+    return _z85_key(lines[1] if secret else lines[0], path)
+
+
+def _z85_key(text: str | bytes, where: str) -> bytes:
+    key = text.encode() if isinstance(text, str) else bytes(text)
+    try:
+        if len(key) != 40 or len(z85.decode(key)) != 32:
+            raise ValueError
+    except Exception:
+        raise ValueError(f"{where}: {key[:48]!r} is not a Z85 CURVE key (40 characters)") from None
+    return key
+
+
+def _key_lines(path: str) -> list[bytes]:
+    """The Z85 keys of a key file, one a line: the first word of each line; blank lines and lines
+    that are "#" or start with "# " are skipped (a Z85 key may itself start with "#")."""
+    with open(path) as f:
+        words = [line.split()[0] for line in f.read().splitlines()
+                 if line.strip() and line.strip() != "#" and not line.lstrip().startswith("# ")]
+    return [_z85_key(word, path) for word in words]
+
+
+def load_public_key(path: str) -> bytes:
+    """The public key of a .pub file or of a key pair file: its first key either way."""
+    keys = _key_lines(path)
+    if not keys:
+        raise ValueError(f"{path}: no public key in it")
+    return keys[0]
+
+
+def load_client_keys(source) -> set[bytes]:
+    """The allowlist: a directory (every *.pub file in it), a file of Z85 public keys one a line
+    (anything after the key on its line, blank lines and "# " comment lines are skipped), or an
+    iterable of Z85 keys (str or bytes)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".pub"))
+        else:
+            files = [path]
+        keys = {key for name in files for key in _key_lines(name)}
+        where = path
+    else:
+        keys, where = {_z85_key(k, "curve_clients") for k in source}, "curve_clients"
+    if not keys:
+        raise ValueError(f"{where}: no client public keys "
+                         "(a server with an empty allowlist would refuse everyone)")
+    return keys
 
 
 def curve_keys_from_env() -> str | None:
-    """RLAX_CURVE_KEY: path of the shared key file (servers and clients use the same pair)."""
+    """RLAX_CURVE_KEY: path of this process's key pair (with one shared pair, every role's)."""
     return os.environ.get("RLAX_CURVE_KEY") or None
+
+
+class _ZapHandler:
+    """The ZAP handler of one context (ZeroMQ allows one): a REP socket on inproc://zeromq.zap.01
+    in a daemon thread that admits a CURVE client only if its public key is on the allowlist of the
+    server socket's ZAP domain. Unknown domains are refused; other mechanisms (NULL, loopback
+    servers without keys) are not gated here."""
+
+    _lock = threading.Lock()
+    _by_ctx: dict[int, "_ZapHandler"] = {}
+
+    @classmethod
+    def of(cls, ctx: zmq.Context) -> "_ZapHandler":
+        with cls._lock:
+            handler = cls._by_ctx.get(id(ctx))
+            if handler is None or not handler.thread.is_alive():
+                handler = cls._by_ctx[id(ctx)] = cls(ctx)
+            return handler
+
+    def __init__(self, ctx: zmq.Context):
+        self.domains: dict[bytes, tuple[str, frozenset]] = {}
+        self.refused: dict[bytes, int] = {}
+        self._warned: set[tuple[bytes, bytes]] = set()
+        ready, self._error = threading.Event(), None
+        self.thread = threading.Thread(target=self._run, args=(ctx, ready), name="rlax-zap", daemon=True)
+        self.thread.start()
+        ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def allow(self, domain: bytes, server: str, keys) -> None:
+        self.domains[domain] = (server, frozenset(z85.decode(k) for k in keys))
+        self.refused[domain] = 0
+
+    def forget(self, domain: bytes) -> None:
+        self.domains.pop(domain, None)
+
+    def _run(self, ctx: zmq.Context, ready: threading.Event) -> None:
+        try:
+            sock = ctx.socket(zmq.REP)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind("inproc://zeromq.zap.01")
+        except zmq.ZMQError as e:  # someone else already handles ZAP in this context
+            self._error = RuntimeError(f"cannot start the CURVE allowlist (ZAP) handler: {e}")
+            ready.set()
+            return
+        ready.set()
+        while True:
+            try:
+                request = sock.recv_multipart()
+            except zmq.ZMQError:  # context terminated
+                sock.close(0)
+                return
+            version, request_id, domain, address, _identity, mechanism = (request + [b""] * 6)[:6]
+            credentials = request[6:]
+            status, text = b"200", b"OK"
+            if mechanism == b"CURVE":
+                server, keys = self.domains.get(domain, ("?", frozenset()))
+                if not credentials or credentials[0] not in keys:
+                    status, text = b"400", b"client key not allowed"
+                    if domain in self.refused:
+                        self.refused[domain] += 1
+                    who = z85.encode(credentials[0]) if credentials else b"?"
+                    if (domain, who) not in self._warned:  # clients retry every 100 ms: say it once
+                        self._warned.add((domain, who))
+                        print(f"wire: {server} refused CURVE client {who.decode()} from "
+                              f"{address.decode(errors='replace')}: key not on the allowlist", flush=True)
+            try:
+                sock.send_multipart([version, request_id, status, text, b"", b""])
+            except zmq.ZMQError:
+                sock.close(0)
+                return
 
 
 class Server:
     """A ROUTER socket with a dispatch table. Handlers are `handler(msg, peer) -> reply | None`."""
 
     def __init__(self, name: str, bind: str, *, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 curve_key: str | None = None):
+                 curve_key: str | None = None, curve_clients=None):
+        """`curve_key`: this server's key pair file (default RLAX_CURVE_KEY). `curve_clients`: the
+        allowed client public keys, as `load_client_keys` takes them (default RLAX_CURVE_CLIENTS,
+        else the server's own public key: the shared-pair setup)."""
         self.name, self.bind_addr, self.instance = name, bind, os.urandom(6).hex()
         self.handlers: dict[type, Callable] = {Ping: lambda m, p: Pong(self.name, self.instance)}
         self.ctx = zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # bigger: peer is dropped by zmq
-        self.sock.setsockopt(zmq.LINGER, 0)
+        self.bad_messages = 0
+        self._zap, self._zap_domain = None, f"rlax-{name}-{self.instance}".encode()
         curve_key = curve_key or curve_keys_from_env()
+        if curve_clients is None:
+            curve_clients = os.environ.get("RLAX_CURVE_CLIENTS") or None
         if curve_key:
-            self.sock.curve_secretkey = _load_key(curve_key, secret=True)
-            self.sock.curve_publickey = _load_key(curve_key, secret=False)
-            self.sock.curve_server = True
+            secret, public = _load_key(curve_key, secret=True), _load_key(curve_key, secret=False)
+            allowed = load_client_keys(curve_clients) if curve_clients is not None else {public}
+            self._zap = _ZapHandler.of(self.ctx)  # before the socket exists: no handshake goes unchecked
+            self._zap.allow(self._zap_domain, name, allowed)
+        elif curve_clients is not None:
+            raise ValueError(f"{name}: a client allowlist (curve_clients / RLAX_CURVE_CLIENTS) needs the "
+                             "server's own CURVE key pair (curve_key / RLAX_CURVE_KEY)")
         elif not is_loopback(bind):
             raise ValueError(f"{name}: refusing to bind {bind} without CURVE keys; "
                              "create them with `python wire.py keygen DIR` and set RLAX_CURVE_KEY")
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # bigger: peer is dropped by zmq
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if curve_key:
+            self.sock.curve_secretkey, self.sock.curve_publickey = secret, public
+            self.sock.curve_server = True
+            self.sock.zap_domain = self._zap_domain
+            try:  # no reachable ZAP handler = refuse, not admit everyone (libzmq's default)
+                self.sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+            except (AttributeError, zmq.ZMQError):
+                pass
         self.sock.bind(bind)
-        self.bad_messages = 0
+
+    @property
+    def refused_clients(self) -> int:
+        """CURVE handshakes refused because the client's key is not on the allowlist."""
+        return self._zap.refused.get(self._zap_domain, 0) if self._zap else 0
 
     def on(self, cls, handler) -> None:
         self.handlers[cls] = handler
@@ -437,14 +683,29 @@ class Server:
 
     def close(self) -> None:
         self.sock.close(0)
+        if self._zap is not None:
+            self._zap.forget(self._zap_domain)
 
 
 class Client:
     """A DEALER socket that sends one request at a time and waits for its reply with a timeout."""
 
-    def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None):
+    def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None,
+                 curve_server_key: str | None = None):
+        """`curve_key`: this client's key pair file (default RLAX_CURVE_KEY). `curve_server_key`: a
+        file holding the server's public key, .pub or pair (default RLAX_CURVE_SERVER_KEY, else the
+        public key of `curve_key`: the shared-pair setup)."""
         self.name, self.addr, self.timeout_s = name, addr, timeout_s
         self.curve_key = curve_key or curve_keys_from_env()
+        self.curve_server_key = curve_server_key or os.environ.get("RLAX_CURVE_SERVER_KEY") or None
+        self._keys = None
+        if self.curve_key:
+            public = _load_key(self.curve_key, secret=False)
+            server = load_public_key(self.curve_server_key) if self.curve_server_key else public
+            self._keys = (server, public, _load_key(self.curve_key, secret=True))
+        elif self.curve_server_key:
+            raise ValueError(f"{name}: a server key (curve_server_key / RLAX_CURVE_SERVER_KEY) needs the "
+                             "client's own CURVE key pair (curve_key / RLAX_CURVE_KEY)")
         self._rids = itertools.count(1)
         self.sock = None
         self._connect()
@@ -454,10 +715,8 @@ class Client:
             self.sock.close(0)
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        if self.curve_key:
-            self.sock.curve_serverkey = _load_key(self.curve_key, secret=False)
-            self.sock.curve_publickey = _load_key(self.curve_key, secret=False)
-            self.sock.curve_secretkey = _load_key(self.curve_key, secret=True)
+        if self._keys:
+            self.sock.curve_serverkey, self.sock.curve_publickey, self.sock.curve_secretkey = self._keys
         self.sock.connect(self.addr)
 
     def call(self, msg, timeout_s: float | None = None, what: str | None = None):
@@ -489,14 +748,33 @@ if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description="Wire utilities.")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    keygen = sub.add_parser("keygen", help="write a CURVE key pair to DIR/curve.key (chmod 600)")
+    keygen = sub.add_parser(
+        "keygen", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="write a CURVE key pair DIR/NAME.key (chmod 600) and its public key DIR/NAME.pub",
+        description="Write a CURVE key pair to DIR/NAME.key (public and secret key, chmod 600; keep it\n"
+                    "private) and the public key alone to DIR/NAME.pub (hand it to the other side).",
+        epilog="One shared pair (every role, nothing else to set):\n"
+               "  python wire.py keygen keys            # then RLAX_CURVE_KEY=keys/curve.key everywhere\n"
+               "Per-role pairs: one for the servers, one per client:\n"
+               "  python wire.py keygen keys/server --name server\n"
+               "  python wire.py keygen keys/clients --name worker0   # keys/clients/worker0.pub is allowed\n"
+               "  servers: RLAX_CURVE_KEY=keys/server/server.key RLAX_CURVE_CLIENTS=keys/clients\n"
+               "  clients: RLAX_CURVE_KEY=keys/clients/worker0.key "
+               "RLAX_CURVE_SERVER_KEY=keys/server/server.pub\n"
+               "RLAX_CURVE_CLIENTS is a directory of *.pub files or a file of Z85 public keys, one a line.")
     keygen.add_argument("dir")
+    keygen.add_argument("--name", default="curve", help="file name stem (default: curve)")
     args = parser.parse_args()
     if args.cmd == "keygen":
         os.makedirs(args.dir, exist_ok=True)
         public, secret = zmq.curve_keypair()
-        path = os.path.join(args.dir, "curve.key")
+        path = os.path.join(args.dir, args.name + ".key")
+        pub_path = os.path.join(args.dir, args.name + ".pub")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(public.decode() + "\n" + secret.decode() + "\n")
-        print(f"wrote {path}; start every role with RLAX_CURVE_KEY={path}")
+        with open(pub_path, "w") as f:
+            f.write(public.decode() + "\n")
+        print(f"wrote {path} (secret: RLAX_CURVE_KEY of the role that owns it) and {pub_path} "
+              f"(public: put it in a server's RLAX_CURVE_CLIENTS directory, or give it to clients as "
+              f"RLAX_CURVE_SERVER_KEY); with one pair shared by every role, RLAX_CURVE_KEY={path} is all")

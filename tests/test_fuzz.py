@@ -27,7 +27,6 @@ import zmq
 
 import wire
 from conftest import ROOT, free_port
-from param_server import crc32
 
 SEED = 20261129
 REPLY_TIMEOUT_S = 5.0      # a good server answers a bad message in milliseconds
@@ -68,14 +67,15 @@ def item(i: int, **kw) -> dict:
 
 
 def rollout(item_id: str, G: int = 2, T: int = 8) -> dict:
-    return {"item_id": item_id, "version": 0, "worker": "w", "prompt_len": 3,
+    return {"item_id": item_id, "version": 0, "lineage": "", "worker": "w", "prompt_len": 3,
             "tokens_GT": np.ones((G, T), np.int32), "logp_GT": np.zeros((G, T), np.float32),
-            "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.zeros(G, np.float32)}
+            "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.zeros(G, np.float32),
+            "finished_G": np.ones(G, bool), "statuses": ["failed"] * G}
 
 
 def push(version: int, lineage: str | None = None) -> wire.PushWeights:
     arrays = [np.full((4, 3), version, np.float32), np.arange(5, dtype=np.float32)]
-    msg = wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [crc32(a) for a in arrays])
+    msg = wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [wire.crc32(a) for a in arrays])
     if lineage is not None:  # the field exists only where the wire has trainer lineages
         msg.lineage = lineage
     return msg
@@ -498,8 +498,8 @@ def verifier_service(tmp_path_factory):
     target.stop()
 
 
-PS_TYPES = ["ping", "push_weights", "get_weights", "enqueue_work", "lease_work", "submit_rollout",
-            "get_rollouts", "get_stats"]
+PS_TYPES = ["ping", "push_weights", "get_weights", "enqueue_work", "hello", "lease_work", "renew_leases",
+            "submit_rollout", "get_rollouts", "get_stats"]
 PUSH_ONE = lambda ref: {"version": 7, "names": ["a"], "arrays": [ref], "checksums": [0]}  # noqa: E731
 JOB_REF = lambda ref: {"jobs": [ref]}  # noqa: E731
 PS_CATEGORIES = {

@@ -9,7 +9,6 @@ import zmq
 
 import wire
 from conftest import free_port, wait_until
-from param_server import crc32
 
 
 def start(roles, tmp_path, name="ps"):
@@ -23,7 +22,7 @@ def start(roles, tmp_path, name="ps"):
 
 def push(version, scale=1.0):
     arrays = [np.full((4, 3), scale * version, ml_dtypes.bfloat16), np.arange(5, dtype=np.float32) * scale]
-    return wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [crc32(a) for a in arrays])
+    return wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [wire.crc32(a) for a in arrays])
 
 
 def item(i, **kw):
@@ -32,9 +31,10 @@ def item(i, **kw):
 
 
 def rollout(item_id, version=0, G=2, T=8):
-    return {"item_id": item_id, "version": version, "worker": "w", "prompt_len": 3,
+    return {"item_id": item_id, "version": version, "lineage": "", "worker": "w", "prompt_len": 3,
             "tokens_GT": np.ones((G, T), np.int32), "logp_GT": np.zeros((G, T), np.float32),
-            "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.array([1.0, 0.0], np.float32)}
+            "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.array([1.0, 0.0], np.float32),
+            "finished_G": np.ones(G, bool), "statuses": ["passed", "failed"]}
 
 
 def test_weights_versioned_verified_and_persisted(roles, tmp_path):
@@ -94,10 +94,13 @@ def test_leases_expire_and_duplicates_are_used_once(roles, tmp_path):
     assert late.info["status"] == "duplicate"                      # the slow original: dropped
     got = client.call(wire.GetRollouts(max_items=10))
     assert [r["item_id"] for r in got.rollouts] == ["it0"]
+    assert client.call(wire.GetRollouts(max_items=10, ack=["it0"])).rollouts == []  # acknowledged
     again2 = client.call(wire.SubmitRollout("slow", "it0", first[0]["lease"], rollout("it0")))
     assert again2.info["status"] == "duplicate"                    # still recognised after delivery
     stats = client.call(wire.GetStats()).info
     assert stats["duplicate"] == 2 and stats["reissued"] == 1 and stats["lease_expired"] == 1
+    with pytest.raises(wire.RemoteError, match="never issued"):    # a lease the server never gave out
+        client.call(wire.SubmitRollout("w", "it1", "forged", rollout("it1")))
     # Enqueueing a delivered item again is a no-op, unless the trainer asks for a requeue (resume).
     assert client.call(wire.EnqueueWork([item(0)])).info["added"] == 0
     assert client.call(wire.EnqueueWork([item(0)], requeue=True)).info["added"] == 1
@@ -163,7 +166,8 @@ def test_a_new_trainer_lineage_resets_the_work_of_the_old_one(roles, tmp_path):
     client.call(wire.EnqueueWork([item(0)]))
     late = client.call(wire.SubmitRollout("w", "it0", leased[0]["lease"], {**rollout("it0"), "lineage": "old"}))
     assert late.info["status"] == "old_lineage"
-    ok = client.call(wire.SubmitRollout("w", "it0", "x", {**rollout("it0"), "lineage": "new"}))
+    lease = client.call(wire.LeaseWork("w", max_items=1)).items[0]["lease"]
+    ok = client.call(wire.SubmitRollout("w", "it0", lease, {**rollout("it0"), "lineage": "new"}))
     assert ok.info["status"] == "accepted"
 
 

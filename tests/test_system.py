@@ -125,9 +125,12 @@ def test_fix_off_shows_the_mismatch(roles, tmp_path, tiny):
 
 def test_staleness_bound_with_a_slow_and_a_fast_worker(roles, tmp_path, tiny):
     run_dir = str(tmp_path / "run")
-    trainer, _ = start_system(roles, run_dir, tiny, workers=({"batch_items": 1}, {"slow_s": 2}),
-                              trainer_args=["--steps", "30", "--max-staleness", "1"])
+    # The slow worker holds each lease for more than three times its length: its heartbeats keep it.
+    trainer, ps = start_system(roles, run_dir, tiny, workers=({"batch_items": 1}, {"slow_s": 2, "lease_s": 0.6}),
+                               trainer_args=["--steps", "30", "--max-staleness", "1"])
     finish(roles, trainer, timeout_s=300)
+    stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
+    assert stats.get("lease_expired", 0) == 0 and stats.get("reissued", 0) == 0 and stats["renewed"] > 0, stats
     steps = [r for r in metrics(run_dir) if "reward/mean" in r]
     assert len(steps) == 30
     # Invariant 1: nothing staler than k=1 is ever trained on ...
@@ -161,6 +164,30 @@ def test_greedy_evaluation_is_the_mode_of_the_same_weights_and_mixed_leases_do_n
     # The cold start solves some training problems, so its one GRPO step moved the weights, and the
     # exported policy is the moved one.
     assert max(assert_exported_policy(run_dir, "step_000001", ckpt).values()) > 0
+
+
+def test_a_broken_verifier_stops_the_run_and_broken_programs_do_not(roles, tmp_path, tiny):
+    """Finding 4: verifier failures are not wrong answers. The tiny random model writes nothing but
+    broken code, and the runs above finish; here the workers' verifier does not answer, every verdict
+    is infra_error, no group is trained on, and the trainer stops the run (exit 3, launch.sh then
+    stops every role) within a few steps' worth of groups, naming the status and the verifier's log."""
+    run_dir = str(tmp_path / "run")
+    port, vport = free_port(), free_port()
+    ps = f"tcp://127.0.0.1:{port}"
+    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps", env=XLA)
+    roles.start("worker0", "inference_worker.py", "--param-server", ps, "--verifier", f"tcp://127.0.0.1:{vport}",
+                "--model", tiny, "--verify-timeout-s", "0.5", env=XLA)   # nothing listens there
+    trainer = roles.start("trainer", "trainer.py", "--run-dir", run_dir, "--param-server", ps, "--model", tiny,
+                          "--heldout", "1", "--eval-samples", "1", "--no-eval-greedy", "--prompts-per-step", "2",
+                          "--steps", "5", env=XLA)
+    wait_until(lambda: trainer.poll() is not None, 240, "the trainer to stop the run")
+    log = roles.log(trainer)
+    assert trainer.returncode == 3, log[-3000:]
+    assert "infra_error" in log and "verifier's log" in log
+    ledger = [json.loads(line) for line in open(os.path.join(run_dir, "ledger.jsonl"))]
+    assert len(ledger) >= 6 and {e["fate"] for e in ledger} == {"verifier_failed"}
+    rows = metrics(run_dir)
+    assert rows[0]["eval/problems"] == 0 and rows[0]["eval/verifier_failed"] == 1
 
 
 def test_checkpoint_folder_that_does_not_match_the_model_is_a_clear_error(roles, tmp_path, tiny):
@@ -200,8 +227,9 @@ def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
     import inference_worker
     import wire
 
-    def item(item_id, G, crn=None):
-        return {"item_id": item_id, "group_size": G, **({"crn_key": crn} if crn else {})}
+    def item(item_id, G, crn=""):
+        return wire.WorkItem(item_id=item_id, prompt="p", group_size=G, seq_len=8, max_new_tokens=2,
+                             min_version=0, crn_key=crn)
 
     ev = item("eval/0/3|p", 4, crn="eval/3|p")
     ev_later = item("eval/150/3|p", 4, crn="eval/3|p")  # the next evaluation of the same problem
@@ -218,5 +246,5 @@ def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
     d = np.asarray(inference_worker.row_keys(0, [item("eval/0/3|p", 4, crn="seed1/eval/3|p")], 0, rows=16))
     assert not np.array_equal(a[:4], d[:4])        # another crn_key (a run with another seed): another draw
     with pytest.raises(wire.WireError, match="crn_key"):
-        wire.check_item({"item_id": "x", "prompt": "p", "group_size": 1, "seq_len": 8, "max_new_tokens": 2,
-                         "min_version": 0, "crn_key": 5})
+        wire.WorkItem.from_dict({"item_id": "x", "prompt": "p", "group_size": 1, "seq_len": 8, "max_new_tokens": 2,
+                                 "min_version": 0, "crn_key": 5})

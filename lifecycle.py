@@ -1,0 +1,237 @@
+"""A rollout's life: every rule about what a rollout is worth and what a work item needs, in one place.
+
+No sockets, no files, no jax: the trainer, the inference workers and the parameter server ask this
+module and do what it says, so the two invariants this project exists to show can be checked here, in
+one sitting, and tested with tables of cases that run in milliseconds (tests/test_lifecycle.py).
+
+THE STALENESS BOUND (`usable`). A policy version is the number of batches the trainer has trained on.
+A rollout sampled with version v and entering a batch when the trainer is at version s has staleness
+s - v. With `max_staleness = k` the trainer trains only on rollouts with 0 <= s - v <= k, from its own
+lineage (the random name of one trainer process's policy history: after a resume, "version 7" of the
+dead process is not ours). The check runs at the moment a rollout ENTERS a batch (`Books.take`), not
+when it arrives: a rollout that waits ages. `check_batch` asserts it again at the update. k = 0 is
+strict on-policy GRPO; k > 0 lets workers lag, which is asynchronous, off-policy RL.
+
+NOTHING LOST, NOTHING USED TWICE (`Books`). Every training prompt the data cursor hands out is in
+`Books.in_flight` from the moment it is enqueued until it gets exactly one final fate, written once to
+the ledger ($RUN_DIR/ledger.jsonl). A rollout in hand (received, or chosen for the batch being
+assembled) is still in flight: it leaves only with its fate. So whatever stops when, the checkpoint's
+copy of `in_flight` names every prompt without a fate, and a resumed trainer enqueues them again.
+
+What happens to a work item, event by event:
+
+  event                              fate                                        where
+  ---------------------------------  ------------------------------------------  -------------------------
+  trainer enqueues it                in flight, tagged min_version = version      Books.add
+  worker leases it                   sampled with weights >= min_version, of      worker_action
+                                     the item's lineage; a dead lineage's item
+                                     is abandoned (its trainer is gone)
+  worker dies / lease not renewed    back to the front of the queue               param_server.WorkQueue
+  restarted worker says hello        its previous incarnation's leases released   param_server.WorkQueue
+  two workers submit the same item   the first is kept, the second is counted     param_server.WorkQueue
+                                     as a duplicate
+  GetRollouts reply lost             re-sent with the next reply, until acked     param_server.WorkQueue
+  rollout arrives at the trainer     kept (in flight) or dropped now if it can    Books.receive
+                                     never become usable
+  verifier failed on it (infra)      fate verifier_failed: never trained on       Books.receive
+  rollout enters the batch           staleness checked (THE BOUND) or dropped     Books.take, Books.fill
+  dynamic sampling rejects it        fate filtered_zero_var                       Books.fill
+  the batch is trained on            fate trained                                 Books.trained
+  prompt longer than the budget      fate skipped_too_long                        Books.resolve
+  trainer SIGTERM mid-collection     still in flight; checkpointed; re-enqueued   Books.snapshot
+                                     by the resumed trainer                       Books.restore
+  trainer SIGKILL                    ledger cut back to the checkpoint's line     Books.restore
+                                     count; the checkpoint's in-flight items
+                                     re-enqueued
+  param server restart               items not yet received re-enqueued           Books.awaiting
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Callable
+
+# ----------------------------------------------------------------------------- staleness
+
+OK, STALE, FUTURE, OTHER_LINEAGE = "ok", "stale", "future", "other_lineage"
+
+
+def usable(rollout_version: int, rollout_lineage: str, version: int, lineage: str, max_staleness: int) -> str:
+    """THE STALENESS BOUND. May a rollout enter a batch trained at `version`? Returns OK or why not.
+
+    STALE: sampled more than max_staleness versions ago. FUTURE: sampled with a version we have not
+    made (impossible within one lineage; a guard). OTHER_LINEAGE: sampled with another trainer
+    process's weights (a resumed trainer reuses version numbers)."""
+    if rollout_lineage != lineage:
+        return OTHER_LINEAGE
+    staleness = version - rollout_version
+    if staleness < 0:
+        return FUTURE
+    return OK if staleness <= max_staleness else STALE
+
+
+def check_batch(versions: list, lineages: list, version: int, lineage: str, max_staleness: int) -> None:
+    """Asserted at the update: every rollout of the batch is usable at `version`."""
+    for v, lin in zip(versions, lineages, strict=True):
+        why = usable(v, lin, version, lineage, max_staleness)
+        if why != OK:
+            raise AssertionError(f"staleness bound broken: a rollout of version {v} ({why}) reached "
+                                 f"the update at version {version} with max_staleness {max_staleness}")
+
+
+def items_to_feed(max_staleness: int, batch_size: int, outstanding: int) -> int:
+    """How many new training items to enqueue: keep (k + 1) x B without a fate. The batch being
+    assembled needs B; the next k steps' batches may be sampled ahead, with older weights, because
+    their rollouts will be at most k versions old when they are used."""
+    return max(0, (max_staleness + 1) * batch_size - outstanding)
+
+
+# ----------------------------------------------------------------------------- the worker's side
+
+SAMPLE, WAIT, ABANDON = "sample", "wait", "abandon"
+
+
+def worker_action(min_version: int, item_lineage: str, version: int, lineage: str, newest: bool) -> str:
+    """What a worker does with a leased item, holding weights (version, lineage).
+
+    SAMPLE when the weights are the item's lineage and at least min_version (never older than the
+    trainer asked for: that is the worker's half of the staleness bound). ABANDON when the weights are
+    the server's newest (`newest`, just pulled) and of another lineage: the item's trainer is gone,
+    and the new one enqueues its own items. Otherwise WAIT for newer weights."""
+    if lineage == item_lineage and version >= min_version:
+        return SAMPLE
+    if newest and lineage != item_lineage and version >= 0:
+        return ABANDON
+    return WAIT
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+INFRA_ERROR = "infra_error"
+"""The one verdict status that means the verifier failed (executor died, sandbox did not start, no
+answer), not the program. Every other status (passed, failed, runtime_error, timeout, ...) is the
+program's doing and scores as the verifier says. A group with an infra failure says nothing about the
+policy, so it is never trained on (its advantages would compare a broken sandbox with real answers)."""
+
+
+def infra_failures(statuses: list) -> int:
+    return sum(s == INFRA_ERROR for s in statuses)
+
+
+def verifier_broken(window: collections.deque, max_frac: float) -> bool:
+    """Stop the run? `window` holds (infra failures, programs) of the most recent training groups
+    received; a full window in which more than max_frac of the programs failed for the verifier's
+    reasons means the verifier, not the policy, is broken. (A policy that writes nothing but broken
+    code gets runtime_error/syntax_error verdicts, never infra_error, so it never stops a run.)"""
+    if window.maxlen is None or len(window) < window.maxlen:
+        return False
+    bad, total = map(sum, zip(*window))
+    return total > 0 and bad / total > max_frac
+
+
+# ----------------------------------------------------------------------------- the trainer's books
+
+TRAINED, DROPPED_STALE, FILTERED, SKIPPED_TOO_LONG, VERIFIER_FAILED = (
+    "trained", "dropped_stale", "filtered_zero_var", "skipped_too_long", "verifier_failed")
+FATES = (TRAINED, DROPPED_STALE, FILTERED, SKIPPED_TOO_LONG, VERIFIER_FAILED)
+ARRIVED_DUPLICATE, ARRIVED_UNKNOWN = "duplicate", "unknown"
+
+
+@dataclass
+class Books:
+    """The trainer's record of the training prompts it handed out (evaluation items are not here).
+
+    `in_flight` maps item_id -> work item for every prompt without a final fate. Of those, `received`
+    holds the rollouts in hand, in arrival order, and `batch` the ones chosen for the batch being
+    assembled. `fate(item_id, fate)` is called exactly once per prompt (the trainer writes the
+    ledger line there)."""
+    max_staleness: int
+    batch_size: int
+    lineage: str
+    fate: Callable[[str, str], None]
+    in_flight: dict = field(default_factory=dict)
+    received: dict = field(default_factory=dict)
+    batch: dict = field(default_factory=dict)
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    seen: int = 0  # rollouts offered to the batch being assembled (dynamic sampling caps it)
+
+    def add(self, item) -> None:
+        self.in_flight[item.item_id] = item
+
+    def to_feed(self) -> int:
+        return items_to_feed(self.max_staleness, self.batch_size, len(self.in_flight))
+
+    def resolve(self, item_id: str, fate: str) -> None:
+        """The prompt's final fate: counted, recorded once, and out of flight."""
+        assert fate in FATES, fate
+        self.in_flight.pop(item_id, None)
+        self.received.pop(item_id, None)
+        self.batch.pop(item_id, None)
+        self.counts[fate] += 1
+        self.fate(item_id, fate)
+
+    def receive(self, rollout, version: int) -> str:
+        """A training rollout arrives. Kept until it enters a batch, unless it is a duplicate (its
+        prompt has a fate or a rollout in hand already), failed in the verifier, or can never
+        become usable (another lineage, or already too stale: rollouts only age)."""
+        if rollout.item_id not in self.in_flight or rollout.item_id in self.received | self.batch:
+            self.counts[ARRIVED_DUPLICATE] += 1
+            return ARRIVED_DUPLICATE
+        if infra_failures(rollout.statuses):
+            self.resolve(rollout.item_id, VERIFIER_FAILED)
+            return VERIFIER_FAILED
+        if usable(rollout.version, rollout.lineage, version, self.lineage, self.max_staleness) != OK:
+            self.resolve(rollout.item_id, DROPPED_STALE)
+            return DROPPED_STALE
+        self.received[rollout.item_id] = rollout
+        return OK
+
+    def take(self, version: int):
+        """The oldest received rollout that is usable NOW, for the batch trained at `version`
+        (THE STALENESS BOUND, checked at entry); those that aged past it are dropped. None if none.
+        The caller keeps it (`choose`) or gives it a fate; until then it is still in flight."""
+        for item_id in list(self.received):
+            rollout = self.received.pop(item_id)
+            if usable(rollout.version, rollout.lineage, version, self.lineage, self.max_staleness) == OK:
+                return rollout
+            self.resolve(item_id, DROPPED_STALE)
+        return None
+
+    def fill(self, version: int, keep: Callable[[object, int], bool]) -> bool:
+        """Move usable rollouts into the batch being assembled until it holds batch_size; `keep`
+        (rollout, how many this batch has seen) is the algorithm's say (grpo.keep_group: dynamic
+        sampling); a rollout it rejects gets the fate FILTERED. Returns whether the batch is full.
+        Chosen rollouts stay in flight until `trained`: a SIGTERM now loses nothing."""
+        while len(self.batch) < self.batch_size and (rollout := self.take(version)) is not None:
+            self.seen += 1
+            if keep(rollout, self.seen):
+                self.batch[rollout.item_id] = rollout
+            else:
+                self.resolve(rollout.item_id, FILTERED)
+        return len(self.batch) == self.batch_size
+
+    def trained(self) -> list:
+        """The batch was trained on: each of its prompts gets the fate TRAINED. Returns the batch."""
+        batch = list(self.batch.values())
+        for rollout in batch:
+            self.resolve(rollout.item_id, TRAINED)
+        self.seen = 0
+        return batch
+
+    def awaiting(self) -> list:
+        """Items whose rollout we do not hold: what a restarted parameter server must be sent again."""
+        held = self.received | self.batch
+        return [item for item_id, item in self.in_flight.items() if item_id not in held]
+
+    def snapshot(self) -> dict:
+        """For the checkpoint: every prompt without a fate, rollout in hand or not (a SIGTERM in the
+        middle of a batch loses nothing: those prompts are sampled again after the resume)."""
+        return {item_id: item.to_dict() for item_id, item in self.in_flight.items()}
+
+    def restore(self, snapshot: dict, item_from_dict, version: int) -> list:
+        """On resume: the checkpoint's in-flight prompts, to be sampled again with the restored
+        weights (min_version = the restored version, our new lineage). Returns them to enqueue."""
+        self.in_flight, self.received, self.batch = {}, {}, {}
+        for item_id, data in snapshot.items():
+            self.add(item_from_dict({**data, "min_version": version, "lineage": self.lineage, "lease": ""}))
+        return list(self.in_flight.values())
