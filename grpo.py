@@ -31,6 +31,12 @@ The policy loss, step by step (the same step numbers mark the code in `policy_lo
   Step 7  reduce:  token_mean:              sum_{i,t} m l / sum_{i,t} m                 (DAPO)
                    seq_mean_token_mean:     mean_{i: |y_i|>0} (sum_t m l / |y_i|)        (GRPO)
                    seq_mean_token_sum_norm: sum_{i,t} m l / (B * max_len)              (Dr. GRPO)
+                   (max_len: the generation budget in completion tokens, whatever T is)
+
+Around the loss, the trainer calls, in order: `keep_group` while collecting groups (DAPO dynamic
+sampling), `shape_rewards` (DAPO overlong punishment and filter), `group_advantages`, then, per
+microbatch, `policy_loss` weighted by `microbatch_weight` (with `loss_totals` of the whole minibatch),
+so that accumulated microbatches give exactly the loss of one big batch.
 
 Sources: GRPO: Shao et al. 2024 (DeepSeekMath, arXiv:2402.03300). Dr. GRPO: Liu et al. 2025
 ("Understanding R1-Zero-Like Training", arXiv:2503.20783). DAPO: Yu et al. 2025 (arXiv:2503.14476).
@@ -42,8 +48,9 @@ Dual clip: Ye et al. 2020 ("Mastering Complex Control in MOBA Games", arXiv:1912
 pass@k: Chen et al. 2021 (Codex, arXiv:2107.03374, eq. 1 and its numerically stable form).
 
 Shape key (suffixes of names): B batch rows (in the loss: one row per completion, i.e. prompts x G;
-in the advantage functions: one row per prompt), G group size, T completion tokens. A `mask_BT` is 1 on
-completion tokens that count and 0 on prompt or padding positions.
+in the advantage functions: one row per prompt), G group size, T token positions (the trainer's rows
+hold prompt + completion). A `mask_BT` is 1 on completion tokens that count and 0 on prompt or padding
+positions, so a row's completion length is mask_BT.sum(1).
 """
 from __future__ import annotations
 
@@ -93,7 +100,8 @@ class GRPOConfig:
     loss_agg: str = "token_mean"
     """token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr. GRPO, / (B * max_len))."""
     max_len: int = 0
-    """L_max: the generation budget in tokens; Dr. GRPO's constant normaliser and DAPO's overlong limit; 0 = unset."""
+    """L_max: the generation budget in completion tokens (not prompt + completion); Dr. GRPO's constant
+    normaliser and DAPO's overlong limit; set it to the sampler's max new tokens; 0 = unset."""
     kl_beta: float = 0.0
     """beta: weight of the KL(pi || pi_ref) penalty in the loss; 0 skips the reference policy entirely."""
     kl_estimator: str = "k3"
@@ -109,7 +117,7 @@ class GRPOConfig:
     overlong_filter: bool = False
     """DAPO overlong filtering: give truncated completions zero loss weight (see `overlong_mask`)."""
     dynamic_sampling: bool = False
-    """DAPO dynamic sampling: drop groups whose G rewards are all equal (see `zero_variance_groups`)."""
+    """DAPO dynamic sampling: drop groups whose G rewards are all equal, up to 4 x B looked at (`keep_group`)."""
 
     def __post_init__(self):
         def bad(field, why):
@@ -230,6 +238,63 @@ def overlong_mask(lengths_B, max_len: int, finished_B=None):
     return keep_B
 
 
+def shape_rewards(rewards_BG, lengths_B, finished_B, cfg: GRPOConfig):
+    """DAPO's length-based reward shaping, as configured: (rewards_BG, keep_B), f32 and bool.
+
+    rewards_BG: B prompts x G completions (the verifier's rewards). lengths_B: the completion length in
+    tokens of each of the B*G completion rows (row b*G + g is completion g of prompt b), i.e. the sum of
+    the loss mask over a row: completion tokens only, measured against max_len, the generation budget.
+    finished_B: True where the sampler stopped on EOS/a stop string, or None (then a completion that
+    used the whole budget counts as truncated, see `overlong_mask`).
+      overlong_buffer_len > 0: rewards_BG + `overlong_penalty` (soft overlong punishment), else unchanged;
+      overlong_filter:         keep_B = `overlong_mask` (truncated completions get no loss), else all True.
+    Multiply the loss mask by keep_B[:, None]; compute advantages from the returned rewards.
+    """
+    r_BG = jnp.asarray(rewards_BG, jnp.float32)
+    if r_BG.ndim != 2 or r_BG.shape[1] != cfg.group_size:
+        raise ValueError(f"shape_rewards: rewards_BG has shape {r_BG.shape}; expected (B, G={cfg.group_size})")
+    lengths_B = jnp.asarray(lengths_B)
+    if lengths_B.shape != (r_BG.size,):
+        raise ValueError(f"shape_rewards: lengths_B has shape {lengths_B.shape}; expected ({r_BG.size},), "
+                         "one per completion")
+    if finished_B is not None and jnp.shape(finished_B) != (r_BG.size,):
+        raise ValueError(f"shape_rewards: finished_B has shape {jnp.shape(finished_B)}; expected ({r_BG.size},)")
+    if cfg.overlong_buffer_len > 0:
+        r_BG = r_BG + overlong_penalty(lengths_B, cfg.max_len, cfg.overlong_buffer_len,
+                                       cfg.overlong_penalty_factor).reshape(r_BG.shape)
+    if cfg.overlong_filter:
+        keep_B = overlong_mask(lengths_B, cfg.max_len, finished_B)
+    else:
+        keep_B = jnp.ones(lengths_B.shape, bool)
+    return r_BG, keep_B
+
+
+# DAPO dynamic sampling over-samples until the batch is full; we bound that at this many times the batch.
+DYNAMIC_SAMPLING_MAX_FACTOR = 4
+
+
+def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
+    """Whether a finished group goes into the batch being assembled (DAPO "Dynamic Sampling", Yu et al. 2025).
+
+    rewards_G: the G rewards of one prompt's completions. seen: how many groups the batch has looked
+    at so far, this one included (1-based). batch_size: B, the groups a batch needs.
+    With cfg.dynamic_sampling, a group whose G rewards are all equal (advantage 0 under every group
+    baseline: no gradient, only a diluted token mean) is dropped, and the caller samples more. DAPO
+    over-samples without bound; we cap it: once DYNAMIC_SAMPLING_MAX_FACTOR * B (= 4B) groups have been
+    seen, every group is kept, so a batch of mostly solved (or mostly hopeless) prompts still finishes,
+    with some zero-advantage groups in it. Without dynamic_sampling every group is kept. Pure, host-side:
+    `zero_variance_groups` on a single group.
+    """
+    if not _is_int(seen) or not _is_int(batch_size) or seen < 1 or batch_size < 1:
+        raise ValueError(f"keep_group needs ints seen >= 1 and batch_size >= 1; got {seen=!r}, {batch_size=!r}")
+    r_G = np.asarray(rewards_G)
+    if r_G.ndim != 1 or r_G.size == 0:
+        raise ValueError(f"keep_group: rewards_G must be 1-D and non-empty; got shape {r_G.shape}")
+    if not cfg.dynamic_sampling or seen > DYNAMIC_SAMPLING_MAX_FACTOR * batch_size:
+        return True
+    return bool(np.any(r_G != r_G[0]))
+
+
 # ----------------------------------------------------------------------------------------------------
 # KL estimators and the policy loss (one row per completion)
 
@@ -278,8 +343,11 @@ def aggregate(loss_BT, mask_BT, cfg: GRPOConfig):
     token_mean: every token of the batch weighs the same, so long completions are not under-weighted
     (DAPO). seq_mean_token_mean: each completion weighs the same (GRPO); completions with no tokens are
     left out of the mean over sequences. seq_mean_token_sum_norm: divide by the constant B * max_len, so
-    neither length nor the number of live tokens scales a token's gradient (Dr. GRPO).
-    An all-masked batch gives exactly 0 in every mode.
+    neither length nor the number of live tokens scales a token's gradient (Dr. GRPO); max_len is the
+    generation budget in COMPLETION tokens (as in the Dr. GRPO paper), so T (which may count prompt
+    positions) may exceed it. A completion longer than max_len is not an error here (the sampler's
+    budget bounds it); its tokens simply count, the normaliser stays the constant.
+    An all-masked batch gives exactly 0 in every mode. An unknown loss_agg raises.
     """
     m_BT = jnp.asarray(mask_BT).astype(jnp.float32)
     x_BT = jnp.where(m_BT > 0, loss_BT, 0.0)
@@ -289,10 +357,40 @@ def aggregate(loss_BT, mask_BT, cfg: GRPOConfig):
         len_B = jnp.sum(m_BT, axis=1)
         seq_B = jnp.sum(x_BT, axis=1) / jnp.maximum(len_B, 1.0)
         return jnp.sum(seq_B) / jnp.maximum(jnp.sum(len_B > 0), 1)
-    if x_BT.shape[1] > cfg.max_len:
-        raise ValueError(f"completions have T={x_BT.shape[1]} > max_len={cfg.max_len}; Dr. GRPO's "
-                         "normaliser must be the generation budget")
-    return jnp.sum(x_BT) / (x_BT.shape[0] * cfg.max_len)
+    if cfg.loss_agg == "seq_mean_token_sum_norm":
+        # max_len is the generation budget (completion tokens), not T: the [B, T] rows may also hold
+        # prompt positions (masked out), so T > max_len is normal.
+        return jnp.sum(x_BT) / (x_BT.shape[0] * cfg.max_len)
+    raise ValueError(f"aggregate: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
+
+
+def loss_totals(mask_BT):
+    """(tokens, non-empty rows, rows) of the whole (mini)batch whose loss is being accumulated: the
+    denominators of `aggregate` that a microbatch cannot see. Host-side numpy; pass to `microbatch_weight`."""
+    m_BT = np.asarray(mask_BT)
+    if m_BT.ndim != 2:
+        raise ValueError(f"loss_totals: mask_BT must be 2-D (B, T); got shape {m_BT.shape}")
+    return m_BT.sum(), np.any(m_BT > 0, axis=1).sum(), m_BT.shape[0]
+
+
+def microbatch_weight(mask_BT, totals, cfg: GRPOConfig):
+    """The share of the (mini)batch loss that one microbatch's `aggregate` carries, so that the sum of
+    weight * aggregate(microbatch) over the microbatches equals aggregate(whole batch) (gradient
+    accumulation). `totals` = loss_totals(mask of the whole batch) = (tokens, non-empty rows, rows):
+      token_mean:              tokens in the microbatch / tokens in the batch
+      seq_mean_token_mean:     non-empty rows in the microbatch / non-empty rows in the batch
+      seq_mean_token_sum_norm: rows in the microbatch / rows in the batch (the normaliser is rows * max_len)
+    An empty batch gives weight 0 (its loss is 0 anyway). Every mode has its own branch: a new loss_agg
+    must say how it accumulates, or this raises.
+    """
+    total_tokens, total_seqs, total_rows = totals
+    if cfg.loss_agg == "token_mean":
+        return jnp.sum(mask_BT) / jnp.maximum(total_tokens, 1.0)
+    if cfg.loss_agg == "seq_mean_token_mean":
+        return jnp.sum(jnp.any(mask_BT > 0, axis=1)) / jnp.maximum(total_seqs, 1.0)
+    if cfg.loss_agg == "seq_mean_token_sum_norm":
+        return mask_BT.shape[0] / total_rows
+    raise ValueError(f"microbatch_weight: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 
 def _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig):

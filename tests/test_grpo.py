@@ -104,6 +104,39 @@ def test_zero_variance_groups_and_overlong():
         grpo.overlong_mask(np.array([3]), 0)
 
 
+def test_shape_rewards_by_hand():
+    # G = 2, max_len = 10, L_cache = 4: completion lengths (3, 8 | 10, 12), finished (yes, yes | yes, no).
+    # penalty (0, -.5 | -1, -1): rewards [[1, 0], [1, 1]] -> [[1, -.5], [0, 0]].
+    # filter: keep = length < 10 or finished -> (T, T | T, F).
+    rewards, lengths = np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([3, 8, 10, 12])
+    finished = np.array([True, True, True, False])
+    cfg = cfg_(group_size=2, max_len=10, overlong_buffer_len=4, overlong_filter=True)
+    r, keep = grpo.shape_rewards(rewards, lengths, finished, cfg)
+    close(r, [[1.0, -0.5], [0.0, 0.0]])
+    assert np.asarray(keep).tolist() == [True, True, True, False]
+    _, keep = grpo.shape_rewards(rewards, lengths, None, cfg)  # no EOS information: length 10 is truncated
+    assert np.asarray(keep).tolist() == [True, True, False, False]
+    r, keep = grpo.shape_rewards(rewards, lengths, finished, cfg_(group_size=2, max_len=10))  # both off
+    close(r, rewards)
+    assert np.asarray(keep).all()
+    with pytest.raises(ValueError, match="lengths_B"):
+        grpo.shape_rewards(rewards, lengths[:3], None, cfg)
+
+
+def test_keep_group_dynamic_sampling_with_its_cap():
+    on, off = cfg_(dynamic_sampling=True), cfg_()
+    solved, mixed = np.array([1.0, 1.0, 1.0]), np.array([0.0, 1.0, 1.0])
+    assert grpo.keep_group(mixed, 1, 2, on) and grpo.keep_group(solved, 1, 2, off)
+    assert not grpo.keep_group(solved, 1, 2, on)
+    assert not grpo.keep_group(np.zeros(3), 8, 2, on)   # seen 8 = 4 x B: still filtering
+    assert grpo.keep_group(solved, 9, 2, on)            # past 4 x B groups seen: take what comes
+    # the same rule as zero_variance_groups, one group at a time
+    groups = np.array([[1, 1, 1], [0, 1, 0], [0, 0, 0], [2, 2, 3]], np.float32)
+    assert [grpo.keep_group(g, 1, 4, on) for g in groups] == np.asarray(grpo.zero_variance_groups(groups)).tolist()
+    with pytest.raises(ValueError, match="seen"):
+        grpo.keep_group(mixed, 0, 2, on)
+
+
 # ----------------------------------------------------------------------------------------------------
 # PPO clipped surrogate, hand-computed
 
@@ -424,8 +457,41 @@ def test_shape_errors():
         grpo.policy_loss(logp, logp_old, adv, mask[:, :2], cfg)
     with pytest.raises(ValueError, match="logp_behav_BT"):
         grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=logp[:1])
-    with pytest.raises(ValueError, match="max_len"):  # T=3 > max_len=2 for Dr. GRPO
-        grpo.policy_loss(logp, logp_old, adv, mask, cfg_(loss_agg="seq_mean_token_sum_norm", max_len=2))
+
+
+def test_drgrpo_max_len_counts_completion_tokens_not_T():
+    # max_len is the generation budget: rows of T = 6 (3 prompt positions, masked, + completions of at
+    # most 3 tokens) with max_len = 4 < T. Token losses 1..: row 0 (1, 2, 3), row 1 (4, pad, pad):
+    # sum 10 / (B * max_len = 2 * 4) = 1.25. (Dividing by B * T would give 10/12.)
+    loss_BT = jnp.array([[9.0, 9.0, 9.0, 1.0, 2.0, 3.0], [9.0, 9.0, 9.0, 4.0, jnp.nan, 5.0]])
+    mask_BT = jnp.array([[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 0, 0]], jnp.float32)
+    close(grpo.aggregate(loss_BT, mask_BT, cfg_(loss_agg="seq_mean_token_sum_norm", max_len=4)), 1.25)
+
+
+@pytest.mark.parametrize("agg", grpo.LOSS_AGGS)
+def test_microbatch_weights_reproduce_the_whole_batch(agg):
+    # sum over microbatches of weight * aggregate(microbatch) == aggregate(batch); rows of 0..4 tokens,
+    # split unevenly (3, 3, 1) so that a weight by row count, token count or live rows would differ
+    rng = np.random.default_rng(2)
+    loss_BT = jnp.asarray(rng.normal(size=(7, 5)), jnp.float32)
+    mask_BT = np.asarray(np.arange(5)[None, :] < np.array([3, 0, 4, 1, 2, 0, 4])[:, None], np.float32)
+    cfg = cfg_(loss_agg=agg, max_len=5)
+    totals = grpo.loss_totals(mask_BT)
+    pieces = [slice(0, 3), slice(3, 6), slice(6, 7)]
+    accumulated = sum(grpo.microbatch_weight(mask_BT[p], totals, cfg) * grpo.aggregate(loss_BT[p], mask_BT[p], cfg)
+                      for p in pieces)
+    close(accumulated, grpo.aggregate(loss_BT, mask_BT, cfg), 1e-6)
+
+
+def test_unknown_loss_agg_raises_everywhere():
+    # a mode added to LOSS_AGGS without its own reduction / accumulation rule must fail loudly
+    cfg = cfg_()
+    object.__setattr__(cfg, "loss_agg", "new_mode")  # past the config's validation, as a new mode would be
+    mask = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match="new_mode"):
+        grpo.aggregate(jnp.ones((2, 3)), mask, cfg)
+    with pytest.raises(ValueError, match="new_mode"):
+        grpo.microbatch_weight(mask, grpo.loss_totals(mask), cfg)
 
 
 def test_policy_loss_jits():

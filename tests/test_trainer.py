@@ -1,10 +1,13 @@
 """Trainer pieces that need no processes. Run: python -m pytest -q tests/test_trainer.py"""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
+import cli
 import grpo
 import model
 import trainer
@@ -14,34 +17,75 @@ CFG = model.ModelConfig(vocab_size=259, hidden_size=32, num_layers=1, num_heads=
                         tie_embeddings=True, model_type="llama")
 
 
+OPT = optax.sgd(lambda step: 5.0)  # plain SGD, a large lr (5); its state counts the optimizer steps
+MASTER = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), model.init_params(CFG, jax.random.PRNGKey(0)))
+MAX_LEN = 16  # the generation budget: shorter than T = 24 (prompt + completion), longer than any completion
+
+
+@functools.lru_cache(maxsize=None)
+def update_for(agg):
+    """One update per aggregation, shared by the tests below: its jitted graphs compile once per shape."""
+    return trainer.make_update(CFG, grpo.GRPOConfig(loss_agg=agg, max_len=MAX_LEN, is_correction="none"), OPT, 1.0)
+
+
+def batch(B, seed=0):
+    """B rows of T = 24 tokens; row b's completion is positions 8 .. 8 + (b % 12) - 1 (one row per 12 empty)."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((B, 24), np.float32)
+    for b in range(B):
+        mask[b, 8:8 + b % 12] = 1.0
+    return {"tokens_BT": rng.integers(0, 256, (B, 24)).astype(np.int32),
+            "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": mask,
+            "logp_behav_BT": np.zeros((B, 24), np.float32)}
+
+
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
 def test_gradient_accumulation_equals_one_big_batch(agg):
-    """Microbatches weighted by microbatch_weight give the full-batch update (f32 rounding aside)."""
-    gcfg = grpo.GRPOConfig(loss_agg=agg, max_len=24, is_correction="none")
-    rng = np.random.default_rng(0)
-    B, T = 12, 24
-    tokens = rng.integers(0, 256, (B, T)).astype(np.int32)
-    mask = np.zeros((B, T), np.float32)
-    for b in range(B):  # completions of different lengths, one of them empty
-        mask[b, 8:8 + b] = 1.0
-    data = {"tokens_BT": tokens, "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": mask,
-            "logp_behav_BT": np.zeros((B, T), np.float32)}
-    master = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), model.init_params(CFG, jax.random.PRNGKey(0)))
-    opt = optax.sgd(1.0)
-    update = trainer.make_update(CFG, gcfg, opt, 1.0)
+    """Microbatches weighted by grpo.microbatch_weight give the full-batch update (f32 rounding aside)."""
+    B = 12
+    data, update = batch(B), update_for(agg)
     results = []
     for size in (B, 5):  # one batch; microbatches of 5, 5, 2
-        mbs = [{k: v[i:i + size] for k, v in data.items()} for i in range(0, B, size)]
-        new, _, logp, aux = update(master, opt.init(master), mbs)
+        new, _, logp, aux = update(MASTER, OPT.init(MASTER), trainer.split_batch(data, 1, size))
         results.append((new, logp, aux["loss"]))
     for new, logp, loss in results[1:]:
         np.testing.assert_allclose(loss, results[0][2], rtol=1e-5, atol=1e-7)
         assert np.array_equal(logp, results[0][1])  # log-probs do not depend on the microbatch size
         # The backward runs in bf16, so per-microbatch gradients round differently; a wrong weighting
         # would be off by a factor (2x, 3x), far outside this bf16-sized tolerance on the update.
-        for a, b, m in zip(*(jax.tree_util.tree_leaves(t) for t in (new, results[0][0], master))):
+        for a, b, m in zip(*(jax.tree_util.tree_leaves(t) for t in (new, results[0][0], MASTER))):
             delta_a, delta_b = np.asarray(a) - np.asarray(m), np.asarray(b) - np.asarray(m)
             assert np.abs(delta_a - delta_b).max() <= 2e-2 * np.abs(delta_b).max() + 1e-8
+
+
+def test_drgrpo_max_len_is_the_completion_budget():
+    """Dr. GRPO with max_len = 16 on rows of T = 24 (prompt + completion): completions of at most 11
+    tokens fit the budget, so this must train (it used to raise at step 1, T > max_len). At the first
+    step the ratio is 1, so the loss is -sum_b A_b |y_b| / (B * max_len) with the constant max_len."""
+    B = 12
+    data = batch(B)
+    _, _, _, aux = update_for("seq_mean_token_sum_norm")(MASTER, OPT.init(MASTER), trainer.split_batch(data, 1, B))
+    expected = -(data["adv_B"] * data["mask_BT"].sum(1)).sum() / (B * MAX_LEN)
+    np.testing.assert_allclose(aux["loss"], expected, rtol=1e-5)
+
+
+def test_ppo_epochs_and_minibatches_make_the_clip_act():
+    """One optimizer step per batch: ratio 1, clip fractions exactly 0. Several (epochs x minibatches):
+    the later steps see pi != pi_old and the clip acts. pi_old, the log-probs returned for every row,
+    are those at the starting weights, bit for bit, whatever the number of steps."""
+    data, update = batch(24), update_for("token_mean")  # microbatches of 12 rows throughout
+    runs = {}
+    for epochs, minibatches in ((1, 1), (2, 1), (1, 2), (2, 2)):
+        _, opt_state, logp, aux = update(MASTER, OPT.init(MASTER), trainer.split_batch(data, minibatches, 12),
+                                         epochs=epochs)
+        assert int(optax.tree_utils.tree_get(opt_state, "count")) == epochs * minibatches  # optimizer steps
+        runs[epochs, minibatches] = logp, aux
+    logp_start, aux_one_step = runs[1, 1]
+    assert aux_one_step["clip_frac_low"] == 0.0 and aux_one_step["clip_frac_high"] == 0.0
+    for key, (logp, aux) in runs.items():
+        assert np.array_equal(logp, logp_start), key  # pi_old: the starting weights' log-probs, every row
+        if key != (1, 1):
+            assert aux["clip_frac_low"] + aux["clip_frac_high"] > 0, key
 
 
 def test_checkpoint_round_trip_and_corruption(tmp_path):
@@ -70,3 +114,26 @@ def test_config_validation_is_a_clear_error():
         trainer.Config(prompts_per_step=0)
     with pytest.raises(ValueError, match="top_p"):
         trainer.Config(top_p=1.5)
+
+
+def test_ppo_config_flags_and_validation():
+    cfg, _ = cli.parse(trainer.Config, grpo.GRPOConfig, argv=["--ppo-epochs", "3", "--minibatches", "4"])
+    assert (cfg.ppo_epochs, cfg.minibatches) == (3, 4)
+    assert (trainer.Config().ppo_epochs, trainer.Config().minibatches) == (1, 1)
+    for bad in (dict(ppo_epochs=0), dict(minibatches=0)):
+        with pytest.raises(ValueError, match="ppo_epochs and minibatches must be >= 1"):
+            trainer.Config(**bad)
+    with pytest.raises(ValueError, match="must divide prompts_per_step"):  # 16 prompts into 3 minibatches
+        trainer.Config(prompts_per_step=16, minibatches=3)
+
+
+def test_split_batch_keeps_row_order():
+    data = {"x": np.arange(10), "y": np.arange(10) * 2}
+    parts = trainer.split_batch(data, 3, 2)  # 10 rows -> minibatches of 4, 3, 3 -> microbatches of <= 2
+    assert [[len(mb["x"]) for mb in mini] for mini in parts] == [[2, 2], [2, 1], [2, 1]]
+    assert np.array_equal(np.concatenate([mb["y"] for mini in parts for mb in mini]), data["y"])
+    assert [[len(mb["x"]) for mb in mini] for mini in trainer.split_batch(data, 1, 4)] == [[4, 4, 2]]
+    with pytest.raises(ValueError, match="minibatches"):
+        trainer.split_batch(data, 11, 2)
+    with pytest.raises(ValueError, match="row counts"):
+        trainer.split_batch({"x": np.arange(3), "y": np.arange(4)}, 1, 2)

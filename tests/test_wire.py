@@ -133,3 +133,85 @@ def test_curve_client_without_key_is_refused(tmp_path):
         good.close(); bad.close()
     finally:
         stop.set(); thread.join(); server.close()
+
+
+def _keygen(tmp_path, sub, name):
+    """`python wire.py keygen` itself: the pair DIR/NAME.key (chmod 600) and DIR/NAME.pub."""
+    import subprocess, sys
+    out = tmp_path / sub
+    subprocess.run([sys.executable, "wire.py", "keygen", str(out), "--name", name], check=True,
+                   cwd=wire.__file__.rsplit("/", 1)[0], capture_output=True)
+    key, pub = out / f"{name}.key", out / f"{name}.pub"
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert pub.read_text().strip() == key.read_text().splitlines()[0]
+    return str(key), str(pub)
+
+
+def _serve(server):
+    port = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    return f"tcp://127.0.0.1:{port}", stop, thread
+
+
+def test_curve_allowlist_admits_listed_clients_only(tmp_path, monkeypatch):
+    server_key, server_pub = _keygen(tmp_path, "server", "server")
+    allowed_key, _ = _keygen(tmp_path, "clients", "worker0")  # clients/worker0.pub: the allowlist
+    stranger_key, _ = _keygen(tmp_path, "elsewhere", "stranger")  # a valid pair nobody allowed
+    server = wire.Server("ps", "tcp://127.0.0.1:0", curve_key=server_key,
+                         curve_clients=str(tmp_path / "clients"))
+    pings = []
+    server.on(wire.Ping, lambda m, p: pings.append(p) or wire.Pong(server.name, server.instance))
+    addr, stop, thread = _serve(server)
+    monkeypatch.setenv("RLAX_CURVE_SERVER_KEY", server_pub)  # clients find the server key in the env
+    try:
+        good = wire.Client("good", addr, timeout_s=5, curve_key=allowed_key)
+        assert isinstance(good.call(wire.Ping()), wire.Pong) and len(pings) == 1
+        bad = wire.Client("bad", addr, timeout_s=0.5, curve_key=stranger_key)
+        with pytest.raises(TimeoutError, match="bad: no reply to ping"):
+            bad.call(wire.Ping())
+        assert len(pings) == 1  # the stranger's request never reached a handler
+        assert server.refused_clients >= 1
+        assert isinstance(good.call(wire.Ping()), wire.Pong) and len(pings) == 2  # still serving
+        good.close(); bad.close()
+    finally:
+        stop.set(); thread.join(); server.close()
+
+
+def test_shared_pair_allows_only_its_own_key(tmp_path):
+    # Only RLAX_CURVE_KEY, as today: the shared pair's public key is the one allowed client key.
+    shared, shared_pub = _keygen(tmp_path, "keys", "curve")
+    stranger, _ = _keygen(tmp_path, "other", "curve")
+    server = wire.Server("ps", "tcp://127.0.0.1:0", curve_key=shared)
+    addr, stop, thread = _serve(server)
+    try:
+        good = wire.Client("good", addr, timeout_s=5, curve_key=shared)
+        assert isinstance(good.call(wire.Ping()), wire.Pong)
+        bad = wire.Client("bad", addr, timeout_s=0.5, curve_key=stranger, curve_server_key=shared_pub)
+        with pytest.raises(TimeoutError):
+            bad.call(wire.Ping())
+        assert isinstance(good.call(wire.Ping()), wire.Pong)
+        good.close(); bad.close()
+    finally:
+        stop.set(); thread.join(); server.close()
+
+
+def test_allowlist_sources_and_misconfiguration(tmp_path, monkeypatch):
+    a, b = (zmq.curve_keypair()[0] for _ in range(2))
+    listing = tmp_path / "clients.txt"
+    listing.write_text(f"# the workers\n{a.decode()}\n\n{b.decode()}  # worker1\n")
+    assert wire.load_client_keys(str(listing)) == {a, b}
+    assert wire.load_client_keys([a.decode(), b]) == {a, b}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no client public keys"):
+        wire.load_client_keys(str(tmp_path / "empty"))
+    listing.write_text("not-a-key\n")
+    with pytest.raises(ValueError, match="not a Z85 CURVE key"):
+        wire.load_client_keys(str(listing))
+    monkeypatch.setenv("RLAX_CURVE_CLIENTS", str(tmp_path / "empty"))
+    monkeypatch.delenv("RLAX_CURVE_KEY", raising=False)
+    with pytest.raises(ValueError, match="needs the server's own CURVE key pair"):
+        wire.Server("ps", "tcp://127.0.0.1:0")
+    with pytest.raises(ValueError, match="needs the client's own CURVE key pair"):
+        wire.Client("w", "tcp://127.0.0.1:1", curve_server_key=str(listing))
