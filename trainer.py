@@ -4,29 +4,34 @@
     python trainer.py --run-dir runs/demo --resume          # continue from the last good checkpoint
 
 Sockets (requests to the param server, see wire.py): ping, push_weights, enqueue_work, get_rollouts.
-Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/checkpoints/step_N/,
-and at the end $RUN_DIR/final/ (the trained policy in Hugging Face layout, `Trainer.export_policy`).
+Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/ledger.jsonl (one
+line per training prompt's final fate), $RUN_DIR/checkpoints/step_N/, and at the end $RUN_DIR/final/
+(the trained policy in Hugging Face layout, `Trainer.export_policy`).
 
-One step, top to bottom (`Trainer.step`):
-  1. Feed. Keep (max_staleness + 1) x prompts_per_step work items in flight, each tagged with
-     min_version = our current version, so workers sample them with weights at least that new.
-  2. Collect. Take finished rollouts; staleness = (our version) - (version that sampled it).
-     THE STALENESS BOUND: a rollout with staleness > max_staleness (or from a version we do not
-     have, after a resume) is dropped and counted, never trained on (invariant 1). max_staleness=0
-     is strict on-policy GRPO; k allows k versions of lag (asynchronous, off-policy RL).
-  3. Update. GRPO advantages per group, the policy loss of grpo.py on the trainer's log-probs, one
-     optax step. The trainer's log-probs come from model.token_logprobs, the same function the
-     sampler's numbers come from; with the bf16 fix (model.py PRECISION POLICY: fixed rounding
-     points + rematerialisation) they are bitwise the sampler's at staleness 0, and we measure that
-     every step (mismatch/*). `--no-bf16-fix` switches the fix off in every role to reproduce RLAX's
-     failure: the on-policy ratio drifts from 1.
-  4. Push the new weights (version = number of optimizer steps), log metrics, maybe evaluate
+One step, top to bottom (`Trainer.run`). Every decision about a rollout or a work item is
+lifecycle.py's; this file does the I/O around them.
+  1. Feed. Keep (max_staleness + 1) x prompts_per_step training prompts without a fate, each
+     tagged with min_version = our current version, so workers sample them with weights at least
+     that new (lifecycle.items_to_feed).
+  2. Collect. Take finished rollouts into the books; as each one ENTERS the batch its staleness,
+     (our version) - (version that sampled it), is checked: THE STALENESS BOUND (lifecycle.usable).
+     A rollout staler than max_staleness, or of another trainer lineage, is dropped and counted,
+     never trained on; one whose programs the verifier failed on (infra_error) likewise.
+     max_staleness=0 is strict on-policy GRPO; k allows k versions of lag (asynchronous RL).
+  3. Update. GRPO advantages per group, the policy loss of grpo.py on the trainer's log-probs,
+     ppo_epochs x minibatches optax steps (one by default). The trainer's log-probs come from
+     model.token_logprobs, the same function the sampler's numbers come from; with the bf16 fix
+     (model.py PRECISION POLICY: fixed rounding points + rematerialisation) they are bitwise the
+     sampler's at staleness 0, and we measure that every step (mismatch/*). `--no-bf16-fix`
+     switches the fix off in every role to reproduce RLAX's failure: the on-policy ratio drifts.
+  4. Push the new weights (version = number of batches trained on), log metrics, maybe evaluate
      (pass@1, pass@8 on held-out problems, sampled by the workers) and checkpoint.
 
-Deviations from the paper: one optimizer step per batch of rollouts (so a "version" is exactly one
-optimizer step), and the GRPO variant of grpo.py's defaults (no KL, DAPO token-mean, clip-higher),
-all switchable by flags. Preemption: SIGTERM checkpoints and exits; SIGKILL loses the steps since
-the last checkpoint; `--resume` continues with the same step, optimizer state and data cursor.
+Deviations from the paper: one optimizer step per batch of rollouts by default (`--ppo-epochs` and
+`--minibatches` give several), and the GRPO variant of grpo.py's defaults (no KL, DAPO token-mean,
+clip-higher), all switchable by flags. Preemption: SIGTERM checkpoints (the half-collected batch
+included) and exits; SIGKILL loses the steps since the last checkpoint; `--resume` continues with the
+same step, optimizer state, data cursor and prompts in flight.
 """
 from __future__ import annotations
 
