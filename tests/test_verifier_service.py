@@ -1,9 +1,13 @@
-"""The verifier as a ZeroMQ service: bad requests, concurrency, an executor killed mid-run, the CLI.
+"""The verifier as a ZeroMQ service: bad requests, concurrency, an executor killed mid-run, the CLI,
+and failing closed: refusing to start without namespaces unless weaker isolation is asked for by name.
 
 Run: python -m pytest -q tests/test_verifier_service.py      (about 15 s)
 """
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -52,7 +56,7 @@ def test_good_batch_and_bad_jobs(service):
     bad_job = {"kind": "assert", "program": 5}
     verdicts = client.verify_batch([GOOD, {**GOOD, "program": "def f(x):\n    return 0\n"}, bad_job,
                                     "not a job"])
-    assert [v.status for v in verdicts] == ["passed", "failed", "error", "error"]
+    assert [v.status for v in verdicts] == ["passed", "failed", "infra_error", "infra_error"]
     assert verdicts[0].reward == 1.0 and verdicts[1].reward == 0.0
     client.close()
 
@@ -147,7 +151,54 @@ def test_cli_service(roles):
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="isolation"):
         verifier.VerifierConfig(isolation="docker")
+    with pytest.raises(ValueError, match="isolation"):
+        verifier.VerifierConfig(isolation="auto")  # weaker isolation is never chosen for the caller
+    assert verifier.VerifierConfig().isolation == "namespaces"
     with pytest.raises(ValueError, match="executors"):
         verifier.VerifierConfig(executors=0)
     with pytest.raises(ValueError, match="timeout_s"):
         verifier.Limits(timeout_s=0)
+
+
+# ----------------------------------------------------------------------------- failing closed
+# A real missing capability, not a simulation: setpriv drops CAP_SYS_ADMIN from the bounding set,
+# as in an unprivileged container, so unshare() is refused to the verifier and its executors.
+WITHOUT_SYS_ADMIN = ["setpriv", "--bounding-set", "-sys_admin"]
+needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0,
+                                   reason="needs root and setpriv (util-linux)")
+
+
+@needs_setpriv
+def test_without_namespaces_the_verifier_refuses_to_start():
+    proc = subprocess.run([*WITHOUT_SYS_ADMIN, sys.executable, os.path.join(ROOT, "verifier.py"),
+                           "--bind", f"tcp://127.0.0.1:{free_port()}", "--executors", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr
+    assert "refusing to start" in err and "unshare" in err and "CAP_SYS_ADMIN" in err, err
+    assert "--isolation rlimits" in err, err  # ... and names the override
+    assert "serving" not in proc.stdout
+
+
+@needs_setpriv
+def test_rlimits_only_by_name_and_every_batch_warns(tmp_path):
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    log_path = tmp_path / "verifier.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([*WITHOUT_SYS_ADMIN, sys.executable, os.path.join(ROOT, "verifier.py"),
+                                 "--bind", addr, "--executors", "1", "--isolation", "rlimits"],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client = verifier.VerifierClient(addr, timeout_s=60)
+        assert [v.status for v in client.verify_batch([GOOD])] == ["passed"]
+        assert [v.status for v in client.verify_batch([GOOD, {**GOOD, "tests": "assert False"}])] \
+            == ["passed", "failed"]
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    text = log_path.read_text()
+    assert "every verdict will be served with --isolation rlimits" in text, text
+    warnings = [line for line in text.splitlines() if "verdicts served with --isolation rlimits" in line]
+    assert [w.split("WARNING: ")[1].split(" verdicts")[0] for w in warnings] == ["1", "2"], text
+    assert all("network host (NOT isolated)" in w for w in warnings), warnings
