@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,37 @@ def to_hf_tensors(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
+@partial(jax.jit, static_argnames="dtype")
+def _device_layer(stacked, i, dtype):
+    """Layer i of a stacked [L, ...] leaf, cast to dtype, where the leaf lives (sharded or not)."""
+    return jax.lax.dynamic_index_in_dim(stacked, i, 0, keepdims=False).astype(dtype)
+
+
+def iter_hf_tensors(params: dict, cfg: ModelConfig, dtype=None):
+    """to_hf_tensors one tensor at a time: yields (HF name, contiguous numpy array) in the same order,
+    with the same bits after the cast to `dtype` (None: keep each leaf's). A tensor is cut out of its
+    leaf and cast on the device the leaf lives on (a sharded leaf stays sharded), and only that one
+    tensor is copied to the host: the host holds one tensor's worth beyond what the caller keeps
+    (trainer.push sends a sharded f32 master as bf16 this way)."""
+    def whole(x):
+        x = x if dtype is None else x.astype(dtype)
+        return _to_numpy(x)
+
+    def layer(stacked, i):
+        if isinstance(stacked, jax.Array):
+            return _to_numpy(_device_layer(stacked, i, jnp.dtype(dtype or stacked.dtype)))
+        return np.asarray(stacked[i]).astype(dtype or np.asarray(stacked).dtype)
+
+    yield "model.embed_tokens.weight", np.ascontiguousarray(whole(params["embed"]))
+    yield "model.norm.weight", np.ascontiguousarray(whole(params["final_norm"]))
+    if not cfg.tie_embeddings:
+        yield "lm_head.weight", np.ascontiguousarray(whole(params["lm_head"]).T)
+    for ours, suffix, to_hf, _ in _hf_layer_map(cfg):
+        for i in range(cfg.num_layers):
+            array = to_hf(layer(params["layers"][ours], i))
+            yield f"model.layers.{i}.{suffix}", np.ascontiguousarray(array)
+
+
 def _hf_shapes(cfg: ModelConfig) -> dict[str, tuple]:
     shapes = _param_shapes(cfg)
     out = {"model.embed_tokens.weight": shapes["embed"], "model.norm.weight": shapes["final_norm"]}
@@ -74,9 +106,11 @@ def _hf_shapes(cfg: ModelConfig) -> dict[str, tuple]:
     return out
 
 
-def from_hf_tensors(tensors: dict, cfg: ModelConfig) -> dict:
+def from_hf_tensors(tensors: dict, cfg: ModelConfig, host: bool = False) -> dict:
     """{HF name: array} -> our pytree in cfg.dtype. Raises ValueError naming every missing, unexpected or
-    mis-shaped tensor. A tied checkpoint that still carries lm_head.weight is accepted (it is ignored)."""
+    mis-shaped tensor. A tied checkpoint that still carries lm_head.weight is accepted (it is ignored).
+    host=True: numpy arrays (for sharding.shard_params to send straight to their shards), else jax
+    arrays on the default device."""
     expected = _hf_shapes(cfg)
     given = dict(tensors)
     if cfg.tie_embeddings:
@@ -96,7 +130,8 @@ def from_hf_tensors(tensors: dict, cfg: ModelConfig) -> dict:
             lines.append(f"shape mismatches ({len(bad)}): {'; '.join(bad[:8])}")
         raise ValueError("checkpoint does not match the model config:\n  " + "\n  ".join(lines))
     dt = cfg.jdtype
-    conv = lambda x: jnp.asarray(np.asarray(x, dtype=np.float32) if np.asarray(x).dtype != dt else x, dtype=dt)
+    array = np.asarray if host else jnp.asarray
+    conv = lambda x: array(np.asarray(x, dtype=np.float32) if np.asarray(x).dtype != dt else x, dtype=dt)
     params = {"embed": conv(given["model.embed_tokens.weight"]), "final_norm": conv(given["model.norm.weight"])}
     if not cfg.tie_embeddings:
         params["lm_head"] = conv(np.asarray(given["lm_head.weight"]).T)
@@ -153,9 +188,10 @@ def save_hf(path: str, cfg: ModelConfig, params: dict, max_shard_bytes: int | No
         json.dump(index, f, indent=2)
 
 
-def load_hf(path: str, dtype: str | None = None, **overrides) -> tuple[ModelConfig, dict]:
+def load_hf(path: str, dtype: str | None = None, host: bool = False, **overrides) -> tuple[ModelConfig, dict]:
     """Read a HF checkpoint folder (config.json + model.safetensors or a sharded index) -> (cfg, params).
-    dtype overrides the checkpoint's dtype ("bfloat16" / "float32"); other kwargs override config fields."""
+    dtype overrides the checkpoint's dtype ("bfloat16" / "float32"); host=True returns numpy arrays (see
+    from_hf_tensors); other kwargs override config fields."""
     from safetensors.numpy import load_file
 
     cfg_path = os.path.join(path, "config.json")
@@ -177,7 +213,7 @@ def load_hf(path: str, dtype: str | None = None, **overrides) -> tuple[ModelConf
         tensors = load_file(single)
     else:
         raise ValueError(f"{path!r} has neither model.safetensors nor model.safetensors.index.json")
-    return cfg, from_hf_tensors(tensors, cfg)
+    return cfg, from_hf_tensors(tensors, cfg, host=host)
 
 
 # =====================================================================================================

@@ -50,6 +50,7 @@ import cli
 import hf_io
 import lifecycle
 import model
+import sharding
 import wire
 
 
@@ -83,10 +84,17 @@ class Config:
     """how long to wait for any one reply of the param server before reconnecting and retrying"""
     verify_timeout_s: float = 120.0
     """how long to wait for the verifier's verdicts on one batch (twice, then lifecycle.INFRA_ERROR)"""
+    tensor_parallel: int = 1
+    """devices to shard the model over (sharding.py, "tensor" axis: heads, MLP width, vocab), for a model
+    that does not fit one device; the worker uses its first tensor_parallel visible devices. 1: one
+    device, the unsharded sampler. A split matmul sums in another order, so the log-probs we report are
+    no longer bitwise the trainer's (its mismatch/* metrics; sharding.py has the measurements)"""
 
     def __post_init__(self):
         if self.batch_items < 1 or self.pull_every < 1 or not 0 < self.lease_s <= 3600 or self.slow_s < 0:
             raise ValueError("batch_items and pull_every must be >= 1, lease_s in (0, 3600], slow_s >= 0")
+        if self.tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
         if not self.verifier:
             raise ValueError("--verifier: the address of the verifier service is required")
         self.name = self.name or f"worker-{os.getpid()}"
@@ -175,6 +183,18 @@ def verify_jobs(items: list, texts: list) -> list:
     return jobs
 
 
+def tensor_mesh(tensor_parallel: int, devices=None):
+    """The worker's mesh: 1 x tensor_parallel over its first tensor_parallel visible devices (None for 1:
+    the unsharded sampler on the default device). One worker is one data-parallel replica; more
+    replicas are more workers (launch.sh gives each its chips)."""
+    if tensor_parallel == 1:
+        return None
+    devices = list(jax.devices() if devices is None else devices)
+    if len(devices) < tensor_parallel:
+        raise ValueError(f"--tensor-parallel {tensor_parallel} needs that many devices; {len(devices)} visible")
+    return sharding.make_mesh(data=1, tensor=tensor_parallel, devices=devices[:tensor_parallel])
+
+
 # ----------------------------------------------------------------------------- the worker
 
 class Heartbeat:
@@ -217,6 +237,7 @@ class Worker:
             self.mcfg = model.ModelConfig.from_hf_dict(json.load(f), bf16_fix=cfg.bf16_fix)
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.pad_id = self.tokenizer.pad_id
+        self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device
         self.incarnation = os.urandom(4).hex()  # this process: a restart is a new incarnation
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
         self.verifier = wire.Client(cfg.name, cfg.verifier, timeout_s=cfg.verify_timeout_s)
@@ -224,11 +245,16 @@ class Worker:
         self.version, self.lineage, self.params, self.batches = -1, "", None, 0
 
     def install(self, w: wire.Weights) -> None:
-        """Swap in a complete, checksummed weight version (invariant 4: never a partial one)."""
+        """Swap in a complete, checksummed weight version (invariant 4: never a partial one). With
+        --tensor-parallel each tensor goes from the host straight to its shards."""
         for name, array, checksum in zip(w.names, w.arrays, w.checksums):
             if wire.crc32(array) != checksum:
                 raise ValueError(f"weights v{w.version}: checksum mismatch on {name}; keeping v{self.version}")
-        self.params = jax.device_put(hf_io.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
+        if self.mesh is None:
+            self.params = jax.device_put(hf_io.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
+        else:
+            self.params = sharding.shard_params(hf_io.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg,
+                                                                      host=True), self.mcfg, self.mesh)
         self.version, self.lineage = w.version, w.lineage
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
@@ -367,6 +393,8 @@ class Worker:
 
 if __name__ == "__main__":
     config = cli.parse(Config)
+    import devices  # the chips launch.sh placed us on, logged; stop rather than fall back to the CPU
+    devices.check(config.name)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # preemption: leases expire, work is reissued
     try:
         worker = Worker(config)

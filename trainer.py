@@ -57,6 +57,7 @@ import grpo
 import hf_io
 import lifecycle
 import model
+import sharding
 import tasks
 import wire
 
@@ -114,6 +115,13 @@ class Config:
     # --- numerics
     bf16_fix: bool = True
     """the RLAX fix (model.py PRECISION POLICY); --no-bf16-fix reproduces the mismatch"""
+    # --- devices (sharding.py)
+    tensor_parallel: int = 1
+    """devices per tensor-parallel group: the trainer's visible devices form a (data, tensor) mesh of
+    (n / tensor_parallel) x tensor_parallel; master weights, gradients and Adam state are sharded over it
+    (FSDP over data), each microbatch's rows over data (padded with empty rows to a multiple of it).
+    tensor_parallel > 1 splits matmul sums across devices, so the sampler's log-probs are no longer
+    bitwise ours (mismatch/*; sharding.py has the measurements). One device: no mesh, the unsharded program"""
     # --- evaluation and checkpoints
     heldout: int = 128
     """held-out problems per evaluation (pass@8's standard error is about 0.5/sqrt(heldout))"""
@@ -147,6 +155,8 @@ class Config:
             raise ValueError("temperature and lr must be > 0 and top_p in (0, 1]")
         if self.ppo_epochs < 1 or self.minibatches < 1:
             raise ValueError("ppo_epochs and minibatches must be >= 1")
+        if self.tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
         if self.prompts_per_step % self.minibatches:
             raise ValueError(f"minibatches={self.minibatches} must divide prompts_per_step={self.prompts_per_step}, "
                              "so that every minibatch (optimizer step) holds the same number of whole groups")
@@ -178,7 +188,7 @@ def split_batch(data: dict, minibatches: int, microbatch: int) -> list[list[dict
             for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float):
+def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float, mesh=None):
     """The GRPO (PPO-style) update on one batch of rollouts:
         update(master, opt_state, minibatches, epochs=1) -> (master, opt_state, logp_BT, aux)
 
@@ -202,10 +212,26 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
 
     Versions: the trainer pushes weights once per batch, so a policy version counts batches (weight
     pushes), however many optimizer steps each took. With epochs=1 and one minibatch (the defaults) a
-    version is one optimizer step and the computation is exactly the one-step update (same graphs)."""
+    version is one optimizer step and the computation is exactly the one-step update (same graphs).
+
+    mesh: None (one device: the unsharded program), or a sharding.make_mesh mesh. Then master and
+    opt_state must be in sharding.param_shardings / opt_state_shardings (Trainer places them) and stay
+    so: gradients are reduce-scattered to the master's layout, Adam updates each shard where it lives.
+    The forward gathers the bf16 policy over "data" (sharding.gather_params), so every row is computed
+    whole on one tensor group. Each microbatch is padded with empty rows (mask 0, advantage 0: no loss,
+    no gradient) to a multiple of the data axis and split over it; their log-probs are dropped. (With
+    loss_agg=seq_mean_token_sum_norm the empty rows count in the row share that weights each
+    microbatch's clip and IS fractions, which then read up to padding/rows high; loss and gradient
+    are exact, since aggregate's B * max_len counts the same rows.)"""
+
+    def policy(master):
+        """The bf16 weights the forward runs on: the cast master, gathered over "data" on a mesh."""
+        if mesh is None:
+            return cast_params(master, mcfg.jdtype)
+        return sharding.gather_params(cast_params(master, mcfg.jdtype), mcfg, mesh)
 
     def loss_fn(master, mb, weight):
-        logp_BT = model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg, mb["tokens_BT"], temperature)
+        logp_BT = model.token_logprobs(policy(master), mcfg, mb["tokens_BT"], temperature)
         # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
         # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
         # correction (pi_old/pi_behav) acts.
@@ -215,15 +241,26 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
         aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
         return loss * weight, (logp_BT, aux)
 
-    grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
-    logp_fn = jax.jit(lambda master, tokens_BT: model.token_logprobs(cast_params(master, mcfg.jdtype), mcfg,
-                                                                     tokens_BT, temperature))
-    add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b))
+    out_shardings = {}  # one device: jit's defaults
+    if mesh is not None:  # outputs stay in the layouts of sharding.py
+        params_sh, rep = sharding.param_shardings(mcfg, mesh), sharding.replicated(mesh)
+        rows_sh = sharding.row_sharding(mesh)
+        out_shardings = {"grad": ((rep, (rows_sh, rep)), params_sh), "logp": rows_sh, "add": params_sh,
+                         "apply": (params_sh, sharding.opt_state_shardings(optimizer, mcfg, mesh), rep)}
+    jit = lambda fn, name: jax.jit(fn, **({"out_shardings": out_shardings[name]} if out_shardings else {}))
 
-    @jax.jit
     def apply(master, opt_state, grads):
         updates, opt_state = optimizer.update(grads, opt_state, master)
         return optax.apply_updates(master, updates), opt_state, optax.global_norm(grads)
+
+    grad_fn = jit(jax.value_and_grad(loss_fn, has_aux=True), "grad")
+    logp_fn = jit(lambda master, tokens_BT: model.token_logprobs(policy(master), mcfg, tokens_BT, temperature), "logp")
+    add = jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), "add")
+    apply = jit(apply, "apply")
+
+    def place(mb: dict) -> dict:
+        """A microbatch as the jitted graphs take it: on a mesh padded and split over "data"."""
+        return mb if mesh is None else sharding.shard_rows(mb, mesh)
 
     def update(master, opt_state, minibatches: list, epochs: int = 1):
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
@@ -233,7 +270,8 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
                              "microbatch dicts (see split_batch)")
         totals = [grpo.loss_totals(np.concatenate([mb["mask_BT"] for mb in mini])) for mini in minibatches]
         # pi_old of every row, at the starting weights: minibatch 0's comes from its first step below
-        logp_old = [None] + [[np.asarray(logp_fn(master, mb["tokens_BT"])) for mb in mini] for mini in minibatches[1:]]
+        logp_old = [None] + [[np.asarray(logp_fn(master, place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
+                              [:len(mb["tokens_BT"])] for mb in mini] for mini in minibatches[1:]]
         aux, grad_norms = {}, []
         for _ in range(epochs):
             for j, mini in enumerate(minibatches):
@@ -242,11 +280,12 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
                 for i, mb in enumerate(mini):
                     if not first:
                         mb = {**mb, "logp_old_BT": logp_old[j][i]}
+                    n_rows, mb = len(mb["tokens_BT"]), place(mb)
                     weight = grpo.microbatch_weight(mb["mask_BT"], totals[j], gcfg)
                     (loss, (logp_BT, mb_aux)), g = grad_fn(master, mb, weight)
                     grads = g if grads is None else add(grads, g)
                     if first:
-                        logps.append(np.asarray(logp_BT))
+                        logps.append(np.asarray(logp_BT)[:n_rows])
                     mb_aux["loss"] = loss
                     step_aux = {k: step_aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
                 if first:
@@ -260,6 +299,18 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
                 {**aux, "grad_norm": sum(grad_norms) / n_steps})
 
     return update
+
+
+def init_state(params: dict, mcfg: model.ModelConfig, optimizer, mesh=None):
+    """(f32 master, optimizer state) from the model's weights. On a mesh both are made in their
+    shards (sharding.param_shardings / opt_state_shardings): the f32 master and Adam's moments never
+    exist whole on one device; params may be host numpy (hf_io.load_hf(host=True)) or sharded."""
+    if mesh is None:
+        master = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
+        return master, optimizer.init(master)
+    master = jax.jit(lambda p: cast_params(p, jnp.float32), out_shardings=sharding.param_shardings(mcfg, mesh))(
+        sharding.shard_params(params, mcfg, mesh))
+    return master, jax.jit(optimizer.init, out_shardings=sharding.opt_state_shardings(optimizer, mcfg, mesh))(master)
 
 
 def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: int, version: int,
@@ -302,8 +353,10 @@ def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep
     return final
 
 
-def load_checkpoint(run_dir: str, master_like, opt_like):
-    """Newest checkpoint that verifies; a truncated or corrupt one is reported and the previous used."""
+def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
+    """Newest checkpoint that verifies; a truncated or corrupt one is reported and the previous used.
+    on_mesh: every array goes from the host straight into the sharding of its *_like leaf."""
+    put = (lambda x, like: jax.device_put(x, like.sharding)) if on_mesh else (lambda x, like: jnp.asarray(x))
     root = os.path.join(run_dir, "checkpoints")
     names = sorted((d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")),
                    reverse=True) if os.path.isdir(root) else []
@@ -319,10 +372,10 @@ def load_checkpoint(run_dir: str, master_like, opt_like):
             flat_master = _flat(master_like)
             if set(flat_master) != {k[len("master/"):] for k in tensors if k.startswith("master/")}:
                 raise ValueError("parameter names differ from the model's")
-            master = _unflat(master_like, {k: tensors[f"master/{k}"] for k in flat_master})
+            master = _unflat(master_like, {k: tensors[f"master/{k}"] for k in flat_master}, put)
             opt_leaves, treedef = jax.tree_util.tree_flatten(opt_like)
             opt_state = jax.tree_util.tree_unflatten(
-                treedef, [jnp.asarray(tensors[f"opt/{i:04d}"]) for i in range(len(opt_leaves))])
+                treedef, [put(tensors[f"opt/{i:04d}"], like) for i, like in enumerate(opt_leaves)])
             return master, opt_state, meta
         except Exception as e:  # any failure to read means: not a good checkpoint
             print(f"[trainer] checkpoint {path} is unusable ({type(e).__name__}: {e}); trying an older one",
@@ -351,9 +404,9 @@ def _flat(tree) -> dict:
     return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
-def _unflat(like, flat: dict):
+def _unflat(like, flat: dict, put=lambda x, like: jnp.asarray(x)):
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
-    return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(flat[jax.tree_util.keystr(p)]) for p, _ in paths])
+    return jax.tree_util.tree_unflatten(treedef, [put(flat[jax.tree_util.keystr(p)], leaf) for p, leaf in paths])
 
 
 # ----------------------------------------------------------------------------- the trainer
@@ -362,7 +415,10 @@ class Trainer:
     def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
         self.cfg, self.gcfg = cfg, gcfg
         os.makedirs(cfg.run_dir, exist_ok=True)
-        self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix)
+        # Our devices: None on one (the unsharded program), else a (data, tensor) mesh over all of them
+        self.mesh = sharding.role_mesh(cfg.tensor_parallel)
+        # on a mesh the weights stay on the host until they go to their shards (no device holds them whole)
+        self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix, host=self.mesh is not None)
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.T = cfg.seq_len or self.mcfg.max_seq_len
         if self.T > self.mcfg.max_seq_len:
@@ -370,12 +426,19 @@ class Trainer:
         if gcfg.max_len > cfg.max_new_tokens:
             raise ValueError(f"--max-len {gcfg.max_len} is the generation budget (Dr. GRPO's and DAPO's L_max): it "
                              f"cannot exceed --max-new-tokens {cfg.max_new_tokens}, or no completion is ever overlong")
-        self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
-        self.master = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
         self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
-        self.opt_state = self.optimizer.init(self.master)
-        self.update = make_update(self.mcfg, gcfg, self.optimizer, cfg.temperature)
-        self.ref_logprobs = jax.jit(lambda p, t: model.token_logprobs(p, self.mcfg, t, cfg.temperature))
+        ref_policy = lambda p: p
+        if self.mesh is not None:  # pi_ref sharded and gathered for its forward like the policy
+            params = sharding.shard_params(params, self.mcfg, self.mesh)
+            ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)
+        self.master, self.opt_state = init_state(params, self.mcfg, self.optimizer, self.mesh)
+        self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
+        self.update = make_update(self.mcfg, gcfg, self.optimizer, cfg.temperature, self.mesh)
+        self.ref_logprobs = jax.jit(lambda p, t: model.token_logprobs(ref_policy(p), self.mcfg, t, cfg.temperature))
+        if self.mesh is not None:  # pi_ref's rows split over "data" (padded) like the update's
+            ref_jit = self.ref_logprobs
+            put = lambda tokens_BT: sharding.shard_rows({"tokens_BT": tokens_BT}, self.mesh)["tokens_BT"]
+            self.ref_logprobs = lambda p, tokens_BT: np.asarray(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
         # Data: the cursor is the index of the next training problem; problem i is fixed by (seed, i).
         if cfg.data:
             problems = tasks.load_jsonl(cfg.data)
@@ -407,7 +470,8 @@ class Trainer:
         if cfg.resume and not has_checkpoint:
             self.log("--resume: no checkpoint yet, starting from the initial model")
         if cfg.resume and has_checkpoint:
-            self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state)
+            self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state,
+                                                                on_mesh=self.mesh is not None)
             self.step_n, self.cursor = meta["step"], meta["cursor"]
             self.books.counts.update(meta["counts"])
             self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
@@ -461,10 +525,15 @@ class Trainer:
         self.ledger_lines += 1
 
     def push(self) -> float:
+        """Send the policy (the bf16 cast of the master) as version step_n, one PushWeights message: the
+        param server swaps in a complete set or nothing. Built one tensor at a time (hf_io.iter_hf_tensors):
+        each is cut from the (sharded) master and cast on the devices, then gathered to the host, so the
+        host holds the message (the bf16 model) plus one tensor (bench/bench_push_memory.py)."""
         t0 = time.monotonic()
-        tensors = hf_io.to_hf_tensors(cast_params(self.master, self.mcfg.jdtype), self.mcfg)
-        names = list(tensors)
-        arrays = [np.ascontiguousarray(tensors[n]) for n in names]
+        names, arrays = [], []
+        for name, array in hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype):
+            names.append(name)
+            arrays.append(array)
         self.ps.call(wire.PushWeights(self.step_n, names, arrays, [wire.crc32(a) for a in arrays], self.lineage),
                      what="weights receipt")
         return time.monotonic() - t0
@@ -700,6 +769,8 @@ EXIT_STOP_RUN = 3
 
 if __name__ == "__main__":
     config, grpo_config = cli.parse(Config, grpo.GRPOConfig)
+    import devices  # the chips launch.sh placed us on, logged; stop rather than fall back to the CPU
+    devices.check("trainer")
     try:
         trainer = Trainer(config, grpo_config)
     except (ValueError, FileNotFoundError) as e:  # bad model folder, dataset or checkpoint: say so plainly
