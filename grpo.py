@@ -594,7 +594,7 @@ def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewar
 
 
 def mismatch_metrics(logp_sampler_BT, logp_trainer_BT, mask_BT):
-    """How far the trainer's log-probs are from what the sampler reported for the same tokens (NUMERICS.md).
+    """How far the trainer's log-probs are from what the sampler reported for the same tokens (README "The bf16 fix, measured").
 
     With d = logp_trainer - logp_sampler over masked tokens: bitwise_frac = fraction with EXACT equality
     (compared in f32, which is exact for bf16/f32 inputs); max/mean |d|; k3_kl = mean(exp(d) - 1 - d), the

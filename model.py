@@ -13,7 +13,7 @@ a bias to the q/k/v projections. References: the transformers modeling_qwen2.py 
 (we check our logits against them in tests/test_model.py), RoPE (Su et al. 2021, arXiv:2104.09864),
 GQA (Ainslie et al. 2023, arXiv:2305.13245), RMSNorm (Zhang & Sennrich 2019), SwiGLU (Shazeer 2020).
 
-Shape key (names carry their shapes, STYLE.md): B batch, T time (sequence), S time of the keys
+Shape key (names carry their shapes): B batch, T time (sequence), S time of the keys
 (attention source), D model width, N query heads, K kv heads, G query heads per kv head (N = K*G),
 H head dim, F mlp width, V vocab, L layers.
 
@@ -163,8 +163,8 @@ class ModelConfig:
 #
 # Why: in bf16, XLA:CPU computes a dot in f32 and rounds to bf16 where the *compiler* chooses; the
 # training graph (value_and_grad) and the sampling graph (KV-cache decode) round at different places,
-# so the sampler's log-probs differ from the trainer's and the PPO/GRPO ratio is not 1 (NUMERICS.md;
-# the RLAX paper's sampler/trainer mismatch). With cfg.bf16_fix=True:
+# so the sampler's log-probs differ from the trainer's and the PPO/GRPO ratio is not 1 (README "The bf16 fix,
+# measured"; the RLAX paper's sampler/trainer mismatch). With cfg.bf16_fix=True:
 #   (a) every matmul/einsum returns f32 (preferred_element_type) and is cast to the activation dtype
 #       explicitly: the program, not the compiler, fixes each rounding point (_einsum below);
 #   (b) elementwise chains (RMSNorm, RoPE, SwiGLU gate, softmax) run in f32 and cast once at the end;
@@ -174,7 +174,7 @@ class ModelConfig:
 #   (d) decode attends over a KV cache of the full length T, masked with where(mask, s, -inf), so each
 #       reduction has the same length as in forward; the prefill IS the forward's layer stack;
 #   (e) decode runs at least MIN_DECODE_ROWS rows (dummy rows padded in): XLA:CPU matmuls are not
-#       invariant to the row count below that (NUMERICS.md item 4);
+#       invariant to the row count below that (measured on this CPU);
 #   (f) per-row transcendentals (the RMSNorm 1/sqrt, the log of the softmax sum) sit between
 #       optimization barriers (_per_row below). Measured: XLA:CPU fuses a big [B*T, ...] normalisation
 #       into one YNNPACK kernel whose sqrt/log differ in the last bit from the small decode-sized

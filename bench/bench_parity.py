@@ -1,5 +1,5 @@
 """Sampler vs trainer log-prob parity on THIS backend: the precision policy (model.py, PRECISION POLICY)
-measured, not assumed. NUMERICS.md: "GPUs and TPUs differ ... the same tests must be run there".
+measured, not assumed: GPUs and TPUs fuse differently, so the same checks must run there.
 
 For each precision configuration and decode batch size: sample with the KV-cache decoder
 (model.generate, the inference worker's code path), then recompute the log-probs of the same tokens the
@@ -7,7 +7,7 @@ way the trainer does, inside jax.jit(jax.value_and_grad(...)) of model.token_log
 scoring batch sizes, and compare with grpo.mismatch_metrics. A configuration is bitwise when every
 sampled token's log-prob is equal in all 32 bits.
 
-Run:  python bench/bench_parity.py                       # small model (NUMERICS.md's), both configurations
+Run:  python bench/bench_parity.py                       # small model (4 layers, d=256), both configurations
       python bench/bench_parity.py --size 100m --rows 16 64
       XLA_FLAGS=--xla_gpu_enable_triton_gemm=false python bench/bench_parity.py   # a compiler variant
 
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import grpo  # noqa: E402
 import model  # noqa: E402
 
-SIZES = {  # "small" is the model NUMERICS.md measured; "100m" the larger size of bench_generate.py
+SIZES = {  # "small" is the 4-layer d=256 model of README "The bf16 fix, measured"; "100m" the larger size of bench_generate.py
     "small": dict(vocab_size=512, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
                   intermediate_size=768),
     "100m": dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=4, head_dim=64,

@@ -1,4 +1,4 @@
-"""Preemption and fault tolerance, proven by killing things (ARCHITECTURE.md invariants 3-5).
+"""Preemption and fault tolerance, proven by killing things (README "Preemption: what survives what").
 
 Run: python -m pytest -q tests/test_faults.py        (about 3-4 minutes on a 2-core CPU)
 
