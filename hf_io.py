@@ -1,11 +1,12 @@
 """hf_io.py: model.py's weights and text in the Hugging Face formats.
 
   1. The 1:1 mapping between our parameter pytree (model.py section 3 draws it) and the HF safetensors
-     names of Qwen2 / Llama: to_hf_tensors, from_hf_tensors (which names every mismatch).
+     names of Qwen2 / Llama / Qwen3: to_hf_tensors, from_hf_tensors (which names every mismatch).
   2. Checkpoint folders: load_hf / save_hf (config.json + model.safetensors, or shards with an index).
   3. Tokenizers: the built-in ByteTokenizer, or the HF `tokenizers` package when tokenizer.json exists.
 
-Kept apart from model.py so that file is the model's math only. Tested in tests/test_model.py.
+Kept apart from model.py so that file is the model's math only. Tested in tests/test_model.py and
+tests/test_hf_checkpoints.py (Qwen3, Llama 3 RoPE scaling).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from model import ModelConfig, _param_shapes
 
 def _hf_layer_map(cfg: ModelConfig):
     """(our layer key, HF suffix, ours->HF numpy fn, HF->ours numpy fn) for one layer slice."""
-    D, N, K, H, F = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    D, N, K, H = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     ident = lambda x: x
     rows = [
         ("input_norm", "input_layernorm.weight", ident, ident),
@@ -43,6 +44,9 @@ def _hf_layer_map(cfg: ModelConfig):
         rows += [("q_bias", "self_attn.q_proj.bias", lambda b: b.reshape(N * H), lambda b: b.reshape(N, H)),
                  ("k_bias", "self_attn.k_proj.bias", lambda b: b.reshape(K * H), lambda b: b.reshape(K, H)),
                  ("v_bias", "self_attn.v_proj.bias", lambda b: b.reshape(K * H), lambda b: b.reshape(K, H))]
+    if cfg.qk_norm:  # Qwen3: one [H] weight per layer for q, one for k, shared by all heads
+        rows += [("q_norm", "self_attn.q_norm.weight", ident, ident),
+                 ("k_norm", "self_attn.k_norm.weight", ident, ident)]
     return rows
 
 
@@ -237,10 +241,12 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """Same interface around a Hugging Face `tokenizers` tokenizer.json (optional dependency)."""
+    """Same interface around a Hugging Face `tokenizers` tokenizer.json. encode() adds no special
+    tokens: a chat prompt carries them as text (prompts.render_chat), and the tokenizer recognises them
+    there, which gives the ids transformers' apply_chat_template(tokenize=True) gives."""
 
     def __init__(self, tokenizer_json: str, pad_id=None, bos_id=None, eos_id=None):
-        from tokenizers import Tokenizer  # optional extra: imported only when a checkpoint ships one
+        from tokenizers import Tokenizer  # imported only when a checkpoint ships a tokenizer.json
 
         self._tok = Tokenizer.from_file(tokenizer_json)
         self.vocab_size = self._tok.get_vocab_size()

@@ -1,16 +1,20 @@
-"""model.py: a hand-written Qwen2 / Llama decoder in JAX, shared bit for bit by sampler and trainer.
+"""model.py: a hand-written Qwen2 / Llama / Qwen3 decoder in JAX, shared bit for bit by sampler and trainer.
 
 What is here, top to bottom:
-  1. ModelConfig, built from / written to a Hugging Face config.json ("qwen2" and "llama").
+  1. ModelConfig, built from / written to a Hugging Face config.json ("qwen2", "llama", "qwen3"; plain
+     RoPE or Llama 3 RoPE scaling).
   2. The precision policy (THE one place that fixes where bf16 rounding happens; see PRECISION POLICY).
   3. Parameters: init_params, and a picture of the pytree (hf_io.py maps it to Hugging Face names).
   4. The decoder: forward(...) for scoring/training, token_logprobs(...) the one log-prob function,
      and generate(...), KV-cache sampling whose reported log-probs equal token_logprobs bit for bit.
 
-Architecture (Qwen2 and Llama share it): token embedding, L x [RMSNorm -> GQA attention with RoPE ->
+Architecture (Qwen2, Llama and Qwen3 share it): token embedding, L x [RMSNorm -> GQA attention with RoPE ->
 residual, RMSNorm -> SwiGLU MLP -> residual], final RMSNorm, unembedding (tied or untied). Qwen2 adds
-a bias to the q/k/v projections. References: the transformers modeling_qwen2.py / modeling_llama.py
-(we check our logits against them in tests/test_model.py), RoPE (Su et al. 2021, arXiv:2104.09864),
+a bias to the q/k/v projections; Qwen3 adds QK-norm (an RMSNorm over the head dim of each q and k head,
+before RoPE). References: the transformers modeling_qwen2.py / modeling_llama.py / modeling_qwen3.py
+(we check our logits against them in tests/test_model.py and tests/test_hf_checkpoints.py), RoPE
+(Su et al. 2021, arXiv:2104.09864), Llama 3 RoPE scaling (introduced with Llama 3.1 in Meta's reference
+code; transformers modeling_rope_utils.py, rope_type "llama3"; see _llama3_inv_freq),
 GQA (Ainslie et al. 2023, arXiv:2305.13245), RMSNorm (Zhang & Sennrich 2019), SwiGLU (Shazeer 2020).
 
 Shape key (names carry their shapes): B batch, T time (sequence), S time of the keys
@@ -22,7 +26,6 @@ Benchmark:      python bench/bench_generate.py
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 import os
@@ -37,8 +40,70 @@ import numpy as np
 # 1. Config
 # =====================================================================================================
 
-_MODEL_TYPES = ("qwen2", "llama")
+_MODEL_TYPES = ("qwen2", "llama", "qwen3")
+_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 _DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
+
+
+@dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3 RoPE scaling (HF rope_type "llama3"; Llama 3.1 and later): long wavelengths are
+    stretched by `factor`, short ones kept, the band in between interpolated (see _llama3_inv_freq)."""
+
+    factor: float
+    """Divisor of the inverse frequencies whose wavelength exceeds original_max_position_embeddings / low_freq_factor."""
+    low_freq_factor: float
+    """Sets the long end of the interpolated band: wavelength original_max_position_embeddings / low_freq_factor."""
+    high_freq_factor: float
+    """Wavelengths below original_max_position_embeddings / high_freq_factor are left as they are."""
+    original_max_position_embeddings: int
+    """Context length of pretraining, before the scaling stretched it."""
+
+    def __post_init__(self):
+        if not self.factor >= 1.0:
+            raise ValueError(f"llama3 rope scaling: factor must be >= 1, got {self.factor}")
+        if not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ValueError(f"llama3 rope scaling: need 0 < low_freq_factor < high_freq_factor, got "
+                             f"{self.low_freq_factor}, {self.high_freq_factor}")
+        n = self.original_max_position_embeddings
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n <= 0:
+            raise ValueError(f"llama3 rope scaling: original_max_position_embeddings must be a positive int, got {n!r}")
+
+    def to_hf_dict(self) -> dict:
+        return {"rope_type": "llama3", "factor": self.factor, "low_freq_factor": self.low_freq_factor,
+                "high_freq_factor": self.high_freq_factor,
+                "original_max_position_embeddings": self.original_max_position_embeddings}
+
+
+def _read_hf_rope(d: dict) -> tuple[float, Llama3RopeScaling | None]:
+    """(rope_theta, scaling) from a config.json. transformers 4.x writes rope_theta at the top level and
+    the scaling as rope_scaling (rope_type or the older key type); 5.x writes both into rope_parameters.
+    Like transformers 5.x, rope_scaling wins when both are present."""
+    scaling, params = d.get("rope_scaling") or {}, d.get("rope_parameters") or {}
+    rope = scaling or params
+    if any(isinstance(v, dict) for v in rope.values()):
+        raise ValueError(f"per-layer-type RoPE parameters {sorted(rope)} are not implemented")
+    theta = rope.get("rope_theta", params.get("rope_theta", d.get("rope_theta", 10000.0)))
+    partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+    if partial is not None and float(partial) != 1.0:
+        raise ValueError(f"partial_rotary_factor {partial} is not implemented; only RoPE over the whole head")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type == "default":
+        return float(theta), None
+    if rope_type != "llama3":  # linear, dynamic, yarn, longrope, ...: refused rather than run with wrong angles
+        raise ValueError(f"RoPE scaling rope_type {rope_type!r} is not implemented; only 'default' and 'llama3' are")
+    missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor") if rope.get(k) is None]
+    if missing:
+        raise ValueError(f"llama3 RoPE scaling is missing {', '.join(missing)}")
+    # transformers gives a top-level original_max_position_embeddings priority, then the scaling's own,
+    # then max_position_embeddings
+    original = d.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") \
+        or d.get("max_position_embeddings")
+    if original is None:
+        raise ValueError("llama3 RoPE scaling needs original_max_position_embeddings")
+    return float(theta), Llama3RopeScaling(
+        factor=float(rope["factor"]), low_freq_factor=float(rope["low_freq_factor"]),
+        high_freq_factor=float(rope["high_freq_factor"]), original_max_position_embeddings=int(original))
 
 
 @dataclass(frozen=True)
@@ -66,15 +131,20 @@ class ModelConfig:
     rms_norm_eps: float
     """Epsilon inside every RMSNorm."""
     qkv_bias: bool
-    """Bias on the q/k/v projections (True for Qwen2, HF attention_bias for Llama)."""
+    """Bias on the q/k/v projections (True for Qwen2, HF attention_bias for Llama and Qwen3; their
+    attention_bias also puts a bias on o_proj, which we do not have: hf_io refuses such a checkpoint
+    naming the unexpected o_proj.bias tensors)."""
     tie_embeddings: bool
     """Unembedding reuses the token embedding (HF tie_word_embeddings)."""
     model_type: str = "qwen2"
-    """"qwen2" or "llama": which HF architecture config.json / tensor names we read and write."""
+    """"qwen2", "llama" or "qwen3": which HF architecture config.json / tensor names we read and write.
+    "qwen3" also means QK-norm (params q_norm / k_norm, see qk_norm)."""
     dtype: str = "bfloat16"
     """"bfloat16" or "float32": dtype of the parameters and of the activations between ops."""
     bf16_fix: bool = True
     """Precision policy on (see PRECISION POLICY); False = plain bf16, no remat (reproduces the mismatch)."""
+    rope_scaling: Llama3RopeScaling | None = None
+    """Llama 3 RoPE frequency scaling (HF rope_type "llama3"), or None for plain RoPE."""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -95,10 +165,17 @@ class ModelConfig:
                              f"expected one of {_MODEL_TYPES}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"ModelConfig.dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, Llama3RopeScaling):
+            raise ValueError(f"ModelConfig.rope_scaling must be None or a Llama3RopeScaling, got {self.rope_scaling!r}")
 
     @property
     def jdtype(self):
         return _DTYPES[self.dtype]
+
+    @property
+    def qk_norm(self) -> bool:
+        """Qwen3's QK-norm: an RMSNorm with its own [H] weight on every q and k head, before RoPE."""
+        return self.model_type == "qwen3"
 
     @classmethod
     def from_hf_dict(cls, d: dict, **overrides) -> "ModelConfig":
@@ -108,27 +185,26 @@ class ModelConfig:
             raise ValueError(f"config.json model_type {model_type!r} is not supported; "
                              f"expected one of {_MODEL_TYPES}")
         try:
-            rope = d.get("rope_parameters") or {}
-            rope_theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-            rope_type = rope.get("rope_type", "default")
-            scaling = d.get("rope_scaling")
-            if rope_type != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"):
-                raise ValueError(f"RoPE scaling {rope_type!r}/{scaling!r} is not implemented; only default RoPE")
+            rope_theta, rope_scaling = _read_hf_rope(d)
             if d.get("use_sliding_window"):
-                raise ValueError("Qwen2 sliding-window attention is not implemented")
+                raise ValueError("sliding-window attention (use_sliding_window) is not implemented")
             if d.get("mlp_bias"):
                 raise ValueError("Llama mlp_bias=True is not implemented")
             if d.get("hidden_act", "silu") != "silu":
                 raise ValueError(f"hidden_act {d.get('hidden_act')!r} is not implemented; only silu")
             heads = d["num_attention_heads"]
+            # head_dim may differ from hidden_size // heads (Qwen3 does that); a config.json without it
+            # means what transformers' config class defaults to: 128 for Qwen3Config, hidden // heads else
+            default_head_dim = 128 if model_type == "qwen3" else d["hidden_size"] // heads
             kw = dict(
                 vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], num_layers=d["num_hidden_layers"],
                 num_heads=heads, num_kv_heads=d.get("num_key_value_heads") or heads,
-                head_dim=d.get("head_dim") or d["hidden_size"] // heads,
+                head_dim=d.get("head_dim") or default_head_dim,
                 intermediate_size=d["intermediate_size"], max_seq_len=d.get("max_position_embeddings", 2048),
-                rope_theta=float(rope_theta), rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+                rope_theta=rope_theta, rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
                 qkv_bias=True if model_type == "qwen2" else bool(d.get("attention_bias", False)),
-                tie_embeddings=bool(d.get("tie_word_embeddings", False)), model_type=model_type)
+                tie_embeddings=bool(d.get("tie_word_embeddings", False)), model_type=model_type,
+                rope_scaling=rope_scaling)
         except KeyError as e:
             raise ValueError(f"config.json is missing the required field {e.args[0]!r}") from None
         hf_dtype = d.get("dtype") or d.get("torch_dtype")
@@ -138,20 +214,28 @@ class ModelConfig:
         return cls(**kw)
 
     def to_hf_dict(self) -> dict:
-        """A config.json dict that transformers loads as Qwen2ForCausalLM / LlamaForCausalLM."""
+        """A config.json dict that transformers (4.x and 5.x) loads as Qwen2ForCausalLM / LlamaForCausalLM /
+        Qwen3ForCausalLM. RoPE scaling is written twice: rope_parameters (5.x) and rope_scaling with
+        rope_theta at the top level (4.x; 5.x reads rope_scaling first and adds rope_theta to it)."""
+        rope = {"rope_type": "default"} if self.rope_scaling is None else self.rope_scaling.to_hf_dict()
         d = {
-            "architectures": ["Qwen2ForCausalLM" if self.model_type == "qwen2" else "LlamaForCausalLM"],
+            "architectures": [_ARCHITECTURES[self.model_type]],
             "model_type": self.model_type, "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
             "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
             "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
             "intermediate_size": self.intermediate_size, "max_position_embeddings": self.max_seq_len,
-            "rope_theta": self.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "rope_theta": self.rope_theta, "rope_parameters": {**rope, "rope_theta": self.rope_theta},
             "rms_norm_eps": self.rms_norm_eps, "tie_word_embeddings": self.tie_embeddings,
             "hidden_act": "silu", "dtype": self.dtype, "torch_dtype": self.dtype,
         }
+        if self.rope_scaling is not None:
+            d["rope_scaling"] = rope
         if self.model_type == "llama":
             d["attention_bias"] = self.qkv_bias
             d["mlp_bias"] = False
+        elif self.model_type == "qwen3":
+            d["attention_bias"] = self.qkv_bias
+            d["use_sliding_window"] = False
         elif not self.qkv_bias:
             raise ValueError("a qwen2 checkpoint always has q/k/v biases; use model_type='llama' for qkv_bias=False")
         return d
@@ -308,6 +392,7 @@ def _remat(cfg: ModelConfig, fn):
 #   layers.k_proj/v_proj   [L, D, K, H] <-> model.layers.{i}.self_attn.{k,v}_proj.weight [K*H, D]
 #   layers.q_bias          [L, N, H]   <-> model.layers.{i}.self_attn.q_proj.bias (when qkv_bias)
 #   layers.k_bias/v_bias   [L, K, H]   <-> model.layers.{i}.self_attn.{k,v}_proj.bias
+#   layers.q_norm/k_norm   [L, H]      <-> model.layers.{i}.self_attn.{q,k}_norm.weight (when qk_norm: Qwen3)
 #   layers.o_proj          [L, N, H, D] <-> model.layers.{i}.self_attn.o_proj.weight [D, N*H]
 #   layers.post_norm       [L, D]      <-> model.layers.{i}.post_attention_layernorm.weight
 #   layers.gate_proj/up_proj [L, D, F] <-> model.layers.{i}.mlp.{gate,up}_proj.weight [F, D]
@@ -322,6 +407,8 @@ def _param_shapes(cfg: ModelConfig) -> dict:
               "down_proj": (L, F, D)}
     if cfg.qkv_bias:
         layers.update(q_bias=(L, N, H), k_bias=(L, K, H), v_bias=(L, K, H))
+    if cfg.qk_norm:
+        layers.update(q_norm=(L, H), k_norm=(L, H))
     shapes = {"embed": (V, D), "final_norm": (D,), "layers": layers}
     if not cfg.tie_embeddings:
         shapes["lm_head"] = (D, V)
@@ -329,7 +416,7 @@ def _param_shapes(cfg: ModelConfig) -> dict:
 
 
 def init_params(cfg: ModelConfig, key) -> dict:
-    """Random init like HF's (normal(0, 0.02) weights, zero biases, unit norms), in cfg.dtype."""
+    """Random init like HF's (normal(0, 0.02) weights, zero biases, unit norms incl. q_norm/k_norm), in cfg.dtype."""
     shapes = _param_shapes(cfg)
     flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
     keys = jax.random.split(key, len(flat))
@@ -359,11 +446,29 @@ def _rms_norm(cfg: ModelConfig, x, w):
     return x32.astype(cfg.jdtype) * w  # HF order: cast, then scale in the model dtype
 
 
+def _llama3_inv_freq(inv_freq, s: Llama3RopeScaling):
+    """Llama 3 RoPE scaling of the inverse frequencies (float64 numpy), the rule of Meta's Llama 3.1
+    reference code that transformers implements as rope_type "llama3" (modeling_rope_utils.py). With
+    L0 = original_max_position_embeddings and wavelength 2 pi / inv_freq:
+      wavelength < L0 / high_freq_factor   -> unchanged (fast rotations, already seen in pretraining);
+      wavelength > L0 / low_freq_factor    -> divided by factor (slow rotations: stretched for long contexts);
+      in between -> inv_freq * ((1 - a) / factor + a), a = (L0 / wavelength - low) / (high - low),
+      which runs from 0 at the long end to 1 at the short end, so the rule is continuous.
+    Written as one clipped blend: a clipped to [0, 1] gives the two outer cases exactly."""
+    wavelength = 2.0 * np.pi / inv_freq
+    a = (s.original_max_position_embeddings / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    a = np.clip(a, 0.0, 1.0)
+    return inv_freq * ((1.0 - a) / s.factor + a)
+
+
 def _rope_table(cfg: ModelConfig, T: int):
     """cos/sin [T, H/2] computed once in float64 numpy: a constant, so forward and decode read the same
-    bits for a position instead of each evaluating cos() on differently shaped inputs."""
+    bits for a position instead of each evaluating cos() on differently shaped inputs. With
+    cfg.rope_scaling the inverse frequencies are first rescaled (_llama3_inv_freq), still in float64."""
     H = cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, H, 2, dtype=np.float64) / H))
+    if cfg.rope_scaling is not None:
+        inv_freq = _llama3_inv_freq(inv_freq, cfg.rope_scaling)
     angle = np.arange(T, dtype=np.float64)[:, None] * inv_freq[None, :]
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
@@ -396,11 +501,121 @@ def _attention(cfg: ModelConfig, q_BTNH, k_BKSH, v_BKSH, mask_BTS):
     return o_BKGTH.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
+# ---------------------------- memory: the full-sequence graphs in chunks along T ----------------------------
+# Without chunks the trainer's graph holds float32 attention scores [B, K, G, T, T] (quadratic in T) and
+# float32 head logits [B, T, V] (and their log-softmax, and the gradients of both): at T = 1024 and
+# Qwen2.5's V = 151,936 that is 0.6 GB per [T, V] buffer per row. Both are now computed over chunks of
+# positions (lax.map / lax.scan), each chunk a function of its own rows only, so every row runs the same
+# ops on the same inputs as before and the bits are unchanged (tests/test_memory.py):
+#   * attention chunks the QUERIES: each query chunk attends over all S keys with the causal mask, so
+#     every softmax and PV sum still runs over the full key axis in the same order (chunking the keys,
+#     as flash attention does, would change the order of those sums and break parity with decode);
+#   * the head (final norm, unembedding, log-softmax, gather) runs per chunk of positions.
+# The chunk sizes are static (jit specialises on them): the keyword (query_chunk= / chunk_tokens=) if
+# given, 0 meaning no chunking; else, for a bf16 model (_default_chunking: float32 models are not
+# chunked unless asked), the largest power of two of positions whose float32 scores / logits fit
+# ATTN_CHUNK_BYTES / HEAD_CHUNK_BYTES (0 there also turns chunking off). These module values are read
+# when a function is traced: set them before the first call of a jitted function, not between calls.
+# T need not be a multiple of the chunk: n = ceil(T / c) chunks of ceil(T / n) positions rounded up to a
+# multiple of 8, the last zero-padded (fewer than 8n padded positions, dropped again).
+
+HEAD_CHUNK_BYTES = 128 << 20
+"""Byte target of one head chunk's float32 logits [B, C, V]; 0 = the whole [B, T, V] at once."""
+ATTN_CHUNK_BYTES = 32 << 20
+"""Byte target of one query chunk's float32 attention scores [B, N, C, T]; 0 = all queries at once."""
+MIN_CHUNK = 16
+"""The fewest positions in a chunk (see _chunk_len); also MIN_DECODE_ROWS rows of a head chunk at B = 1."""
+
+
+def _chunk_len(T: int, bytes_per_position: int, budget: int, chunk: int | None) -> int:
+    """Positions per chunk along an axis of length T (T itself = one chunk, no chunking): `chunk` if
+    given (0 = T), else the largest power of two with chunk * bytes_per_position <= budget (budget 0 = T).
+    Rounded up to a multiple of 8, at least MIN_CHUNK; then evened out to n = ceil(T / chunk) chunks of
+    ceil(T / n) positions rounded up to a multiple of 8 (never more than chunk), so the last chunk is
+    nearly full. Why >= 16: a head chunk then has >= MIN_DECODE_ROWS rows, the row counts the parity was
+    measured at (a one-position chunk took another dot path on XLA:CPU). Why multiples of 8: whole
+    SIMD tiles of rows; in a float32 probe on XLA:CPU, chunks of 8k+1..8k+4 queries changed bits where
+    8k did not (float32 is not bitwise under chunking anyway: _default_chunking). bf16 measured bitwise
+    for every chunk length >= 2."""
+    if chunk is None:
+        chunk = 0 if budget <= 0 else 1 << max(int(budget // max(bytes_per_position, 1)), 1).bit_length() - 1
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 0:
+        raise ValueError(f"a chunk length must be an int >= 0 (0 = no chunking), got {chunk!r}")
+    chunk = max(-(-int(chunk) // 8) * 8, MIN_CHUNK) if chunk else 0
+    if chunk == 0 or chunk >= T:
+        return T
+    n = -(-T // chunk)
+    return min((-(-T // n) + 7) // 8 * 8, chunk)  # >= MIN_CHUNK, as T / n > chunk / 2
+
+
+def _split_chunks(x, c: int):
+    """[B, T, ...] -> [n, B, c, ...] with n = ceil(T / c); positions past T are zeros."""
+    B, T = x.shape[:2]
+    n = -(-T // c)
+    x = jnp.pad(x, [(0, 0), (0, n * c - T)] + [(0, 0)] * (x.ndim - 2))
+    return jnp.moveaxis(x.reshape((B, n, c) + x.shape[2:]), 1, 0)
+
+
+def _join_chunks(y, T: int):
+    """Inverse of _split_chunks: [n, B, c, ...] -> [B, T, ...] (the padded positions dropped)."""
+    n, B, c = y.shape[:3]
+    return jnp.moveaxis(y, 0, 1).reshape((B, n * c) + y.shape[3:])[:, :T]
+
+
+def _query_chunk_len(cfg: ModelConfig, B: int, T: int, query_chunk: int | None) -> int:
+    """Queries per attention chunk (_chunk_len on ATTN_CHUNK_BYTES of float32 [B, N, C, T] scores);
+    by default no chunking for a float32 config (see _default_chunking)."""
+    if query_chunk is None and not _default_chunking(cfg):
+        return T
+    return _chunk_len(T, 4 * B * cfg.num_heads * T, ATTN_CHUNK_BYTES, query_chunk)
+
+
+def _default_chunking(cfg: ModelConfig) -> bool:
+    """Chunks by default only for a bf16 model. Measured on XLA:CPU: a bf16 x bf16 -> f32 dot gives every
+    row the same bits whatever the number of rows (>= 2), so chunks keep the bits (tests/test_memory.py);
+    a float32 x float32 dot does not (its summation order changes with the shape: chunked float32
+    log-probs differed from unchunked in the last bit, and float32 decode already differs from forward
+    at some lengths, e.g. T = 160). float32 models are the small reference models of the tests; the
+    keywords still chunk them (then equal within float32 rounding, not bitwise)."""
+    return cfg.dtype != "float32"
+
+
+def _causal_attention(cfg: ModelConfig, q_BTNH, k_BKTH, v_BKTH, c: int):
+    """Causal self-attention of T positions, queries in chunks of c (c >= T: all at once, the plain
+    _attention). Each chunk attends over all T keys with where(key <= query, s, -inf): the same
+    reductions, of the same length, in the same order as unchunked, and as decode's (PRECISION POLICY (d)).
+    Each chunk is remat'ed, so the backward keeps only q, k, v and recomputes one chunk's scores at a time.
+    k and v enter the loop as float32 (exact: they hold bf16 values, cast back inside), so that their
+    gradients, one partial per chunk, are summed over the chunks in float32 rather than bf16."""
+    B, T = q_BTNH.shape[:2]
+    if c >= T:
+        mask_BTS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
+        return _attention(cfg, q_BTNH, k_BKTH, v_BKTH, mask_BTS)
+    n = -(-T // c)
+    pos_nC = jnp.arange(n * c).reshape(n, c)  # padded queries sit past T: they see every key, no NaN
+
+    @partial(jax.checkpoint, policy=jax.checkpoint_policies.nothing_saveable)
+    def chunk(k32, v32, q_BCNH, pos_C):
+        mask_BCS = jnp.broadcast_to((pos_C[:, None] >= jnp.arange(T)[None, :])[None], (B, c, T))
+        return _attention(cfg, q_BCNH, k32.astype(k_BKTH.dtype), v32.astype(v_BKTH.dtype), mask_BCS)
+
+    k32, v32 = k_BKTH.astype(jnp.float32), v_BKTH.astype(jnp.float32)
+    o_nBCNH = jax.lax.map(lambda qp: chunk(k32, v32, *qp), (_split_chunks(q_BTNH, c), pos_nC))
+    return _join_chunks(o_nBCNH, T)
+
+
 def _qkv(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh):
+    """Input RMSNorm, q/k/v projections, Qwen3's QK-norm (per head, over H, before RoPE), RoPE on q and k.
+    The QK-norm is _rms_norm itself (PRECISION POLICY (b), (f), (g): f32, per-row barriers, fixed-tree
+    row sum over H, one rounding), so decode's [B, 1, ., H] rows and forward's [B, T, ., H] rows get the
+    same bits."""
     h_BTD = _rms_norm(cfg, x_BTD, lp["input_norm"])
     q_BTNH = _einsum(cfg, "BTD,DNH->BTNH", h_BTD, lp["q_proj"], lp.get("q_bias"))
     k_BTKH = _einsum(cfg, "BTD,DKH->BTKH", h_BTD, lp["k_proj"], lp.get("k_bias"))
     v_BTKH = _einsum(cfg, "BTD,DKH->BTKH", h_BTD, lp["v_proj"], lp.get("v_bias"))
+    if cfg.qk_norm:
+        q_BTNH = _rms_norm(cfg, q_BTNH, lp["q_norm"])
+        k_BTKH = _rms_norm(cfg, k_BTKH, lp["k_norm"])
     return _rope(cfg, q_BTNH, cos_BTh, sin_BTh), _rope(cfg, k_BTKH, cos_BTh, sin_BTh), v_BTKH
 
 
@@ -417,13 +632,14 @@ def _block_out(cfg: ModelConfig, lp: dict, x_BTD, o_BTNH):
     return _add(cfg, x_BTD, _einsum(cfg, "BTF,FD->BTD", act_BTF, lp["down_proj"]))
 
 
-def _layer(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh, mask_BTS):
-    """One full-sequence decoder block; also returns its K/V (the prefill's cache entries)."""
+def _layer(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh, query_chunk: int):
+    """One full-sequence causal decoder block, attention queries in chunks of query_chunk positions
+    (_causal_attention); also returns its K/V (the prefill's cache entries)."""
     q_BTNH, k_BTKH, v_BTKH = _qkv(cfg, lp, x_BTD, cos_BTh, sin_BTh)
     # K/V kept head-major [B, K, T, H], the cache layout: measured 2-4x faster batched attention
     # matmuls in decode than [B, T, K, H], and no per-step transpose of the cache
     k_BKTH, v_BKTH = k_BTKH.transpose(0, 2, 1, 3), v_BTKH.transpose(0, 2, 1, 3)
-    o_BTNH = _attention(cfg, q_BTNH, k_BKTH, v_BKTH, mask_BTS)
+    o_BTNH = _causal_attention(cfg, q_BTNH, k_BKTH, v_BKTH, query_chunk)
     return _block_out(cfg, lp, x_BTD, o_BTNH), (k_BKTH, v_BKTH)
 
 
@@ -442,19 +658,18 @@ def _check_tokens(cfg: ModelConfig, tokens_BT):
                              f"({bad.size} such ids in the input)")
 
 
-def _hidden(params: dict, cfg: ModelConfig, tokens_BT, return_kv: bool = False):
+def _hidden(params: dict, cfg: ModelConfig, tokens_BT, return_kv: bool = False, query_chunk: int | None = None):
     """Embedding + the layer stack (lax.scan over L, each layer remat'ed): final residual x_BTD and,
-    if asked, the stacked K/V [L, B, K, T, H] (the prefill cache)."""
+    if asked, the stacked K/V [L, B, K, T, H] (the prefill cache). query_chunk: see _chunk_len."""
     B, T = tokens_BT.shape
     cos, sin = _rope_table(cfg, T)
     cos_BTh = jnp.broadcast_to(cos[None], (B,) + cos.shape)
     sin_BTh = jnp.broadcast_to(sin[None], (B,) + sin.shape)
-    mask_BTS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
     x_BTD = jnp.take(params["embed"], tokens_BT, axis=0).astype(cfg.jdtype)
-    layer = _remat(cfg, partial(_layer, cfg))
+    layer = _remat(cfg, partial(_layer, cfg, query_chunk=_query_chunk_len(cfg, B, T, query_chunk)))
 
     def step(x_BTD, lp):
-        x_BTD, kv = layer(lp, x_BTD, cos_BTh, sin_BTh, mask_BTS)
+        x_BTD, kv = layer(lp, x_BTD, cos_BTh, sin_BTh)
         return x_BTD, (kv if return_kv else None)
 
     x_BTD, kv = jax.lax.scan(step, x_BTD, params["layers"])
@@ -496,29 +711,206 @@ def _log_softmax(cfg: ModelConfig, logits_XV, temperature):
     return z - _per_row(cfg, jnp.log, _row_sum(cfg, jnp.exp(z)))
 
 
-def forward(params: dict, cfg: ModelConfig, tokens_BT) -> jax.Array:
-    """float32 logits [B, T, V] for positions 0..T-1 with a causal mask (scoring and training)."""
+def forward(params: dict, cfg: ModelConfig, tokens_BT, *, query_chunk: int | None = None) -> jax.Array:
+    """float32 logits [B, T, V] for positions 0..T-1 with a causal mask (scoring and tests; the trainer
+    uses token_logprobs, which never holds [B, T, V]). query_chunk: attention chunks, see _chunk_len."""
     _check_tokens(cfg, tokens_BT)
-    x_BTD, _ = _hidden(params, cfg, tokens_BT)
+    x_BTD, _ = _hidden(params, cfg, tokens_BT, query_chunk=query_chunk)
     head = _remat(cfg, partial(_head_logits, cfg))
     return head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD)
 
 
 def _head_token_logp(cfg: ModelConfig, final_norm, w, x_BTD, next_BT, temperature):
+    """log softmax(head(x) / temperature)[next] per position: the rows' math of generate()'s reported
+    log-probs (_head_logits, _log_softmax, one gather)."""
     logits_BTV = _head_logits(cfg, final_norm, w, x_BTD)
     logp_BTV = _log_softmax(cfg, logits_BTV, temperature)
     return jnp.take_along_axis(logp_BTV, next_BT[..., None], axis=-1)[..., 0]
 
 
-def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0) -> jax.Array:
+def _head_chunk_len(cfg: ModelConfig, B: int, T: int, chunk_tokens: int | None) -> int:
+    """Positions per head chunk (_chunk_len on HEAD_CHUNK_BYTES of float32 [B, C, V] logits). A chunk
+    of >= MIN_CHUNK positions has >= MIN_DECODE_ROWS rows, the row counts decode and the unchunked
+    trainer run the unembedding dot at (measured row-count invariant from 2 rows on: _head_logits).
+    By default (chunk_tokens None) the head is chunked only where that saves memory by the estimate of
+    train_step_bytes: the chunked backward's float32 gradient accumulator costs 4.6..6.5 bytes per
+    unembedding entry (V x D), which for a wide model and few tokens outweighs the [B, T, V] logits it
+    avoids (Qwen2.5-7B's at 1 x 1024 tokens: 3.5 GB either way); the bits are the same both ways."""
+    if chunk_tokens is None and not _default_chunking(cfg):
+        return T
+    c = _chunk_len(T, 4 * B * cfg.vocab_size, HEAD_CHUNK_BYTES, chunk_tokens)
+    if chunk_tokens is None and c < T and _head_bytes(cfg, B, T, c) >= _head_bytes(cfg, B, T, T):
+        return T
+    return c
+
+
+def _head_bytes(cfg: ModelConfig, B: int, T: int, c: int) -> float:
+    """train_step_bytes' head terms for B x T positions in chunks of c (c >= T: unchunked)."""
+    k = _MEM_COEF
+    v_pad = 1 << (cfg.vocab_size - 1).bit_length() if cfg.bf16_fix else cfg.vocab_size
+    if c >= T:
+        return k["head_whole"] * 4 * B * T * v_pad
+    acc = k["acc_tied"] if cfg.tie_embeddings else k["acc_untied"]
+    return k["head_chunk"] * 4 * B * c * v_pad + acc * cfg.vocab_size * cfg.hidden_size
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _chunked_head_token_logp(cfg: ModelConfig, c: int, final_norm, w, x_BTD, next_BT, temperature):
+    """_head_token_logp over chunks of c positions (lax.map): the float32 [B, c, V] logits of one chunk
+    at a time. The backward (below) is a custom rule so that the weight gradients, one partial per
+    chunk, are summed in float32: autodiff of a loop sums a closed-over weight's cotangent in the
+    weight's dtype, which for bf16 loses the small partials once the sum is 2^8 times larger."""
+    logp_nBC = jax.lax.map(lambda xn: _head_token_logp(cfg, final_norm, w, xn[0], xn[1], temperature),
+                           (_split_chunks(x_BTD, c), _split_chunks(next_BT, c)))
+    return _join_chunks(logp_nBC, x_BTD.shape[1])
+
+
+def _chunked_head_fwd(cfg, c, final_norm, w, x_BTD, next_BT, temperature):
+    # Residuals: the inputs only (no logits); the backward recomputes each chunk.
+    return (_chunked_head_token_logp(cfg, c, final_norm, w, x_BTD, next_BT, temperature),
+            (final_norm, w, x_BTD, next_BT, temperature))
+
+
+def _chunked_head_bwd(cfg, c, res, g_BT):
+    """Per chunk: recompute and differentiate that chunk (jax.vjp of _head_token_logp, the same rule
+    autodiff applies unchunked), x's cotangent per chunk, final_norm's and w's summed in float32 and
+    cast once. No cotangent for the token ids or the temperature (treated as constants)."""
+    final_norm, w, x_BTD, next_BT, temperature = res
+
+    def body(acc, xs):
+        x_BCD, next_BC, g_BC = xs
+        _, vjp = jax.vjp(lambda fn, w, x: _head_token_logp(cfg, fn, w, x, next_BC, temperature), final_norm, w, x_BCD)
+        d_norm, d_w, d_x = vjp(g_BC)
+        return (acc[0] + d_norm.astype(jnp.float32), acc[1] + d_w.astype(jnp.float32)), d_x
+
+    zeros = (jnp.zeros(final_norm.shape, jnp.float32), jnp.zeros(w.shape, jnp.float32))
+    (d_norm, d_w), d_x = jax.lax.scan(body, zeros, (_split_chunks(x_BTD, c), _split_chunks(next_BT, c),
+                                                    _split_chunks(g_BT.astype(jnp.float32), c)))
+    return d_norm.astype(final_norm.dtype), d_w.astype(w.dtype), _join_chunks(d_x, x_BTD.shape[1]), None, None
+
+
+_chunked_head_token_logp.defvjp(_chunked_head_fwd, _chunked_head_bwd)
+
+
+def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0, *, chunk_tokens: int | None = None,
+                   query_chunk: int | None = None) -> jax.Array:
     """THE log-prob function of sampler scoring and trainer: float32 [B, T] with
     logp_BT[:, t] = log softmax(logits[:, t-1] / temperature)[tokens[:, t]] and logp_BT[:, 0] = 0.
-    Differentiable w.r.t. params; jit it with cfg static. generate() reports the same bits."""
+    Differentiable w.r.t. params; jit it with cfg (and the chunk keywords) static. generate() reports
+    the same bits. chunk_tokens: positions per output-head chunk, query_chunk: queries per attention
+    chunk; 0: no chunking; None (the default): for a bf16 model sized from HEAD_CHUNK_BYTES /
+    ATTN_CHUNK_BYTES (_head_chunk_len, _query_chunk_len), for a float32 model none. In bf16 the chunk
+    sizes do not change the log-probs' bits (measured; tests/test_memory.py), only where the gradients'
+    float32 sums are split; a chunked float32 model agrees within float32 rounding."""
     _check_tokens(cfg, tokens_BT)
-    x_BTD, _ = _hidden(params, cfg, tokens_BT)
-    head = _remat(cfg, partial(_head_token_logp, cfg))
+    x_BTD, _ = _hidden(params, cfg, tokens_BT, query_chunk=query_chunk)
+    B, T = tokens_BT.shape
+    c = _head_chunk_len(cfg, B, T - 1, chunk_tokens)
+    head = (_remat(cfg, partial(_head_token_logp, cfg)) if c >= T - 1
+            else partial(_chunked_head_token_logp, cfg, c))
     logp_BT1 = head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD[:, :-1], tokens_BT[:, 1:], temperature)
     return jnp.concatenate([jnp.zeros_like(logp_BT1[:, :1]), logp_BT1], axis=1)
+
+
+# ------------------------------------------- memory: estimates for the trainer -------------------------------------------
+# The trainer's microbatch graph: f32 master -> cast to cfg.dtype -> token_logprobs -> loss -> gradient
+# w.r.t. the f32 master (trainer.make_update's grad_fn). train_step_bytes estimates the device memory
+# one such call needs beyond the trainer's persistent state (train_state_bytes): XLA's temporaries plus
+# the f32 gradient it returns. Derived term by term, each coefficient fitted to XLA:CPU's
+# compiled.memory_analysis() of that graph for Qwen2.5-0.5B-shaped models (tied and untied head,
+# mlp 4864 and 1792, 1..8 rows x 32..4096 positions; bench/bench_train_memory.py prints the comparison):
+# its temporaries within 4% there with the default chunks, 8% with forced 16-position chunks, 11%
+# unchunked (1 x 1024 tokens, tied: measured 2.60 GiB chunked, estimate 2.64; unchunked 5.58, 5.27).
+# Other backends fuse and schedule differently; for the exact number of the running backend use
+# measure_train_step_bytes (one compile, nothing run). The head is chunked by default only where these
+# terms say it saves memory (_head_chunk_len).
+# It assumes cfg.bf16_fix (the remat'ed layers); without it every layer's activations are kept and
+# the estimate is far too low. Terms, with a = bytes of cfg.dtype, P_L = layer parameters:
+#   weights cast to cfg.dtype + their gradients there:   a * P_L        (measured 2.0 B/param, bf16)
+#   embedding / unembedding (V x D each):               tied 3.85 a * V*D, untied 0.9 a * V*D
+#   chunked head: float32 weight-gradient accumulator:  tied 4.6, untied 6.5 bytes * V*D
+#   residual stream kept per layer for the backward:     2 a * L * B*T*D  (measured ~4 B per element, bf16)
+#   head chunk (logits, exp, _row_sum's power-of-two pad, their gradients): 2.5 x float32 [B, C, Vpad]
+#     (unchunked: measured 2.5..3.8 x [B, T, Vpad]; 3.5 is used)
+#   attention query chunk: 0.8 x float32 scores [B, N, Cq, T]
+#   the f32 gradient returned: 4 * (all parameters)
+_MEM_COEF = dict(layer_weights=1.0, embed_tied=3.85, embed_untied=0.9, acc_tied=4.6, acc_untied=6.5,
+                 carry=2.0, head_chunk=2.5, head_whole=3.5, scores=0.8)
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """Number of parameters (elements of init_params)."""
+    return sum(math.prod(s) for s in jax.tree.leaves(_param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple)))
+
+
+def train_state_bytes(cfg: ModelConfig) -> int:
+    """The trainer's persistent state on one device, unsharded: f32 master weights (4 B/param), Adam's
+    two f32 moments (8), the f32 gradient summed over microbatches (4): 16 bytes per parameter.
+    (trainer.make_update's optimizer step, jitted without buffer donation, briefly holds a second master
+    and Adam state too: 12 more bytes per parameter at that moment, independent of the microbatch.)"""
+    return 16 * param_count(cfg)
+
+
+def train_step_bytes(cfg: ModelConfig, rows: int, T: int, *, chunk_tokens: int | None = None,
+                     query_chunk: int | None = None) -> int:
+    """Estimated bytes one microbatch of `rows` x T tokens needs on one device for the trainer's
+    forward + backward (XLA temporaries + the f32 gradient), beyond train_state_bytes; see the comment
+    above for the terms and their calibration. Chunk keywords as token_logprobs'."""
+    if rows < 1 or T < 2:
+        raise ValueError(f"train_step_bytes needs rows >= 1 and T >= 2, got rows={rows}, T={T}")
+    k, a = _MEM_COEF, jnp.dtype(cfg.jdtype).itemsize
+    P = param_count(cfg)
+    VD = cfg.vocab_size * cfg.hidden_size
+    P_layers = P - VD * (1 if cfg.tie_embeddings else 2) - cfg.hidden_size
+    c_head = _head_chunk_len(cfg, rows, T - 1, chunk_tokens)
+    c_attn = _query_chunk_len(cfg, rows, T, query_chunk)
+    total = (k["layer_weights"] * a * P_layers
+             + (k["embed_tied"] if cfg.tie_embeddings else k["embed_untied"]) * a * VD
+             + k["carry"] * a * cfg.num_layers * rows * T * cfg.hidden_size
+             + _head_bytes(cfg, rows, T - 1, c_head)
+             + k["scores"] * 4 * rows * cfg.num_heads * c_attn * T
+             + 4 * P)
+    return int(total)
+
+
+def rows_for_budget(cfg: ModelConfig, T: int, budget_bytes: int, *, state_bytes: int | None = None,
+                    chunk_tokens: int | None = None, query_chunk: int | None = None) -> int:
+    """The most rows per microbatch whose train_step_bytes, plus state_bytes (default train_state_bytes:
+    the unsharded trainer's), fit in budget_bytes; 0 if not even one row does. Leave headroom in the
+    budget for the runtime and fragmentation (the estimate is XLA:CPU-calibrated)."""
+    state = train_state_bytes(cfg) if state_bytes is None else state_bytes
+    fits = lambda r: state + train_step_bytes(cfg, r, T, chunk_tokens=chunk_tokens, query_chunk=query_chunk) <= budget_bytes
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1 << 24:
+            return lo
+    while hi - lo > 1:  # fits(lo), not fits(hi); the estimate grows with rows but chunk sizes step
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def measure_train_step_bytes(cfg: ModelConfig, rows: int, T: int, *, chunk_tokens: int | None = None,
+                             query_chunk: int | None = None) -> dict:
+    """XLA's own numbers for the trainer's microbatch graph on the default backend: compiles (does not
+    run) jit(grad(sum(token_logprobs(cast(f32 master)) * advantage))) for abstract inputs and returns
+    compiled.memory_analysis() as a dict of temp / argument / output bytes (argument: the f32 master
+    and the tokens). Takes one compile (seconds to a minute for billions of parameters)."""
+    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    master = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.float32), shapes)
+
+    def loss(m, tokens_BT, adv_B):
+        p = jax.tree.map(lambda x: x.astype(cfg.jdtype), m)
+        logp_BT = token_logprobs(p, cfg, tokens_BT, 1.0, chunk_tokens=chunk_tokens, query_chunk=query_chunk)
+        return jnp.sum(logp_BT * adv_B[:, None])
+    compiled = jax.jit(jax.grad(loss)).lower(master, jax.ShapeDtypeStruct((rows, T), jnp.int32),
+                                             jax.ShapeDtypeStruct((rows,), jnp.float32)).compile()
+    ma = compiled.memory_analysis()
+    return {"temp": int(ma.temp_size_in_bytes), "argument": int(ma.argument_size_in_bytes),
+            "output": int(ma.output_size_in_bytes)}
 
 
 # ------------------------------------------- KV-cache sampling -------------------------------------------

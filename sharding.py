@@ -50,6 +50,7 @@ from model import ModelConfig
 _PARAM_SPECS = {  # our name -> spec without the stacked L axis
     "embed": P("tensor", "data"), "final_norm": P(None), "lm_head": P("data", "tensor"),
     "input_norm": P(None), "post_norm": P(None),
+    "q_norm": P(None), "k_norm": P(None),  # Qwen3 QK-norm [H]: tiny, replicated
     "q_proj": P("data", "tensor", None), "k_proj": P("data", "tensor", None), "v_proj": P("data", "tensor", None),
     "q_bias": P("tensor", None), "k_bias": P("tensor", None), "v_bias": P("tensor", None),
     "o_proj": P("tensor", None, "data"),
