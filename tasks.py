@@ -1,6 +1,7 @@
-"""The task: what the policy is asked to do, where the problems come from, and how a completion becomes
-a program. Shared by trainer.py (data cursor, evaluation) and inference_worker.py (prompts, stop
-strings), so the two can never disagree on a prompt or a test.
+"""The task: what the policy is asked to do and where the problems come from. Shared by trainer.py
+(data cursor, evaluation) and, through the work items it sends, inference_worker.py, so the two can
+never disagree on a problem or a test. How a problem is put to the model and how a completion
+becomes a program are prompts.py's.
 
 Two sources of problems, one `Problem` type:
 
@@ -40,23 +41,32 @@ Two sources of problems, one `Problem` type:
      and the first test as a docstring, which is how MBPP is usually prompted (Austin et al. 2021).
    - Plain asserts: `prompt`, `tests` (assert source) [optional: `item_id`, `entry_point`, `solution`].
    - stdin/stdout (Codeforces/APPS style): `inputs` and `outputs` (equal-length lists of strings) with
-     `prompt` (or `question`); APPS's `input_output` JSON string is accepted as well.
+     `prompt` (or `question`) holding the statement; APPS's `input_output` JSON string is accepted as
+     well (call-based APPS problems, with an `fn_name`, are not), and so is `problem_id` as the id.
+   Reference solutions: every style's own field (canonical_solution, code, solution) plus
+   `solution` and `solutions` (a list of strings, or APPS's JSON string holding one) are all kept in
+   Problem.solutions; any one passing is enough. How a problem is shown to the model and how a
+   completion becomes a program (chat or completion format) is prompts.py's.
    Every bad line (invalid JSON, missing or mistyped fields) is collected and reported together in one
    ValueError naming the file and line numbers, so a user fixes a dataset in one pass, not one line per
    run.
 
 Run: python tasks.py            (prints a few training and held-out problems with their solutions)
      python tasks.py FILE.jsonl (loads a dataset and prints a summary)
+     python tasks.py check FILE.jsonl [--format chat|completion]
+                                (every bad line, then every problem whose reference solutions all
+                                 fail in the sandbox, built exactly as the worker builds programs;
+                                 last line "checked N problems: P reference solutions pass, F fail,
+                                 B bad lines"; exit status 1 if F or B > 0)
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -107,14 +117,20 @@ class TaskConfig:
 # ----------------------------------------------------------------------------- the problem type
 
 
+STYLES = ("generated", "humaneval", "mbpp", "asserts", "io")
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One prompt with its hidden tests. program = prompt + completion (cut at the first stop string)."""
+    """One problem with its hidden tests. How it is shown to the model and how a completion becomes
+    the program are prompts.py's (model_prompt, assemble_program); program() is the completion format."""
 
     item_id: str
     """Stable identifier: the same problem has the same id in every process and every run."""
     prompt: str
-    """Text the model continues."""
+    """Code prompts (every assert style): the start of the program, which the model continues in the
+    completion format. stdin/stdout problems: the English statement (prompts.py turns it into a
+    comment header; it is not Python)."""
     tests: str
     """kind "assert": Python source run after the program (plain asserts, HumanEval's check(...) call)."""
     entry_point: str
@@ -125,9 +141,24 @@ class Problem:
     """kind "io": ((stdin, expected_stdout), ...); kind "assert": the (x, f(x)) pairs behind the tests
     of a generated problem, or () for a dataset."""
     solution: str = ""
-    """A reference completion (prompt + solution passes the tests), "" when the dataset has none."""
+    """The first reference solution (solutions[0]), "" when there is none: kept for callers that
+    want one (warmup.py's SFT targets)."""
     stop: tuple = ("\n",)
-    """Stop strings: the sampler ends a completion at the first of these (kept in the completion)."""
+    """Stop strings of the completion format: the sampler ends a completion at the first of these."""
+    solutions: tuple = ()
+    """Every reference solution the dataset gives, as completions in the completion format: the
+    program prompts.program_prefix(p, "completion") + s (cut at the first stop string) passes the
+    tests, for ANY one of them (APPS lists many, not all of which pass). Given only `solution`, this
+    is (solution,); given only `solutions`, `solution` is the first."""
+    style: str = ""
+    """Where the problem comes from (STYLES), which decides its chat message (prompts.user_message):
+    "generated", "humaneval", "mbpp", "asserts" (plain asserts) or "io". "" picks "io" for kind io
+    and "asserts" otherwise."""
+    statement: str = ""
+    """The task in words, where the dataset gives it apart from code: MBPP's text, a stdin/stdout
+    problem's statement (= prompt)."""
+    shown_test: str = ""
+    """MBPP: the first test, shown to the model in the prompt."""
 
     def __post_init__(self):
         if self.kind not in ("assert", "io"):
@@ -136,16 +167,39 @@ class Problem:
             raise ValueError(f"Problem {self.item_id!r}: an 'assert' problem needs non-empty tests")
         if self.kind == "io" and not self.cases:
             raise ValueError(f"Problem {self.item_id!r}: an 'io' problem needs at least one case")
+        # frozen: the derived fields are set through object.__setattr__, once, here
+        if not self.solutions and self.solution:
+            object.__setattr__(self, "solutions", (self.solution,))
+        object.__setattr__(self, "solutions", tuple(self.solutions))
+        if not self.solution and self.solutions:
+            object.__setattr__(self, "solution", self.solutions[0])
+        if not self.style:
+            object.__setattr__(self, "style", "io" if self.kind == "io" else "asserts")
+        if self.style not in STYLES or (self.style == "io") != (self.kind == "io"):
+            raise ValueError(f"Problem {self.item_id!r}: style must be one of {STYLES} ('io' exactly "
+                             f"for kind 'io'), got {self.style!r} for kind {self.kind!r}")
+        if self.kind == "io" and not self.statement:
+            object.__setattr__(self, "statement", self.prompt)
 
     def program(self, completion: str) -> str:
-        """The module source the verifier runs: prompt + completion cut at the first stop string."""
-        return self.prompt + cut_at_stop(completion, self.stop)
+        """The program the verifier runs for a completion in the completion format (prompts.py):
+        the program prefix (the prompt, or a stdin/stdout statement as comments) + the completion
+        cut at its first stop string."""
+        import prompts  # prompts imports this module
+        return prompts.assemble_program("completion", prompts.program_prefix(self, "completion"),
+                                        completion, self.stop)
 
 
 def cut_at_stop(text: str, stop: tuple) -> str:
-    """Cut `text` just after the earliest occurrence of any stop string (kept, so "\\n" ends the line)."""
-    ends = [i + len(s) for s in stop if s and (i := text.find(s)) >= 0]
-    return text[:min(ends)] if ends else text
+    """Cut `text` at the earliest occurrence of any stop string, keeping only the stop string's
+    leading whitespace: "\n" is kept (it ends the line), and "\ndef " leaves the text ending with
+    its newline, not with "def " (a program ending in a keyword is a syntax error). Without a stop
+    string in it, the text is returned whole."""
+    hits = [(i, s) for s in stop if s and (i := text.find(s)) >= 0]
+    if not hits:
+        return text
+    i, s = min(hits, key=lambda h: (h[0], -len(h[1])))
+    return text[:i] + s[:len(s) - len(s.lstrip())]
 
 
 # ----------------------------------------------------------------------------- generated families
@@ -215,7 +269,7 @@ def make_problem(family: str, coeffs: dict[str, int], rng: np.random.Generator,
     tests = "".join(f"assert f({x}) == {y}\n" for x, y in cases)
     item_id = f"gen/{_combo_key(family, coeffs)}/shown={','.join(map(str, shown_x))}"
     return Problem(item_id=item_id, prompt=prompt, tests=tests, entry_point="f", kind="assert",
-                   cases=cases, solution=solution + "\n", stop=("\n",))
+                   cases=cases, solution=solution + "\n", stop=("\n",), style="generated")
 
 
 class TrainStream:
@@ -301,6 +355,29 @@ def _entry_from_tests(tests: list[str]) -> str | None:
     return m.group(1) if m else None
 
 
+def _references(rec: dict, own: str | None) -> tuple:
+    """Every reference solution of a record: its style's own field (`own`: canonical_solution, code
+    or solution), then "solution", then "solutions" (a list of strings, or APPS's JSON string holding
+    one); empty ones and repeats dropped. A malformed "solutions" is a ValueError (a bad line)."""
+    for name in (own, "solution"):
+        if name and rec.get(name) is not None and not isinstance(rec[name], str):
+            raise ValueError(f"field {name!r} must be str, got {type(rec[name]).__name__}")
+    found = [rec.get(own) if own else None, rec.get("solution")]
+    many = rec.get("solutions")
+    if isinstance(many, str):
+        if many.strip():
+            try:
+                many = json.loads(many)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"field 'solutions' is not valid JSON: {e.msg}") from None
+        else:
+            many = []
+    if many is not None and not (isinstance(many, list) and all(isinstance(x, str) for x in many)):
+        raise ValueError("field 'solutions' must be a list of strings (or a JSON string holding one)")
+    found += many or []
+    return tuple(dict.fromkeys(x for x in found if isinstance(x, str) and x.strip()))
+
+
 def _problem_from_record(rec: dict, default_id: str) -> Problem:
     """One JSONL record to a Problem; raises ValueError naming what is missing or mistyped."""
     def need(name, typ=str):
@@ -311,7 +388,7 @@ def _problem_from_record(rec: dict, default_id: str) -> Problem:
                              f"got {type(rec[name]).__name__}")
         return rec[name]
 
-    item_id = str(rec.get("item_id", rec.get("task_id", default_id)))
+    item_id = str(rec.get("item_id", rec.get("task_id", rec.get("problem_id", default_id))))
     io = rec.get("input_output")
     if io is not None or "inputs" in rec or "outputs" in rec:   # stdin/stdout
         if io is not None:
@@ -322,6 +399,9 @@ def _problem_from_record(rec: dict, default_id: str) -> Problem:
                     raise ValueError(f"field 'input_output' is not valid JSON: {e.msg}") from None
             if not isinstance(io, dict):
                 raise ValueError("field 'input_output' must be an object with 'inputs' and 'outputs'")
+            if io.get("fn_name"):
+                raise ValueError(f"field 'input_output' names fn_name {io['fn_name']!r}: call-based "
+                                 f"problems are not supported, only stdin/stdout")
             rec = {**rec, **{k: io[k] for k in ("inputs", "outputs") if k in io}}
         inputs, outputs = need("inputs", list), need("outputs", list)
         if len(inputs) != len(outputs) or not inputs:
@@ -332,9 +412,10 @@ def _problem_from_record(rec: dict, default_id: str) -> Problem:
         text = rec.get("prompt", rec.get("question"))
         if not isinstance(text, str):
             raise ValueError("missing field 'prompt' (or 'question') with the problem statement")
+        # No "\nif __name__" stop: a whole program commonly ends with that guard and its main() call.
         return Problem(item_id=item_id, prompt=text, tests="", entry_point="", kind="io",
-                       cases=tuple(zip(inputs, outputs)), solution=str(rec.get("solution", "")),
-                       stop=("\nif __name__", "\n```"))
+                       cases=tuple(zip(inputs, outputs)), solutions=_references(rec, None),
+                       stop=("\n```",), style="io", statement=text)
     if "test_list" in rec:   # MBPP
         tests = need("test_list", list)
         if not tests or not all(isinstance(t, str) for t in tests):
@@ -353,30 +434,30 @@ def _problem_from_record(rec: dict, default_id: str) -> Problem:
         prompt = f'"""\n{text.strip()}\n{tests[0].strip()}\n"""\n'
         return Problem(item_id=item_id, prompt=prompt,
                        tests="\n".join(s for s in (imports, setup, *tests) if s) + "\n",
-                       entry_point=entry, kind="assert", solution=code if isinstance(code, str) else "",
-                       stop=("\nassert ", "\nprint(", "\nif __name__", '\n"""', "\n```"))
+                       entry_point=entry, kind="assert", solutions=_references(rec, "code"),
+                       stop=("\nassert ", "\nprint(", "\nif __name__", '\n"""', "\n```"),
+                       style="mbpp", statement=text.strip(), shown_test=tests[0].strip())
     prompt = need("prompt")
     if "test" in rec:        # HumanEval
         test, entry = need("test"), need("entry_point")
         return Problem(item_id=item_id, prompt=prompt, tests=f"{test}\ncheck({entry})\n",
-                       entry_point=entry, kind="assert", solution=str(rec.get("canonical_solution", "")),
-                       stop=_HUMANEVAL_STOP)
+                       entry_point=entry, kind="assert", solutions=_references(rec, "canonical_solution"),
+                       stop=_HUMANEVAL_STOP, style="humaneval")
     if "tests" in rec:       # plain asserts
         tests = need("tests")
         return Problem(item_id=item_id, prompt=prompt, tests=tests,
                        entry_point=str(rec.get("entry_point", "")), kind="assert",
-                       solution=str(rec.get("solution", "")),
-                       stop=tuple(rec["stop"]) if isinstance(rec.get("stop"), list) else _HUMANEVAL_STOP)
+                       solutions=_references(rec, None),
+                       stop=tuple(rec["stop"]) if isinstance(rec.get("stop"), list) else _HUMANEVAL_STOP,
+                       style="asserts")
     raise ValueError("no tests: expected 'test' + 'entry_point' (HumanEval), 'test_list' (MBPP), "
                      "'tests' (asserts) or 'inputs' + 'outputs' (stdin/stdout)")
 
 
-def load_jsonl(path: str) -> list[Problem]:
-    """Load a dataset, one problem per line (formats in the module docstring); blank lines are skipped.
-
-    Every bad line is collected; if any, one ValueError lists them all as "path:line: reason" (the
-    first 20, then a count), so the whole file is fixed in one pass. Duplicate ids are an error too.
-    """
+def scan_jsonl(path: str) -> tuple[list[tuple[int, Problem]], list[str]]:
+    """Read a dataset without stopping at a bad line: ([(line number, problem), ...], errors), every
+    error a "path:line: reason" string (invalid JSON, not an object, a missing or mistyped field, a
+    duplicate id). Blank lines are skipped. ValueError only if the file cannot be opened."""
     if not os.path.isfile(path):
         raise ValueError(f"dataset {path!r} does not exist or is not a file")
     problems, errors, seen = [], [], {}
@@ -401,13 +482,25 @@ def load_jsonl(path: str) -> list[Problem]:
                 errors.append(f"{path}:{lineno}: duplicate id {p.item_id!r} (first on line {seen[p.item_id]})")
                 continue
             seen[p.item_id] = lineno
-            problems.append(p)
+            problems.append((lineno, p))
+    return problems, errors
+
+
+def load_jsonl(path: str) -> list[Problem]:
+    """Load a dataset, one problem per line (formats in the module docstring); blank lines are skipped.
+
+    Every bad line is collected (scan_jsonl); if any, one ValueError lists them all as
+    "path:line: reason" (the first 20, then a count), so the whole file is fixed in one pass.
+    Duplicate ids are an error too. `python tasks.py check FILE` lists them all and also runs the
+    reference solutions.
+    """
+    numbered, errors = scan_jsonl(path)
     if errors:
         more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise ValueError(f"{len(errors)} bad line(s) in dataset {path}:\n" + "\n".join(errors[:20]) + more)
-    if not problems:
+    if not numbered:
         raise ValueError(f"dataset {path} holds no problems")
-    return problems
+    return [p for _, p in numbered]
 
 
 def split_dataset(problems: list[Problem], n_heldout: int) -> tuple[list[Problem], list[Problem]]:
@@ -419,14 +512,103 @@ def split_dataset(problems: list[Problem], n_heldout: int) -> tuple[list[Problem
     return [p for p in problems if p.item_id not in held], [p for p in problems if p.item_id in held]
 
 
+# ----------------------------------------------------------------------------- the dataset check
+
+def check_dataset(path: str, fmt: str = "completion", executors: int = 2, isolation: str = "namespaces",
+                  timeout_s: float = 5.0, out=None) -> int:
+    """`python tasks.py check`: report every bad line of a dataset, then verify each problem's
+    reference solutions exactly as the worker would verify a model's completion in format `fmt`
+    (prompts.reference_completions -> prompts.assemble_program -> the verifier's sandbox, in this
+    process). A problem passes if any of its references passes: references are tried in rounds
+    (the first of every problem, then the second of those still failing, ...), so a dataset with
+    many references per problem (APPS) costs about one run per problem. Prints one line per bad
+    line and per failing problem, then as its last line
+    "checked N problems: P reference solutions pass, F fail, B bad lines" (N problems loaded, of
+    which N - P - F have no reference). Returns the exit status: 1 if F or B > 0 or the file holds
+    no problem, else 0."""
+    import prompts
+    import verifier
+
+    out = out or sys.stdout
+    numbered, errors = scan_jsonl(path)
+    for e in errors:
+        print(e, file=out)
+    refs = {i: prompts.reference_completions(p, fmt) for i, (_, p) in enumerate(numbered)}
+    first_failure: dict[int, tuple[str, str]] = {}
+    passed: set[int] = set()
+    pending = [i for i in refs if refs[i]]
+    if pending:
+        pool = verifier.ExecutorPool(executors, isolation=isolation)
+        try:
+            for round_ in range(max(len(r) for r in refs.values())):
+                todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
+                jobs = []
+                for i in todo:
+                    p = numbered[i][1]
+                    program = prompts.assemble_program(fmt, prompts.program_prefix(p, fmt), refs[i][round_],
+                                                       prompts.stop_strings(p, fmt))
+                    job = {"kind": p.kind, "program": program, "timeout_s": timeout_s}
+                    job.update({"cases": [list(c) for c in p.cases]} if p.kind == "io" else {"tests": p.tests})
+                    jobs.append(job)
+                for i, v in zip(todo, pool.run(jobs)):
+                    if v.passed:
+                        passed.add(i)
+                    else:
+                        first_failure.setdefault(i, (v.status, v.detail))
+        finally:
+            pool.close()
+    failed = [i for i in pending if i not in passed]
+    for i in failed:
+        lineno, p = numbered[i]
+        status, detail = first_failure[i]
+        n = len(refs[i])
+        which = "the reference solution fails" if n == 1 else f"all {n} reference solutions fail, the first"
+        detail = " ".join(detail.split())[:200]
+        print(f"{path}:{lineno}: {p.item_id}: {which}: {status}" + (f" ({detail})" if detail else ""), file=out)
+    if not numbered:
+        print(f"{path}: holds no problems", file=out)
+    if len(numbered) > len(pending):
+        print(f"{len(numbered) - len(pending)} problem(s) have no reference solution", file=out)
+    print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail, "
+          f"{len(errors)} bad lines", file=out, flush=True)
+    return 1 if failed or errors or not numbered else 0
+
+
+def _check_main(argv: list[str]) -> int:
+    import argparse
+
+    import prompts
+    parser = argparse.ArgumentParser(
+        prog="python tasks.py check",
+        description="Report every bad line of a dataset and every problem whose reference solutions all fail, "
+                    "with the programs built exactly as the inference worker builds them (prompts.py).")
+    parser.add_argument("file", help="the dataset, one JSON object per line")
+    parser.add_argument("--format", choices=prompts.FORMATS, default="completion",
+                        help="the prompt format whose programs are checked (default: completion)")
+    parser.add_argument("--executors", type=int, default=max(1, min(8, os.cpu_count() or 1)),
+                        help="sandbox executor processes (default: the CPU count, at most 8)")
+    parser.add_argument("--isolation", default="namespaces",
+                        help="the verifier's isolation: namespaces (default) or, by name only, rlimits")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per program (default 5, as a work item's)")
+    args = parser.parse_args(argv)
+    import verifier
+    try:
+        return check_dataset(args.file, args.format, args.executors, args.isolation, args.timeout)
+    except (ValueError, verifier.IsolationUnavailable) as e:  # no such file, a bad setting, no sandbox
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 # ----------------------------------------------------------------------------- main
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        sys.exit(_check_main(sys.argv[2:]))
     if len(sys.argv) > 1:
         ps = load_jsonl(sys.argv[1])
         kinds = {k: sum(p.kind == k for p in ps) for k in ("assert", "io")}
         print(f"{len(ps)} problems from {sys.argv[1]}: {kinds}")
-        print(ps[0].prompt + ps[0].solution)
+        print(ps[0].program(ps[0].solution))
     else:
         stream = train_problems(seed=0)
         for p in stream.batch(0, 3) + heldout_problems(3):

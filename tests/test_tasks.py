@@ -116,8 +116,16 @@ def test_reference_solutions_pass_and_wrong_ones_fail():
 def test_program_cuts_completion_at_the_stop_string():
     p = tasks.heldout_problems(1)[0]
     assert p.program("2*x+1\nimport os\n") == p.prompt + "2*x+1\n"
-    assert tasks.cut_at_stop("a\ndef g\nclass", ("\nclass", "\ndef")) == "a\ndef"
-    assert tasks.cut_at_stop("abc", ("\n",)) == "abc"
+    # The earliest stop string wins; of it only the leading whitespace stays, so a program never
+    # ends in "def" or "if __name__" (a syntax error): it ends with the newline before them.
+    assert tasks.cut_at_stop("a\ndef g\nclass", ("\nclass", "\ndef")) == "a\n"
+    assert tasks.cut_at_stop("x\n\nif __name__ == 1", ("\nif __name__", "\n#")) == "x\n\n"
+    assert tasks.cut_at_stop("a END b", ("END",)) == "a "
+    assert tasks.cut_at_stop("abc", ("\n",)) == "abc" and tasks.cut_at_stop("abc", ("", )) == "abc"
+    he = tasks.Problem(item_id="h", prompt="def f():\n", tests="assert f() == 1\n", entry_point="f",
+                       kind="assert", stop=tasks._HUMANEVAL_STOP)
+    program = he.program("    return 1\ndef g():\n    pass\n")
+    assert program == "def f():\n    return 1\n" and run_all([[program, he.tests]]) == [True]
 
 
 def test_config_rejects_nonsense():
@@ -164,6 +172,52 @@ def test_mbpp_plain_and_stdio_lines_load(tmp_path):
     assert run_all([[mbpp.solution, mbpp.tests], [plain.program(plain.solution), plain.tests]]) == [True, True]
     assert io.kind == "io" and io.cases == (("3\n", "6\n"), ("5\n", "10\n")) and io.item_id == "mixed.jsonl:3"
     assert apps.cases == (("a\n", "a\n"),)
+
+
+def test_every_reference_solution_is_kept(tmp_path):
+    apps = {"problem_id": 7, "question": "Print 1.",
+            "input_output": json.dumps({"inputs": ["\n"], "outputs": ["1\n"]}),
+            "solutions": json.dumps(["print(2)\n", "print(1)\n", "print(2)\n"])}
+    he = {"task_id": "H/0", "prompt": "def f():\n", "test": "def check(c): assert c() == 1",
+          "entry_point": "f", "canonical_solution": "    return 1\n", "solutions": ["    return 1\n", "    return 0+1\n"]}
+    mbpp = {"task_id": 3, "text": "Return 1.", "code": "def one():\n    return 1\n", "test_list": ["assert one() == 1"]}
+    plain = {"item_id": "p", "prompt": "def g():\n", "tests": "assert g() == 2\n", "solutions": "[]"}
+    path = tmp_path / "refs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (apps, he, mbpp, plain)))
+    a, h, m, p = tasks.load_jsonl(str(path))
+    assert a.item_id == "7" and a.solutions == ("print(2)\n", "print(1)\n") and a.solution == "print(2)\n"
+    assert a.style == "io" and a.statement == "Print 1." and a.stop == ("\n```",)
+    assert h.solutions == ("    return 1\n", "    return 0+1\n") and h.style == "humaneval"
+    assert m.solutions == (mbpp["code"],) and m.style == "mbpp" and m.shown_test == "assert one() == 1"
+    assert m.statement == "Return 1." and p.solutions == () and p.solution == "" and p.style == "asserts"
+    assert all(run_all([[h.program(s), h.tests] for s in h.solutions] + [[m.program(m.solution), m.tests]]))
+    # solution and solutions agree whichever one a caller gives
+    q = tasks.Problem(item_id="q", prompt="", tests="assert 1\n", entry_point="", kind="assert", solution="x")
+    assert q.solutions == ("x",) and q.style == "asserts"
+    with pytest.raises(ValueError, match="style"):
+        tasks.Problem(item_id="q", prompt="", tests="assert 1\n", entry_point="", kind="assert", style="io")
+
+
+def test_scan_jsonl_returns_the_good_problems_and_every_bad_line(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    good = {"prompt": "def f():\n", "tests": "assert f() is None\n"}
+    path.write_text("\n".join([
+        json.dumps(good),
+        json.dumps(dict(good, solutions="[1, 2]")),                             # 2 not strings
+        json.dumps(dict(good, solutions="[unclosed")),                          # 3 not JSON
+        json.dumps(dict(good, solution=5)),                                     # 4 not a string
+        json.dumps({"question": "q", "input_output": json.dumps(
+            {"fn_name": "f", "inputs": [[1]], "outputs": [[2]]})}),             # 5 call-based APPS
+        "",
+        json.dumps(dict(good, item_id="x")),                                    # 7 fine
+    ]) + "\n")
+    numbered, errors = tasks.scan_jsonl(str(path))
+    assert [(n, p.item_id) for n, p in numbered] == [(1, "mixed.jsonl:1"), (7, "x")]
+    assert [e.split(": ", 1)[0] for e in errors] == [f"{path}:{n}" for n in (2, 3, 4, 5)]
+    assert "list of strings" in errors[0] and "not valid JSON" in errors[1] and "must be str" in errors[2]
+    assert "fn_name" in errors[3]
+    with pytest.raises(ValueError, match="4 bad line"):
+        tasks.load_jsonl(str(path))
 
 
 def test_bad_lines_are_all_reported_with_line_numbers(tmp_path):
