@@ -3,11 +3,18 @@
     python param_server.py --bind tcp://127.0.0.1:5555 --state-dir runs/demo/param_server
 
 It holds three things and nothing else:
-  1. Weight versions. The trainer pushes a complete set per policy version (PushWeights); the server
-     checks every tensor's CRC32, then swaps the version in atomically (a worker asking at any moment
-     sees the old version or the new one, never a mix), keeps the last `keep_versions`, and persists
-     the newest to disk (safetensors, written to a temporary file and renamed) so a restarted server
-     serves it. Workers ask for the newest (GetWeights) and may wait for a minimum version.
+  1. Weight versions, streamed in chunks (wire.py, "weights, streamed in chunks"). The trainer sends
+     a version chunk by chunk (push_chunk, each CRC-checked on arrival), then its manifest
+     (push_commit); the server checks the manifest against the chunks and every tensor's CRC32, then
+     swaps the version in atomically (a worker asking at any moment sees the old version or the new
+     one, never a mix). A corrupt chunk, a bad manifest, a new push or silence for push_timeout_s
+     discards the pending push with a clear error; the previous version keeps being served. It keeps
+     the last `keep_versions` and persists the newest to disk (a safetensors file written from the
+     chunks to a temporary file and renamed) so a restarted server serves it. Workers ask for the
+     newest manifest (get_weights, a long poll with a minimum version) and fetch its chunks
+     (get_chunk), from here or, in relay mode, from each other (RelayTree below; the workers' side is
+     inference_worker.WeightFetcher): the server then sends each version about once, not once per
+     worker.
   2. The work queue. The trainer enqueues work items (one prompt + its tests + group size G);
      workers lease them for a short `lease_s` and renew the leases with heartbeats while they
      sample, so a slow live worker keeps its items and a dead one loses them within `lease_s`; a
@@ -21,9 +28,9 @@ It holds three things and nothing else:
 The rules themselves (what a rollout is worth, what happens to an item when something stops) are
 in lifecycle.py; this file is their bookkeeping and the socket.
 
-Messages in (see wire.py): ping, push_weights, get_weights, enqueue_work, hello, lease_work,
-renew_leases, submit_rollout, get_rollouts, get_stats. Out: pong, ok, weights, weights_unchanged,
-work, rollouts, error.
+Messages in (see wire.py): ping, push_chunk, push_commit, get_weights, get_chunk, enqueue_work, hello,
+lease_work, renew_leases, submit_rollout, get_rollouts, get_stats. Out: pong, ok, weight_manifest,
+weights_unchanged, chunk, work, rollouts, error.
 
 What is deliberately NOT persisted: the work queue and the rollout buffer. The trainer owns the data
 cursor and knows which items are in flight; when it sees the server's `instance` change (a restart),
@@ -35,13 +42,15 @@ import collections
 import dataclasses
 import json
 import os
+import math
 import signal
+import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
 
 import cli
 import wire
@@ -60,20 +69,42 @@ class Config:
     """most work items held at once (queued + leased + finished); more is refused"""
     remember_done: int = 200_000
     """how many delivered item ids to remember, to recognise duplicates that arrive late"""
+    relay_fanout: int = 2
+    """relay broadcast: each relaying worker passes weights on to this many others (1: a chain)"""
+    relay_ttl_s: float = 30.0
+    """a relaying worker that has not asked for weights for this long leaves the relay tree"""
+    push_timeout_s: float = 120.0
+    """a weight push that sends no chunk for this long is discarded (its trainer died mid-push)"""
 
     def __post_init__(self):
-        if self.keep_versions < 1 or self.max_items < 1 or self.remember_done < 1:
-            raise ValueError("keep_versions, max_items and remember_done must be >= 1")
+        if self.keep_versions < 1 or self.max_items < 1 or self.remember_done < 1 or self.relay_fanout < 1:
+            raise ValueError("keep_versions, max_items, remember_done and relay_fanout must be >= 1")
 
 
 # ----------------------------------------------------------------------------- weights
 
+# safetensors' names of the wire's dtypes: a persisted version is a valid safetensors file.
+_ST_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
+              "uint32": "U32", "float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}
+
+
+@dataclass
+class Version:
+    """One complete, verified weight version: its manifest and its chunks (uint8 arrays, in order)."""
+    manifest: wire.Manifest
+    chunks: list
+
+
 class WeightStore:
-    """Versioned weight sets. A set is only visible once complete and verified (invariant 4)."""
+    """Versioned weight sets. A set is only visible once complete and verified (invariant 4): chunks of
+    a push collect in `pending`, and only a commit whose manifest matches them and every tensor's CRC
+    adds the version. One push is pending at a time: a new push (or a wrong chunk) discards it."""
 
     def __init__(self, state_dir: str, keep: int):
         self.dir, self.keep = state_dir, keep
-        self.versions: collections.OrderedDict[int, wire.Weights] = collections.OrderedDict()
+        self.versions: collections.OrderedDict[int, Version] = collections.OrderedDict()
+        self.pending: dict | None = None  # {"id", "chunks", "crcs", "t"}
+        self.discarded = 0
         os.makedirs(state_dir, exist_ok=True)
         self._load_persisted()
 
@@ -83,58 +114,158 @@ class WeightStore:
 
     @property
     def lineage(self) -> str:
-        return self.versions[self.newest].lineage if self.versions else ""
+        return self.versions[self.newest].manifest.lineage if self.versions else ""
 
-    def put(self, msg: wire.PushWeights) -> None:
-        if msg.version < 0:
-            raise ValueError(f"version must be >= 0, got {msg.version}")
-        if not (len(msg.names) == len(msg.arrays) == len(msg.checksums)) or not msg.names:
-            raise ValueError("names, arrays and checksums must be non-empty and of equal length")
-        if len(set(msg.names)) != len(msg.names) or not all(isinstance(n, str) for n in msg.names):
-            raise ValueError("tensor names must be unique strings")
-        for name, array, checksum in zip(msg.names, msg.arrays, msg.checksums):
-            if not isinstance(array, np.ndarray) or wire.crc32(array) != checksum:
-                raise ValueError(f"checksum mismatch for tensor {name!r}: weights rejected")
+    def _discard(self, why: str) -> None:
+        print(f"[param_server] weight push {self.pending['id']} discarded: {why}; "
+              f"still serving v{self.newest}", flush=True)
+        self.pending, self.discarded = None, self.discarded + 1
+
+    def receive_chunk(self, msg: wire.PushChunk) -> int:
+        """Add one chunk to the pending push; returns how many it holds."""
+        data = wire.chunk_array(msg.data)
+        p = self.pending
+        if p is None or p["id"] != msg.push_id:
+            if msg.index != 0:
+                raise ValueError(f"push {msg.push_id}: chunk {msg.index} of a push this server has not "
+                                 f"seen begin (did it restart?): push again from chunk 0")
+            if p is not None:
+                self._discard(f"superseded by push {msg.push_id}")
+            p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": []}
+        p["t"] = time.monotonic()
+        if p["chunks"] and msg.index == len(p["chunks"]) - 1 and msg.crc == p["crcs"][-1]:
+            return len(p["chunks"])  # a retry of the chunk we received last: already held
+        if msg.index != len(p["chunks"]):
+            self._discard(f"chunk {msg.index} arrived, expected {len(p['chunks'])}")
+            raise ValueError(f"push {msg.push_id}: chunk {msg.index} out of order: push discarded")
+        if zlib.crc32(memoryview(data)) != msg.crc:
+            self._discard(f"CRC mismatch on chunk {msg.index}")
+            raise ValueError(f"push {msg.push_id}: CRC mismatch on chunk {msg.index}: push discarded, "
+                             f"still serving v{self.newest}")
+        p["chunks"].append(data.copy())  # own the memory, not the receive buffer
+        p["crcs"].append(msg.crc)
+        return len(p["chunks"])
+
+    def commit(self, msg: wire.PushCommit) -> None:
+        p = self.pending
+        if p is None or p["id"] != msg.push_id:
+            raise ValueError(f"push {msg.push_id}: no such push pending (discarded, or never begun)")
+        try:
+            manifest = wire.Manifest.from_dict(msg.manifest)
+            received = [[int(c.size), crc] for c, crc in zip(p["chunks"], p["crcs"])]
+            if manifest.chunks != received:
+                raise ValueError(f"manifest lists {len(manifest.chunks)} chunks that differ from the "
+                                 f"{len(received)} received")
+            manifest.check_tensors(p["chunks"])
+        except ValueError as e:  # WireError is one too
+            self._discard(str(e))
+            raise ValueError(f"push {msg.push_id} refused: {e}") from None
+        self.pending = None
+        self.put(Version(manifest, p["chunks"]))
+
+    def expire(self, timeout_s: float) -> None:
+        """A push whose sender went quiet (a trainer killed mid-push) is dropped: it never shows."""
+        if self.pending is not None and time.monotonic() - self.pending["t"] > timeout_s:
+            self._discard(f"no chunk for {timeout_s:.0f}s (sender gone?)")
+
+    def put(self, v: Version) -> None:
+        version, lineage = v.manifest.version, v.manifest.lineage
         # A new lineage means a trainer (re)started, possibly from an earlier checkpoint: its
         # weights are the truth now, every version of the old lineage is forgotten, and workers
         # follow (they ask for "newest != what I have", not "newer than what I have").
-        if msg.lineage != self.lineage:
+        if lineage != self.lineage:
             self.versions.clear()
-        for v in [v for v in self.versions if v >= msg.version]:
-            del self.versions[v]
-        arrays = [a.copy() for a in msg.arrays]  # own the memory, not the receive buffer
-        self.versions[msg.version] = wire.Weights(msg.version, list(msg.names), arrays, list(msg.checksums),
-                                                  msg.lineage)
+        for old in [old for old in self.versions if old >= version]:
+            del self.versions[old]
+        self.versions[version] = v
         while len(self.versions) > self.keep:
             self.versions.popitem(last=False)
-        self._persist(self.versions[msg.version])
+        self._persist(v)
 
-    def _persist(self, w: wire.Weights) -> None:
+    def chunk(self, msg: wire.GetChunk) -> wire.Chunk:
+        v = self.versions.get(msg.version)
+        if v is None or v.manifest.lineage != msg.lineage:
+            raise ValueError(f"weights v{msg.version} of lineage {msg.lineage!r} are not held here "
+                             f"(newest: v{self.newest})")
+        if not 0 <= msg.index < len(v.chunks):
+            raise ValueError(f"chunk index {msg.index} outside [0, {len(v.chunks)})")
+        return wire.Chunk(msg.version, msg.index, v.chunks[msg.index], v.manifest.chunks[msg.index][1])
+
+    def _persist(self, v: Version) -> None:
+        """Write the version as a safetensors file straight from its chunks (their bytes are the data
+        section), to a temporary file renamed over the old one: a crash leaves the old file or the new."""
+        m, header, at = v.manifest, {}, 0
+        for name, dtype, shape, _ in m.tensors:
+            n = math.prod(shape) * np.dtype(wire._DTYPES[dtype]).itemsize
+            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [at, at + n]}
+            at += n
+        header["__metadata__"] = {"version": str(m.version), "lineage": m.lineage,
+                                  "checksums": json.dumps({t[0]: t[3] for t in m.tensors})}
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
         path = os.path.join(self.dir, "weights.safetensors")
-        meta = {"version": str(w.version), "lineage": w.lineage,
-                "checksums": json.dumps(dict(zip(w.names, w.checksums)))}
-        save_file(dict(zip(w.names, w.arrays)), path + ".tmp", metadata=meta)
-        os.replace(path + ".tmp", path)  # atomic: a crash leaves the old file or the new one
+        with open(path + ".tmp", "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            for c in v.chunks:
+                f.write(memoryview(c))
+        os.replace(path + ".tmp", path)
 
     def _load_persisted(self) -> None:
         path = os.path.join(self.dir, "weights.safetensors")
         if not os.path.exists(path):
             return
         try:
-            from safetensors import safe_open
-            with safe_open(path, "np") as f:
-                meta = f.metadata()
-            tensors, checksums = load_file(path), json.loads(meta["checksums"])
-            names = list(checksums)
-            if any(wire.crc32(tensors[n]) != checksums[n] for n in names):
-                raise ValueError("checksum mismatch")
+            with open(path, "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+                meta = header.pop("__metadata__")
+                names = sorted(header, key=lambda n: header[n]["data_offsets"][0])
+                dtypes = {st: name for name, st in _ST_DTYPES.items()}
+                checksums = json.loads(meta["checksums"])
+                tensors = [[n, dtypes[header[n]["dtype"]], header[n]["shape"], checksums[n]] for n in names]
+                chunks = []
+                while piece := f.read(wire.CHUNK_BYTES):
+                    chunks.append(np.frombuffer(piece, np.uint8))
+            manifest = wire.Manifest.from_dict({"version": int(meta["version"]), "lineage": meta.get("lineage", ""),
+                                                "tensors": tensors,
+                                                "chunks": [[int(c.size), zlib.crc32(memoryview(c))] for c in chunks]})
+            manifest.check_tensors(chunks)
         except Exception as e:  # a corrupt file must not stop the server: it waits for a push
             print(f"[param_server] ignoring corrupt persisted weights {path}: {e!r}", flush=True)
             return
-        version = int(meta["version"])
-        self.versions[version] = wire.Weights(version, names, [tensors[n] for n in names],
-                                              [checksums[n] for n in names], meta.get("lineage", ""))
-        print(f"[param_server] restored weights version {version} from {path}", flush=True)
+        self.versions[manifest.version] = Version(manifest, chunks)
+        print(f"[param_server] restored weights version {manifest.version} from {path}", flush=True)
+
+
+class RelayTree:
+    """Who fetches weights from whom. Relaying workers join in the order they first ask for weights;
+    worker 0 fetches from this server, worker i > 0 from worker (i - 1) // fanout: a tree of the given
+    fan-out (1: a chain) whose root alone fetches from here, so this server sends each version about
+    once whatever the fleet size. A worker is told its whole ancestry, nearest first, then this server
+    (""): a child whose parent does not answer moves up one step. A worker that has not asked for
+    weights within ttl_s is dropped and the ones after it move up; a restarted worker (same name) keeps
+    its place with its new address."""
+
+    def __init__(self, fanout: int, ttl_s: float):
+        self.fanout, self.ttl_s = fanout, ttl_s
+        self.members: collections.OrderedDict[str, list] = collections.OrderedDict()  # name -> [addr, seen]
+
+    def join(self, worker: str, relay: str) -> None:
+        if not worker:
+            raise ValueError("a relaying worker must give its name")
+        now = time.monotonic()
+        for name in [n for n, (_, seen) in self.members.items() if now - seen > self.ttl_s and n != worker]:
+            del self.members[name]
+        self.members.setdefault(worker, [relay, now])[:] = [relay, now]
+
+    def sources(self, worker: str) -> list:
+        names = list(self.members)
+        if worker not in self.members:
+            return [""]
+        i, out = names.index(worker), []
+        while i > 0:
+            i = (i - 1) // self.fanout
+            out.append(self.members[names[i]][0])
+        return out + [""]
 
 
 # ----------------------------------------------------------------------------- work and rollouts
@@ -311,6 +442,7 @@ class ParamServer:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.weights = WeightStore(cfg.state_dir, cfg.keep_versions)
+        self.relays = RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
         self.work = WorkQueue(cfg)
         self.server = wire.Server("param_server", cfg.bind)
         self.weight_waiters: list = []   # (peer, msg, deadline)
@@ -320,8 +452,10 @@ class ParamServer:
         s.handlers[wire.Ping] = lambda m, p: wire.Pong("param_server", s.instance,
                                                        {"version": self.weights.newest,
                                                         "lineage": self.weights.lineage})
-        s.on(wire.PushWeights, self.on_push)
+        s.on(wire.PushChunk, lambda m, p: wire.Ok({"chunks": self.weights.receive_chunk(m)}))
+        s.on(wire.PushCommit, self.on_commit)
         s.on(wire.GetWeights, self.on_get_weights)
+        s.on(wire.GetChunk, lambda m, p: self.check_wait(m.wait_s) or self.weights.chunk(m))
         s.on(wire.EnqueueWork, lambda m, p: wire.Ok(self.work.enqueue(m.items, m.requeue)))
         s.on(wire.Hello, lambda m, p: wire.Ok({"released": self.work.hello(m.worker, m.incarnation)}))
         s.on(wire.LeaseWork, self.on_lease)
@@ -330,27 +464,37 @@ class ParamServer:
         s.on(wire.GetRollouts, self.on_get_rollouts)
         s.on(wire.GetStats, lambda m, p: wire.Ok({**self.work.stats(), "version": self.weights.newest,
                                                   "instance": s.instance,
-                                                  "bad_messages": s.bad_messages}))
+                                                  "bad_messages": s.bad_messages,
+                                                  "bytes_sent": s.bytes_sent,
+                                                  "pushes_discarded": self.weights.discarded,
+                                                  "relays": {n: m[0] for n, m in self.relays.members.items()}}))
 
     # Each handler answers now if it can; otherwise it parks the request until `tick` can answer
     # it or its wait runs out.
-    def on_push(self, msg, peer):
-        new_lineage = msg.lineage != self.weights.lineage
-        self.weights.put(msg)
-        if new_lineage:
+    def on_commit(self, msg, peer):
+        old_lineage = self.weights.lineage
+        self.weights.commit(msg)
+        if self.weights.lineage != old_lineage:
             # A trainer restarted: the old one's queue, leases and finished rollouts belong to a
             # policy history that no longer exists. The new trainer re-enqueues what it needs;
             # late submissions for the old items are answered "unknown" and dropped.
-            print(f"[param_server] new trainer lineage {msg.lineage}: dropping the old one's "
+            print(f"[param_server] new trainer lineage {self.weights.lineage}: dropping the old one's "
                   f"{len(self.work.items)} items", flush=True)
             self.work.reset()
         return wire.Ok({"version": self.weights.newest})
 
+    def _weights_ready(self, msg) -> bool:
+        """A waiter is answered once min_version exists, or once a new trainer lineage does."""
+        return self.weights.newest >= 0 and (
+            self.weights.newest >= msg.min_version or
+            (msg.have_version >= 0 or bool(msg.have_lineage)) and self.weights.lineage != msg.have_lineage)
+
     def _weights_reply(self, msg):
         newest, lineage = self.weights.newest, self.weights.lineage
-        if newest < 0 or (newest, lineage) == (msg.have_version, msg.have_lineage) or newest < msg.min_version:
+        if newest < 0 or (newest, lineage) == (msg.have_version, msg.have_lineage) or not self._weights_ready(msg):
             return wire.WeightsUnchanged(newest, lineage)
-        return self.weights.versions[newest]
+        sources = self.relays.sources(msg.worker) if msg.relay else [""]
+        return wire.WeightManifest(self.weights.versions[newest].manifest.to_dict(), sources)
 
     @staticmethod
     def check_wait(wait_s: float) -> None:
@@ -359,7 +503,9 @@ class ParamServer:
 
     def on_get_weights(self, msg, peer):
         self.check_wait(msg.wait_s)
-        if self.weights.newest >= msg.min_version or msg.wait_s <= 0:
+        if msg.relay:
+            self.relays.join(msg.worker, msg.relay)
+        if self._weights_ready(msg) or msg.wait_s <= 0:
             return self._weights_reply(msg)
         self.weight_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
 
@@ -381,6 +527,7 @@ class ParamServer:
 
     def tick(self) -> None:
         self.work.expire()
+        self.weights.expire(self.cfg.push_timeout_s)
         now = time.monotonic()
 
         def serve(waiters, ready, answer):
@@ -391,8 +538,7 @@ class ParamServer:
                 else:
                     keep.append((peer, msg, deadline))
             return keep
-        self.weight_waiters = serve(self.weight_waiters, lambda m: self.weights.newest >= m.min_version,
-                                    self._weights_reply)
+        self.weight_waiters = serve(self.weight_waiters, self._weights_ready, self._weights_reply)
         self.lease_waiters = serve(self.lease_waiters, lambda m: bool(self.work.queue),
                                    lambda m: wire.Work(self.work.lease(m.worker, m.max_items, m.lease_s, m.incarnation)))
         self.rollout_waiters = serve(self.rollout_waiters, lambda m: bool(self.work.finished),

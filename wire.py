@@ -7,8 +7,9 @@ registered under a type name. On the wire it is a ZeroMQ multipart message:
     frame 1..n  raw bytes of each numpy array in the body, in order of appearance
 
 Arrays in the body are replaced by a small map {"__nd__": i, "dtype": "bfloat16", "shape": [...]}
-that names their frame, so a 200 MB weight push is sent straight from the arrays' buffers (no pickle,
-no base64, no extra copy). ZeroMQ delivers a multipart message whole or not at all.
+that names their frame, so a 16 MiB weight chunk is sent straight from its array's buffer (no pickle,
+no base64, no extra copy). ZeroMQ delivers a multipart message whole or not at all. Weights travel as
+a manifest and chunks ("weights, streamed in chunks" below), never as one message.
 
 Sockets: servers bind a ROUTER, clients connect a DEALER. A client tags each request with a fresh
 request id and discards replies with another id, so a reply that arrives after its request timed out
@@ -51,7 +52,7 @@ import numpy as np
 import zmq
 
 PROTOCOL_VERSION = 1
-MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: enough for a ~500M-parameter bf16 model in one push
+MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: far above any chunk or rollout batch
 _DTYPES = {name: np.dtype(name) for name in
            ("bool", "int8", "uint8", "int16", "int32", "int64", "uint32", "float16", "float32", "float64")}
 _DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
@@ -104,42 +105,79 @@ class Pong:
     info: dict = field(default_factory=dict)
 
 
-# --- parameter server: weights -----------------------------------------------------------------
+# --- parameter server: weights, streamed in chunks ---------------------------------------------
+# A weight version travels as a MANIFEST (a map, checked by `Manifest.from_dict`) and a sequence of
+# chunks. The version's bytes are its tensors' bytes laid end to end in manifest order (the layout of
+# a safetensors data section); chunk i is the byte range [offset_i, offset_i + nbytes_i) of that
+# stream: a slice of one big tensor, or several small tensors whole. Each chunk and each tensor carries
+# its CRC32, so a receiver checks every chunk as it arrives and every tensor before it swaps a version
+# in. See `push_weights` (trainer -> param server) and inference_worker.WeightFetcher (-> workers).
 
-@message("push_weights")
-class PushWeights:
-    """Trainer -> param server: a complete set of weights for one policy version.
-    `checksums[i]` is the CRC32 of `arrays[i]`'s bytes; the server verifies all before swapping in."""
-    version: int
-    names: list
-    arrays: list
-    checksums: list
-    lineage: str = ""  # random per trainer start: "version 7" of a dead trainer is not ours
+@message("push_chunk")
+class PushChunk:
+    """Trainer -> param server: chunk `index` (counting from 0, sent in order) of the push `push_id`.
+    `crc` is the CRC32 of `data` (uint8). A wrong CRC or index discards the whole push."""
+    push_id: str
+    index: int
+    data: np.ndarray  # uint8, checked by chunk_array where it is received
+    crc: int
+
+
+@message("push_commit")
+class PushCommit:
+    """Trainer -> param server: the push `push_id` is complete; `manifest` (see Manifest) describes it.
+    The server checks it against the chunks it received and every tensor's CRC, then makes the version
+    visible at once, or discards the push and answers an Error (the previous version stays served)."""
+    push_id: str
+    manifest: dict
 
 
 @message("get_weights")
 class GetWeights:
-    """Worker -> param server: the newest weights with version >= min_version, unless the newest is
-    `have_version` (then `WeightsUnchanged`). Waits up to wait_s for min_version to appear."""
+    """Worker -> param server: the manifest of the newest version with version >= min_version, unless
+    the newest is (have_version, have_lineage) (then `WeightsUnchanged`). Waits up to wait_s for
+    min_version (or for a lineage other than have_lineage) to appear. A relaying worker names itself
+    and the address of its chunk server (`relay`): the reply's `sources` then name where to fetch."""
     have_version: int = -1
     min_version: int = 0
     wait_s: float = 0.0
     have_lineage: str = ""
+    worker: str = ""
+    incarnation: str = ""
+    relay: str = ""
 
 
-@message("weights")
-class Weights:
-    version: int
-    names: list
-    arrays: list
-    checksums: list
-    lineage: str = ""
+@message("weight_manifest")
+class WeightManifest:
+    """Param server -> worker: what to fetch (`manifest`) and from where: `sources` lists chunk
+    servers nearest first (the worker's relay parent, its parent, ...); "" is the param server itself,
+    always last."""
+    manifest: dict
+    sources: list = field(default_factory=lambda: [""])
 
 
 @message("weights_unchanged")
 class WeightsUnchanged:
     version: int  # the newest version the server has (-1: none yet)
     lineage: str = ""
+
+
+@message("get_chunk")
+class GetChunk:
+    """Worker -> param server or a relaying worker: chunk `index` of (version, lineage). A relay that
+    is still receiving that version waits up to wait_s for the chunk before it answers an Error."""
+    version: int
+    lineage: str
+    index: int
+    wait_s: float = 0.0
+
+
+@message("chunk")
+class Chunk:
+    version: int
+    index: int
+    data: np.ndarray  # uint8, checked by chunk_array where it is received
+    crc: int
 
 
 # --- parameter server: work queue and rollouts -------------------------------------------------
@@ -282,6 +320,9 @@ class WorkItem:
     temperature: float = 1.0
     top_p: float = 1.0
     stop: list = field(default_factory=lambda: ["\n"])
+    prompt_format: str = "completion"   # prompts.FORMATS: how the program is built from a completion
+    program_prefix: str = ""            # completion format: what precedes the completion in the program
+    partial_reward: bool = False        # "io" items: reward the fraction of cases passed
     eval: bool = False        # an evaluation item: scored for pass@k, never trained on
     crn_key: str = ""         # evaluation items: the key of their common random numbers
     timeout_s: float = 5.0    # per program, in the verifier
@@ -292,6 +333,9 @@ class WorkItem:
         item = cls(**_check_fields(cls, data))
         if item.group_size < 1 or item.max_new_tokens < 1 or item.seq_len < 2:
             raise WireError(f"work item {item.item_id}: group_size, max_new_tokens and seq_len must be positive")
+        if item.prompt_format not in ("chat", "completion"):
+            raise WireError(f"work item {item.item_id}: prompt_format must be 'chat' or 'completion', "
+                            f"got {item.prompt_format!r}")
         return item
 
     def to_dict(self) -> dict:
@@ -340,6 +384,137 @@ class Rollout:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+MAX_CHUNK_BYTES = 256 << 20
+CHUNK_BYTES = int(float(os.environ.get("RLAX_WEIGHT_CHUNK_MB", "16")) * (1 << 20))
+"""Default chunk size of a weight push (RLAX_WEIGHT_CHUNK_MB, default 16 MiB): what a sender or a
+receiver holds beyond the version it stores is about one chunk (plus one tensor for the trainer)."""
+
+
+def chunk_array(data) -> np.ndarray:
+    """A chunk's payload as received: a 1-D uint8 array, else WireError."""
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1 or not 0 < data.size <= MAX_CHUNK_BYTES:
+        raise WireError(f"chunk data must be 1..{MAX_CHUNK_BYTES} bytes (a 1-D uint8 array)")
+    return data
+
+
+@dataclass
+class Manifest:
+    """A weight version's table of contents (see "weights, streamed in chunks" above). On the wire a
+    map {version, lineage, tensors: [[name, dtype, shape, crc32], ...], chunks: [[nbytes, crc32], ...]}."""
+    KIND: typing.ClassVar[str] = "manifest"
+    version: int
+    lineage: str
+    tensors: list
+    chunks: list
+
+    @classmethod
+    def from_dict(cls, data) -> "Manifest":
+        m = cls(**_check_fields(cls, data))
+        if m.version < 0 or not m.tensors or not m.chunks:
+            raise WireError("manifest: version must be >= 0, tensors and chunks non-empty")
+        names, total = set(), 0
+        for t in m.tensors:
+            if not (isinstance(t, list) and len(t) == 4 and isinstance(t[0], str) and t[1] in _DTYPES
+                    and isinstance(t[2], list) and len(t[2]) <= MAX_NDIM
+                    and all(type(d) is int and d >= 0 for d in t[2]) and type(t[3]) is int and 0 <= t[3] < 2**32):
+                raise WireError(f"manifest: bad tensor entry {str(t)[:200]} (want [name, dtype, shape, crc32])")
+            if t[0] in names:
+                raise WireError(f"manifest: tensor {t[0]!r} appears twice")
+            names.add(t[0])
+            total += math.prod(t[2]) * _DTYPES[t[1]].itemsize
+        for c in m.chunks:
+            if not (isinstance(c, list) and len(c) == 2 and all(type(x) is int for x in c)
+                    and 0 < c[0] <= MAX_CHUNK_BYTES and 0 <= c[1] < 2**32):
+                raise WireError(f"manifest: bad chunk entry {str(c)[:200]} (want [nbytes, crc32])")
+        if sum(c[0] for c in m.chunks) != total:
+            raise WireError(f"manifest: chunks hold {sum(c[0] for c in m.chunks)} bytes, tensors {total}")
+        return m
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c[0] for c in self.chunks)
+
+    def offsets(self) -> list:
+        """Start of each chunk in the version's byte stream."""
+        return list(itertools.accumulate([0] + [c[0] for c in self.chunks[:-1]]))
+
+    def tensor_views(self, stream: np.ndarray) -> dict:
+        """{name: array} viewing a contiguous uint8 `stream` of the whole version (no copy)."""
+        out, at = {}, 0
+        for name, dtype, shape, _ in self.tensors:
+            n = math.prod(shape) * _DTYPES[dtype].itemsize
+            out[name] = stream[at:at + n].view(_DTYPES[dtype]).reshape(shape)
+            at += n
+        return out
+
+    def check_tensors(self, pieces) -> None:
+        """Check every tensor's CRC32 over the byte stream given as consecutive uint8 `pieces`
+        (the chunks), without joining them. Raises ValueError naming the first bad tensor."""
+        pieces = iter(pieces)
+        piece, at = np.zeros(0, np.uint8), 0
+        for name, dtype, shape, want in self.tensors:
+            left, crc = math.prod(shape) * _DTYPES[dtype].itemsize, 0
+            while left:
+                if at == len(piece):
+                    piece, at = next(pieces), 0
+                take = min(left, len(piece) - at)
+                crc = zlib.crc32(memoryview(piece[at:at + take]), crc)
+                at, left = at + take, left - take
+            if crc != want:
+                raise ValueError(f"weights v{self.version}: checksum mismatch for tensor {name!r}")
+
+
+def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
+    """Cut (name, array) pairs, in order, into chunks of chunk_bytes (the last one shorter). Yields
+    uint8 chunk arrays; when the input is exhausted, the returned `tensors` list (StopIteration value,
+    use `yield from`) holds the manifest's tensor entries. Holds one chunk beyond the current tensor."""
+    if not 0 < chunk_bytes <= MAX_CHUNK_BYTES:
+        raise ValueError(f"chunk_bytes must be in (0, {MAX_CHUNK_BYTES}]")
+    tensors, buf = [], bytearray()
+    for name, array in named_arrays:
+        array = np.ascontiguousarray(array)
+        if array.dtype.name not in _DTYPES:
+            raise WireError(f"tensor {name}: dtype {array.dtype} cannot travel on the wire")
+        raw = memoryview(array.reshape(-1).view(np.uint8))
+        tensors.append([name, array.dtype.name, list(array.shape), zlib.crc32(raw)])
+        at = 0
+        while at < len(raw):
+            take = min(chunk_bytes - len(buf), len(raw) - at)
+            buf += raw[at:at + take]
+            at += take
+            if len(buf) == chunk_bytes:
+                yield np.frombuffer(buf, np.uint8)  # a view: this bytearray is never written again
+                buf = bytearray()
+    if buf:
+        yield np.frombuffer(buf, np.uint8)
+    return tensors
+
+
+def push_weights(client, version: int, lineage: str, named_arrays, chunk_bytes: int = CHUNK_BYTES,
+                 push_id: str | None = None) -> dict:
+    """Stream a weight version to the param server: each chunk in its own PushChunk (waiting for its
+    receipt, so at most one chunk is in flight), then PushCommit with the manifest. Returns the
+    commit's Ok info. `named_arrays` may be a generator (hf_io.iter_hf_tensors): only the current
+    tensor and one chunk are held here."""
+    push_id = push_id or f"{lineage}/{version}/{os.urandom(4).hex()}"
+    chunks = []
+    gen = cut_chunks(named_arrays, chunk_bytes)
+    while True:
+        try:
+            data = next(gen)
+        except StopIteration as done:
+            tensors = done.value
+            break
+        crc = zlib.crc32(memoryview(data))
+        client.call(PushChunk(push_id, len(chunks), data, crc), what=f"receipt of weight chunk {len(chunks)}")
+        chunks.append([int(data.size), crc])
+    manifest = Manifest(version, lineage, tensors, chunks)
+    return client.call(PushCommit(push_id, manifest.to_dict()), what="weights commit").info
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -600,6 +775,7 @@ class Server:
         self.handlers: dict[type, Callable] = {Ping: lambda m, p: Pong(self.name, self.instance)}
         self.ctx = zmq.Context.instance()
         self.bad_messages = 0
+        self.bytes_sent = 0
         self._zap, self._zap_domain = None, f"rlax-{name}-{self.instance}".encode()
         curve_key = curve_key or curve_keys_from_env()
         if curve_clients is None:
@@ -638,7 +814,9 @@ class Server:
 
     def reply(self, peer, msg) -> None:
         identity, rid = peer
-        self.sock.send_multipart([identity] + encode(msg, rid), copy=False)
+        frames = encode(msg, rid)
+        self.bytes_sent += sum(len(f) for f in frames)  # what this socket sent: weight broadcast tests
+        self.sock.send_multipart([identity] + frames, copy=False)
 
     def handle(self, frames: list) -> None:
         identity, payload = frames[0], frames[1:]

@@ -6,8 +6,10 @@ Run:  python bench/bench_push_memory.py                      # 100m model, 8 sim
 
 The f32 master is made directly in its shards (sharding.param_shardings) on a (devices x 1) mesh, as the
 Trainer holds it. Each variant then runs in a fresh child process (so one variant's freed memory does
-not hide the other's) and builds the one PushWeights message the param server receives, encoded for
-the wire (wire.encode; a stand-in client, no socket):
+not hide the other's) and streams the push the param server receives (wire.push_weights: chunks, then
+the manifest), each message encoded for the wire (wire.encode; a stand-in client, no socket). The
+numbers below were measured when a push was ONE message holding the whole model; streamed, neither
+variant holds the message any more (rerun to refresh them):
   per_tensor  trainer.Trainer.push itself: hf_io.iter_hf_tensors cuts, casts and gathers one tensor at a
               time, so the host holds the message plus one tensor.
   whole       what push did before: hf_io.to_hf_tensors(cast_params(master, bf16)): the whole bf16
@@ -87,21 +89,24 @@ def child(args) -> None:
 
     sent = {}
 
-    class Client:  # the param server's side of the call: the message encoded into wire frames
+    class Client:  # the param server's side of the calls: each message encoded into wire frames
         def call(self, msg, **_):
             frames = wire.encode(msg)
-            sent["n"], sent["bytes"] = len(msg.arrays), sum(len(f) for f in frames[1:])
+            if isinstance(msg, wire.PushCommit):
+                sent["n"] = len(msg.manifest["tensors"])
+                return wire.Ok({})
+            sent["bytes"] = sent.get("bytes", 0) + sum(len(f) for f in frames[1:])
+            return wire.Ok({})
 
     def push_whole(self):  # Trainer.push before it went tensor by tensor
         tensors = hf_io.to_hf_tensors(trainer.cast_params(self.master, self.mcfg.jdtype), self.mcfg)
-        names = list(tensors)
-        arrays = [np.ascontiguousarray(tensors[n]) for n in names]
-        self.ps.call(wire.PushWeights(self.step_n, names, arrays, [wire.crc32(a) for a in arrays], self.lineage))
+        wire.push_weights(self.ps, self.step_n, self.lineage, tensors.items())
 
     fake = types.SimpleNamespace(master=master, mcfg=cfg, ps=Client(), step_n=1, lineage="bench")
     push = {"per_tensor": lambda: trainer.Trainer.push(fake), "whole": lambda: push_whole(fake)}[args.variant]
     if args.warm:  # compile the slicing kernels first: the steady state of a run
         push()
+    sent.clear()
     rss = _PeakRss()
     rss_before = _rss_bytes()
     tracemalloc.start()

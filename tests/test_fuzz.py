@@ -73,22 +73,40 @@ def rollout(item_id: str, G: int = 2, T: int = 8) -> dict:
             "finished_G": np.ones(G, bool), "statuses": ["failed"] * G}
 
 
-def push(version: int, lineage: str | None = None) -> wire.PushWeights:
-    arrays = [np.full((4, 3), version, np.float32), np.arange(5, dtype=np.float32)]
-    msg = wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [wire.crc32(a) for a in arrays])
-    if lineage is not None:  # the field exists only where the wire has trainer lineages
-        msg.lineage = lineage
-    return msg
+LINEAGE = "fuzz-lineage"
+
+
+def tensors(version: int) -> list:
+    return [("a.weight", np.full((4, 3), version, np.float32)), ("b.bias", np.arange(5, dtype=np.float32))]
+
+
+def push_frames(push_id: str, version: int, manifest_change: dict | None = None) -> list:
+    """A streamed push as raw messages: (frames, expect) for each chunk (16 bytes), then the commit
+    with `manifest_change` applied to its manifest (expected to be refused when there is one)."""
+    out, chunks, gen = [], [], wire.cut_chunks(tensors(version), 16)
+    while True:
+        try:
+            data = next(gen)
+        except StopIteration as done:
+            entries = done.value
+            break
+        out.append(([bytes(f) for f in wire.encode(wire.PushChunk(push_id, len(chunks), data, wire.crc32(data)))],
+                    "any"))
+        chunks.append([int(data.size), wire.crc32(data)])
+    manifest = {**wire.Manifest(version, LINEAGE, entries, chunks).to_dict(), **(manifest_change or {})}
+    out.append(([header("push_commit", {"push_id": push_id, "manifest": manifest})], "error"))
+    return out
 
 
 def sample(cls):
     """A plausible instance of any registered message (richer ones for messages that carry arrays), so
     the fuzz follows the wire as messages and fields are added."""
-    rich = {"push_weights": lambda: push(1), "submit_rollout": lambda: wire.SubmitRollout(
+    rich = {"push_chunk": lambda: wire.PushChunk("fuzz", 1, np.zeros(4, np.uint8), 0),
+            "chunk": lambda: wire.Chunk(1, 0, np.zeros(4, np.uint8), 0),
+            "submit_rollout": lambda: wire.SubmitRollout(
                 "w", "nope", "lease", rollout("nope")),
             "enqueue_work": lambda: wire.EnqueueWork([item(0)]),
             "verify_batch": lambda: wire.VerifyBatch([GOOD_JOB]),
-            "weights": lambda: wire.Weights(1, ["a"], [np.zeros(3, np.float32)], [0]),
             "rollouts": lambda: wire.Rollouts([rollout("x")])}
     if cls.TYPE in rich:
         return rich[cls.TYPE]()
@@ -273,15 +291,14 @@ def oversized_verifier(rng):
 def oversized_ps(rng):
     yield f"{PS_BIG_BYTES >> 20} MiB of zeros", [np.zeros(PS_BIG_BYTES, np.uint8)], "error"
     yield f"{PS_BIG_BYTES >> 20} MiB in a push's array frame", \
-        [header("push_weights", {"version": 9, "names": ["a"], "checksums": [0],
-                                 "arrays": [{"__nd__": 0, "dtype": "uint8", "shape": [PS_BIG_BYTES]}]}),
+        [header("push_chunk", {"push_id": "big", "index": 0, "crc": 0,
+                               "data": {"__nd__": 0, "dtype": "uint8", "shape": [PS_BIG_BYTES]}}),
          np.zeros(PS_BIG_BYTES, np.uint8)], "error"
     yield "32 MiB worker name", [header("lease_work", {"worker": "w" * (32 << 20), "max_items": 0})], "error"
 
 
 def absurd_ps(rng, lineage):
     """Schema-valid parameter-server requests whose values make no sense."""
-    lin = {} if lineage is None else {"lineage": lineage}
     for max_items in (0, -1, -2**63):
         yield f"lease max_items {max_items}", [header("lease_work", {"worker": "w", "max_items": max_items})], "error"
         yield f"get_rollouts max_items {max_items}", [header("get_rollouts", {"max_items": max_items})], "error"
@@ -295,21 +312,43 @@ def absurd_ps(rng, lineage):
                 {"seq_len": -2**63}, {"item_id": 5}, {"prompt": None}, {"group_size": 1.5}, {"group_size": True}):
         yield f"enqueue item {bad}", [header("enqueue_work", {"items": [item(900, **bad)]})], "error"
     yield "enqueue 5000 bad items", [header("enqueue_work", {"items": [{"item_id": "x"}] * 5000})], "error"
-    # Weights: wrong checksums, names, shapes; and versions that do not exist.
-    w = push(5, lineage)
-    arrays: list = []
-    arr_body = [wire._pack_value(a, arrays) for a in w.arrays]
-    frames = [a.tobytes() for a in arrays]
-    base = {"version": 5, "names": w.names, "arrays": arr_body, "checksums": w.checksums, **lin}
-    for what, body in (("checksum off by one", {**base, "checksums": [w.checksums[0] + 1, w.checksums[1]]}),
-                       ("checksum NaN", {**base, "checksums": [math.nan, w.checksums[1]]}),
-                       ("checksum a string", {**base, "checksums": ["0", w.checksums[1]]}),
-                       ("one checksum short", {**base, "checksums": w.checksums[:1]}),
-                       ("duplicate names", {**base, "names": ["a", "a"]}),
-                       ("names not strings", {**base, "names": [1, 2]}),
-                       ("no tensors", {**base, "names": [], "arrays": [], "checksums": []}),
-                       ("array is an int", {**base, "arrays": [0, arr_body[1]]})):
-        yield f"push_weights {what}", [header("push_weights", body)] + frames, "error"
+    # Weight pushes: good chunks, then a commit whose manifest is wrong (the push is discarded); bad
+    # chunks; chunk requests for versions and indices that do not exist.
+    good = push_frames("x", 5)[-1][0][0]
+    entries = msgpack.unpackb(good)["body"]["manifest"]["tensors"]
+    chunks = msgpack.unpackb(good)["body"]["manifest"]["chunks"]
+    a, b = entries
+    for what, change in (("tensor checksum off by one", {"tensors": [a[:3] + [a[3] ^ 1], b]}),
+                         ("tensor checksum a string", {"tensors": [a[:3] + ["0"], b]}),
+                         ("checksum 2^32", {"tensors": [a[:3] + [2**32], b]}),
+                         ("duplicate names", {"tensors": [a, [a[0]] + b[1:]]}),
+                         ("names not strings", {"tensors": [[1] + a[1:], b]}),
+                         ("unknown dtype", {"tensors": [[a[0], "object"] + a[2:], b]}),
+                         ("negative shape", {"tensors": [[a[0], a[1], [-4, -3], a[3]], b]}),
+                         ("shape too big", {"tensors": [[a[0], a[1], [4, 4], a[3]], b]}),
+                         ("no tensors", {"tensors": []}),
+                         ("one chunk short", {"chunks": chunks[:-1]}),
+                         ("chunk checksum off", {"chunks": [[chunks[0][0], chunks[0][1] ^ 1]] + chunks[1:]}),
+                         ("negative version", {"version": -1}),
+                         ("version a float", {"version": 5.0}),
+                         ("unknown field", {"evil": 1})):
+        for frames, expect in push_frames(f"absurd {what}", 5, change):
+            yield f"push {what}", frames, expect
+    data = np.arange(16, dtype=np.uint8)
+    chunk = lambda **kw: [bytes(f) for f in wire.encode(wire.PushChunk(**{  # noqa: E731
+        "push_id": "c", "index": 0, "data": data, "crc": wire.crc32(data), **kw}))]
+    yield "push_chunk wrong crc", chunk(crc=wire.crc32(data) ^ 1), "error"
+    yield "push_chunk crc 2^40", chunk(crc=2**40), "error"
+    yield "push_chunk of float32", chunk(data=np.zeros(4, np.float32)), "error"
+    yield "push_chunk of 2-D bytes", chunk(data=np.zeros((2, 2), np.uint8)), "error"
+    yield "push_chunk empty", chunk(data=np.zeros(0, np.uint8), crc=0), "error"
+    yield "push_chunk index 7 of no push", chunk(index=7), "error"
+    yield "push_chunk index -1", chunk(index=-1), "error"
+    yield "push_commit of no push", [header("push_commit", {"push_id": "nope", "manifest": {}})], "error"
+    for version, lin_, index in ((99, LINEAGE, 0), (3, "other", 0), (3, LINEAGE, -1), (3, LINEAGE, 10**6),
+                                 (-1, LINEAGE, 0), (2**63 - 1, LINEAGE, 2**63 - 1)):
+        yield f"get_chunk v{version} {lin_} #{index}", [header("get_chunk", {"version": version, "lineage": lin_,
+                                                                            "index": index})], "error"
     # Rollouts that do not match their schema (and an item nobody leased).
     good = rollout("fuzz-leased-0")
     for what, change in (("tokens float", {"tokens_GT": np.ones((2, 8), np.float32)}),
@@ -347,7 +386,8 @@ def partial_enqueue(rng):
 def negative_versions(rng, lineage):
     """Correctly checksummed weights under a version that cannot exist (-1 means "no weights")."""
     for version in (-1, -2**63):
-        yield f"push_weights version {version}", [bytes(f) for f in wire.encode(push(version, lineage))], "error"
+        for frames, expect in push_frames(f"negative {version}", version):
+            yield f"push version {version}", frames, expect
 
 
 def absurd_verifier(rng):
@@ -443,8 +483,7 @@ class Target:
 
 
 def lineage_of_wire():
-    """A trainer-lineage string for PushWeights where this wire version has that field, else None."""
-    return "fuzz-lineage" if "lineage" in {f.name for f in dataclasses.fields(wire.PushWeights)} else None
+    return LINEAGE
 
 
 def ps_seed(target):
@@ -452,7 +491,7 @@ def ps_seed(target):
     can only change state by a bug, and long polls (lease, rollouts) can only wait."""
     c = target.client
     for v in (1, 2, 3):
-        c.call(push(v, lineage_of_wire()))
+        wire.push_weights(c, v, LINEAGE, tensors(v), chunk_bytes=16)
     c.call(wire.EnqueueWork([item(i) for i in range(3)]))
     assert len(c.call(wire.LeaseWork("holder", max_items=3, lease_s=3600)).items) == 3
 
@@ -460,10 +499,10 @@ def ps_seed(target):
 def ps_state(target):
     """The counters the issue names, and the served weights' version and bytes."""
     stats = target.client.call(wire.GetStats()).info
-    w = target.client.call(wire.GetWeights())
-    arrays = [np.ascontiguousarray(a).tobytes() for a in getattr(w, "arrays", [])]
+    w = wire.Manifest.from_dict(target.client.call(wire.GetWeights()).manifest)
+    chunks = [target.client.call(wire.GetChunk(w.version, w.lineage, i)).data.tobytes() for i in range(len(w.chunks))]
     return ({k: stats.get(k, 0) for k in ("queued", "leased", "finished", "version", "submitted", "enqueued",
-                                       "delivered", "instance")}, w.version, arrays)
+                                       "delivered", "instance")}, w.version, chunks)
 
 
 def verifier_seed(target):
@@ -498,9 +537,9 @@ def verifier_service(tmp_path_factory):
     target.stop()
 
 
-PS_TYPES = ["ping", "push_weights", "get_weights", "enqueue_work", "hello", "lease_work", "renew_leases",
+PS_TYPES = ["ping", "push_chunk", "push_commit", "get_weights", "get_chunk", "enqueue_work", "hello", "lease_work", "renew_leases",
             "submit_rollout", "get_rollouts", "get_stats"]
-PUSH_ONE = lambda ref: {"version": 7, "names": ["a"], "arrays": [ref], "checksums": [0]}  # noqa: E731
+PUSH_ONE = lambda ref: {"push_id": "refs", "index": 0, "data": ref, "crc": 0}  # noqa: E731
 JOB_REF = lambda ref: {"jobs": [ref]}  # noqa: E731
 PS_CATEGORIES = {
     "random_bytes": lambda rng: random_bytes(rng),
@@ -508,12 +547,12 @@ PS_CATEGORIES = {
     "bad_headers": lambda rng: bad_headers(rng, PS_TYPES),
     "bad_fields": lambda rng: bad_fields(rng, PS_TYPES),
     "wide_structures": lambda rng: wide_structures(rng, ("enqueue_work", "items")),
-    "bad_array_refs": lambda rng: bad_array_refs(rng, "push_weights", "arrays", PUSH_ONE),
+    "bad_array_refs": lambda rng: bad_array_refs(rng, "push_chunk", "data", PUSH_ONE),
     "many_frames": lambda rng: many_frames(rng, "get_stats"),
     "absurd_values": lambda rng: absurd_ps(rng, lineage_of_wire()),
     "oversized": lambda rng: oversized_ps(rng),
     "deep_nesting": lambda rng: deep_nesting(rng, ("enqueue_work", "items")),
-    "bad_array_shapes": lambda rng: bad_array_shapes(rng, "push_weights", "arrays", PUSH_ONE),
+    "bad_array_shapes": lambda rng: bad_array_shapes(rng, "push_chunk", "data", PUSH_ONE),
     "non_finite_waits": lambda rng: non_finite_waits(rng),
     "negative_versions": lambda rng: negative_versions(rng, lineage_of_wire()),
     "partial_enqueue": lambda rng: partial_enqueue(rng),

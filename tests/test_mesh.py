@@ -129,7 +129,7 @@ def child_bf16() -> dict:
     worker = inference_worker.Worker.__new__(inference_worker.Worker)
     worker.mcfg, worker.mesh, worker.version = cfg, inference_worker.tensor_mesh(4), -1
     names, arrays = [n for n, _ in pushed], [a for _, a in pushed]
-    worker.install(wire.Weights(0, names, arrays, [wire.crc32(a) for a in arrays], "lineage"))
+    worker.install(0, "lineage", dict(zip(names, arrays)))
     res["worker_q_proj"] = {"spec": list(worker.params["layers"]["q_proj"].sharding.spec),
                             "devices": len(worker.params["layers"]["q_proj"].sharding.device_set),
                             "shard_shape": list(worker.params["layers"]["q_proj"].addressable_shards[0].data.shape)}

@@ -20,9 +20,27 @@ def start(roles, tmp_path, name="ps"):
     return proc, client, port
 
 
-def push(version, scale=1.0):
-    arrays = [np.full((4, 3), scale * version, ml_dtypes.bfloat16), np.arange(5, dtype=np.float32) * scale]
-    return wire.PushWeights(version, ["a.weight", "b.bias"], arrays, [wire.crc32(a) for a in arrays])
+def tensors(version, scale=1.0):
+    return [("a.weight", np.full((4, 3), scale * version, ml_dtypes.bfloat16)),
+            ("b.bias", np.arange(5, dtype=np.float32) * scale)]
+
+
+def push(client, version, scale=1.0, lineage=""):
+    """A streamed push of two small tensors, in 8-byte chunks (a chunk spans both tensors)."""
+    return wire.push_weights(client, version, lineage, tensors(version, scale), chunk_bytes=8)
+
+
+def get(client, **kw):
+    """GetWeights, then every chunk of the announced version: (version, lineage, {name: array}),
+    or the WeightsUnchanged reply."""
+    reply = client.call(wire.GetWeights(**kw))
+    if not isinstance(reply, wire.WeightManifest):
+        return reply
+    m = wire.Manifest.from_dict(reply.manifest)
+    stream = np.concatenate([client.call(wire.GetChunk(m.version, m.lineage, i)).data.copy()
+                             for i in range(len(m.chunks))])
+    m.check_tensors([stream])
+    return m.version, m.lineage, m.tensor_views(stream)
 
 
 def item(i, **kw):
@@ -40,15 +58,18 @@ def rollout(item_id, version=0, G=2, T=8):
 def test_weights_versioned_verified_and_persisted(roles, tmp_path):
     proc, client, port = start(roles, tmp_path)
     assert client.call(wire.GetWeights()).version == -1           # nothing yet: WeightsUnchanged(-1)
-    bad = push(1)
-    bad.checksums[1] ^= 1                                         # one flipped bit in a checksum
+    chunks = []
+    for i, data in enumerate(wire.cut_chunks(tensors(1), 8)):
+        client.call(wire.PushChunk("p1", i, data, wire.crc32(data)))
+        chunks.append([int(data.size), wire.crc32(data)])
+    bad = wire.Manifest(1, "", [["a.weight", "bfloat16", [4, 3], wire.crc32(tensors(1)[0][1])],
+                                ["b.bias", "float32", [5], 12345]], chunks)  # one tensor's checksum wrong
     with pytest.raises(wire.RemoteError, match="checksum mismatch for tensor 'b.bias'"):
-        client.call(bad)
+        client.call(wire.PushCommit("p1", bad.to_dict()))
     assert isinstance(client.call(wire.GetWeights()), wire.WeightsUnchanged)  # nothing half-applied
-    client.call(push(1)); client.call(push(2))
-    got = client.call(wire.GetWeights(have_version=1))
-    assert isinstance(got, wire.Weights) and got.version == 2
-    assert got.arrays[0].dtype == ml_dtypes.bfloat16 and float(got.arrays[0][0, 0]) == 2.0
+    push(client, 1); push(client, 2)
+    version, _, got = get(client, have_version=1)
+    assert version == 2 and got["a.weight"].dtype == ml_dtypes.bfloat16 and float(got["a.weight"][0, 0]) == 2.0
     assert isinstance(client.call(wire.GetWeights(have_version=2)), wire.WeightsUnchanged)
 
     # A waiter for a future version is answered as soon as it is pushed.
@@ -57,19 +78,21 @@ def test_weights_versioned_verified_and_persisted(roles, tmp_path):
     t = threading.Thread(target=lambda: result.setdefault("r", waiter.call(
         wire.GetWeights(have_version=2, min_version=3, wait_s=5))))
     t.start(); time.sleep(0.3)
-    client.call(push(3)); t.join()
-    assert result["r"].version == 3
+    push(client, 3); t.join()
+    assert wire.Manifest.from_dict(result["r"].manifest).version == 3
 
     # Killed and restarted: the newest version is served from disk.
     roles.kill(proc)
     _, client2, _ = start(roles, tmp_path, name="ps2")
-    got = client2.call(wire.GetWeights())
-    assert got.version == 3 and np.array_equal(got.arrays[1], np.arange(5, dtype=np.float32))
+    version, _, got = get(client2)
+    assert version == 3 and np.array_equal(got["b.bias"], np.arange(5, dtype=np.float32))
+    import safetensors.numpy                                      # the persisted file is plain safetensors
+    assert float(safetensors.numpy.load_file(str(tmp_path / "ps_state" / "weights.safetensors"))["a.weight"][0, 0]) == 3
 
     # A trainer resumed from an earlier checkpoint rolls the versions back.
-    client2.call(push(2, scale=-1.0))
-    got = client2.call(wire.GetWeights(have_version=3))
-    assert got.version == 2 and float(got.arrays[1][1]) == -1.0
+    push(client2, 2, scale=-1.0)
+    version, _, got = get(client2, have_version=3)
+    assert version == 2 and float(got["b.bias"][1]) == -1.0
 
 
 def test_corrupt_persisted_weights_are_ignored(roles, tmp_path):
@@ -130,7 +153,10 @@ def test_long_polls_for_work_and_rollouts(roles, tmp_path):
      "logp_GT must be float32 of shape"),
     (wire.SubmitRollout("w", "it1", "l", {**rollout("it1"), "rewards_G": np.array([np.nan, 1], np.float32)}),
      "finite"),
-    (wire.PushWeights(1, ["a"], [np.zeros(2, np.float32)], []), "equal length"),
+    (wire.PushChunk("p", 0, np.zeros(4, np.uint8), 1), "CRC mismatch on chunk 0"),
+    (wire.PushChunk("p", 3, np.zeros(4, np.uint8), 0), "has not seen begin"),
+    (wire.PushCommit("nope", {}), "no such push"),
+    (wire.GetChunk(0, "", 0), "not held"),
     (wire.GetRollouts(0), "max_items"),
     (wire.LeaseWork("w", lease_s=-1), "lease_s"),
 ])
@@ -152,16 +178,14 @@ def test_bad_requests_get_errors_and_change_nothing(roles, tmp_path, msg, reason
 
 def test_a_new_trainer_lineage_resets_the_work_of_the_old_one(roles, tmp_path):
     _, client, _ = start(roles, tmp_path)
-    old = push(1); old.lineage = "old"
-    client.call(old)
+    push(client, 1, lineage="old")
     client.call(wire.EnqueueWork([item(0), item(1)]))
     leased = client.call(wire.LeaseWork("w", max_items=1)).items
-    new = push(0); new.lineage = "new"                    # a trainer resumed from an earlier checkpoint
-    client.call(new)
+    push(client, 0, lineage="new")                        # a trainer resumed from an earlier checkpoint
     stats = client.call(wire.GetStats()).info
     assert stats["queued"] == stats["leased"] == 0 and stats["reset_items"] == 2
-    got = client.call(wire.GetWeights(have_version=1, have_lineage="old"))
-    assert (got.version, got.lineage) == (0, "new")
+    version, lineage, _ = get(client, have_version=1, have_lineage="old")
+    assert (version, lineage) == (0, "new")
     # A rollout sampled with the dead trainer's weights is refused, even for a re-enqueued item id.
     client.call(wire.EnqueueWork([item(0)]))
     late = client.call(wire.SubmitRollout("w", "it0", leased[0]["lease"], {**rollout("it0"), "lineage": "old"}))
@@ -174,12 +198,10 @@ def test_a_new_trainer_lineage_resets_the_work_of_the_old_one(roles, tmp_path):
 def test_a_resumed_trainer_can_reuse_item_ids_already_delivered(roles, tmp_path):
     # Found by bench_soak.py: the old lineage's delivered ids must not block the new lineage's items.
     _, client, _ = start(roles, tmp_path)
-    a = push(1); a.lineage = "A"
-    client.call(a)
+    push(client, 1, lineage="A")
     client.call(wire.EnqueueWork([item(0)]))
     lease = client.call(wire.LeaseWork("w")).items[0]["lease"]
     client.call(wire.SubmitRollout("w", "it0", lease, {**rollout("it0"), "lineage": "A"}))
     assert len(client.call(wire.GetRollouts(5)).rollouts) == 1       # delivered; queue now empty
-    b = push(1); b.lineage = "B"
-    client.call(b)
+    push(client, 1, lineage="B")
     assert client.call(wire.EnqueueWork([item(0)])).info["added"] == 1

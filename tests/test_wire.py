@@ -17,7 +17,8 @@ def test_every_message_round_trips(cls):
         hint = wire.typing.get_type_hints(cls)[f.name]
         values[f.name] = {int: 7, float: 0.5, str: "x", bool: True,
                           list: [np.arange(6, dtype=np.int32).reshape(2, 3), "s", 3],
-                          dict: {"a": np.ones(3, ml_dtypes.bfloat16), "b": [1, 2]}}[hint]
+                          dict: {"a": np.ones(3, ml_dtypes.bfloat16), "b": [1, 2]},
+                          np.ndarray: np.arange(6, dtype=np.uint8)}[hint]
     msg = cls(**values)
     got, rid = wire.decode(wire.encode(msg, rid=42))
     assert rid == 42 and type(got) is cls
@@ -25,6 +26,8 @@ def test_every_message_round_trips(cls):
         out = getattr(got, name)
         if isinstance(value, list):
             assert np.array_equal(out[0], value[0]) and out[0].dtype == np.int32 and out[1:] == value[1:]
+        elif isinstance(value, np.ndarray):
+            assert out.dtype == value.dtype and np.array_equal(out, value)
         elif isinstance(value, dict):
             assert out["a"].dtype == ml_dtypes.bfloat16 and np.array_equal(out["a"], value["a"])
             assert out["b"] == [1, 2]
@@ -34,8 +37,8 @@ def test_every_message_round_trips(cls):
 
 def test_bf16_array_travels_bit_exact():
     x = (np.random.default_rng(0).standard_normal((17, 5)) * 1e3).astype(ml_dtypes.bfloat16)
-    msg, _ = wire.decode(wire.encode(wire.PushWeights(3, ["w"], [x], [0])))
-    assert msg.arrays[0].tobytes() == x.tobytes() and msg.arrays[0].shape == (17, 5)
+    msg, _ = wire.decode(wire.encode(wire.Rollouts([{"w": x}])))
+    assert msg.rollouts[0]["w"].tobytes() == x.tobytes() and msg.rollouts[0]["w"].shape == (17, 5)
 
 
 @pytest.mark.parametrize("frames, reason", [
