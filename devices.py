@@ -83,7 +83,11 @@ class Config:
     gpu_mem_budget: float = 0.9
     """GPU_MEM_BUDGET: fraction of each GPU's memory that the roles on it preallocate together"""
     reserved_ports: str = ""
-    """comma-separated ports taken already (the parameter server's and the verifier's)"""
+    """comma-separated ports taken already (the parameter server's and the verifiers')"""
+    roles: str = "trainer,workers"
+    """the chip-using roles this host runs (launch.sh's ROLES without param_server and verifier):
+    trainer, workers, both or neither. Without workers the trainer takes every chip (unless
+    TRAINER_CHIPS); without the trainer the workers share them all"""
 
     def __post_init__(self):
         if self.accelerator not in ("auto",) + PLATFORMS:
@@ -94,6 +98,8 @@ class Config:
             raise ValueError("WORKERS must be >= 0")
         if not 0 < self.gpu_mem_budget <= 1:
             raise ValueError("GPU_MEM_BUDGET must be in (0, 1]")
+        if unknown := set(filter(None, self.roles.split(","))) - {"trainer", "workers"}:
+            raise ValueError(f"roles: {sorted(unknown)} are not chip-using roles (trainer, workers)")
 
 
 @dataclass
@@ -131,10 +137,17 @@ def detect() -> tuple[str, int, str]:
 
 def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: int = 1, workers: int = -1,
          trainer_tp: int = 1, tpu_port_base: int = 8476, gpu_mem_budget: float = 0.9,
-         reserved_ports=()) -> list[Role]:
+         reserved_ports=(), host_roles=("trainer", "workers")) -> list[Role]:
     """Every role's placement, in launch.sh's start order: param_server, verifier, worker-0.., trainer.
     chip_ids: the chips' names for the visibility variable (0..N-1, or the entries of a
-    CUDA_VISIBLE_DEVICES that launch.sh was given). Raises PlacementError on a split that cannot work."""
+    CUDA_VISIBLE_DEVICES that launch.sh was given). host_roles: which of trainer and workers this host
+    runs (a multi-host run, docs/multihost.md); a role not here is left out and its chips go to the
+    other. Raises PlacementError on a split that cannot work."""
+    with_trainer, with_workers = "trainer" in host_roles, "workers" in host_roles
+    if not with_workers:
+        workers = 0
+    if not with_trainer and trainer_chips:
+        raise PlacementError(f"TRAINER_CHIPS={trainer_chips} but this host runs no trainer (ROLES)")
     off_accelerator = {"JAX_PLATFORMS": "cpu", **({"CUDA_VISIBLE_DEVICES": ""} if platform == "gpu" else {})}
     trainer_flags = f"--tensor-parallel {trainer_tp}" if trainer_tp > 1 else ""
     if platform == "cpu":
@@ -145,12 +158,13 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
         n_workers = 2 if workers == -1 else workers
         return ([Role("param_server", dict(off_accelerator)), Role("verifier", dict(off_accelerator))]
                 + [Role(f"worker-{i}", dict(on_cpu)) for i in range(n_workers)]
-                + [Role("trainer", dict(on_cpu), trainer_flags)])
+                + ([Role("trainer", dict(on_cpu), trainer_flags)] if with_trainer else []))
     if platform not in PLATFORMS:
         raise PlacementError(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
 
     n = len(chip_ids)
-    T = trainer_chips or max(1, n // 2)
+    # half the chips for the trainer when workers share the host, all of them when they do not
+    T = (trainer_chips or (max(1, n // 2) if with_workers else n)) if with_trainer else 0
     W = worker_chips
     if n == 0:
         raise PlacementError(f"no {platform.upper()} chips to place on (set CHIPS to say how many)")
@@ -177,12 +191,13 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
             groups = [tuple(chip_ids[:W])]
         if workers == -1:
             workers = len(groups)
-    placed = [("trainer", tuple(chip_ids[:T]))] + [(f"worker-{i}", groups[i % len(groups)])
-                                                   for i in range(workers)]
+    placed = ([("trainer", tuple(chip_ids[:T]))] if with_trainer else []) + [
+        (f"worker-{i}", groups[i % len(groups)]) for i in range(workers)]
 
     roles = {}
     if platform == "tpu":
-        ports = [tpu_port_base + k for k in range(len(placed))]
+        # the trainer's libtpu port is tpu_port_base, worker i's tpu_port_base + 1 + i (on every host)
+        ports = [tpu_port_base + (0 if name == "trainer" else 1 + int(name.split("-")[1])) for name, _ in placed]
         if clash := sorted(set(ports) & {int(p) for p in reserved_ports}):
             raise PlacementError(f"libtpu ports {ports[0]}-{ports[-1]} clash with port(s) {clash} of the "
                                  f"parameter server / verifier: set TPU_PORT_BASE or PORT")
@@ -215,8 +230,8 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
         roles[name].update(RLAX_ACCELERATOR=platform, RLAX_CHIPS=str(len(chips)))
     worker_flags = f"--tensor-parallel {W}" if W > 1 else ""
     return ([Role("param_server", dict(off_accelerator)), Role("verifier", dict(off_accelerator))]
-            + [Role(name, roles[name], worker_flags, chips) for name, chips in placed[1:]]
-            + [Role("trainer", roles["trainer"], trainer_flags, placed[0][1])])
+            + [Role(name, roles[name], worker_flags, chips) for name, chips in placed if name != "trainer"]
+            + [Role("trainer", roles["trainer"], trainer_flags, chips) for name, chips in placed if name == "trainer"])
 
 
 def describe(platform: str, how: str, roles: list[Role]) -> str:
@@ -228,8 +243,9 @@ def describe(platform: str, how: str, roles: list[Role]) -> str:
         for c in r.chips:
             users[c] = users.get(c, 0) + 1
     parts = [f"{r.name} {','.join(map(str, r.chips))}" + (" (shared)" if any(users[c] > 1 for c in r.chips) else "")
-             for r in roles[-1:] + roles[:-1] if r.chips]  # the trainer first
-    return f"# placement: {platform}, {how}: {'; '.join(parts)}; param_server and verifier on the CPU"
+             for r in sorted(roles, key=lambda r: r.name != "trainer") if r.chips]  # the trainer first
+    return (f"# placement: {platform}, {how}: {'; '.join(parts) or 'no role of this host uses them'}; "
+            f"param_server and verifier on the CPU")
 
 
 def main(argv=None) -> int:
@@ -258,12 +274,13 @@ def main(argv=None) -> int:
                                  "roles' total is GPU_MEM_BUDGET)")
         roles = plan(platform, chip_ids, cfg.trainer_chips, cfg.worker_chips, cfg.workers, cfg.trainer_tp,
                      cfg.tpu_port_base, cfg.gpu_mem_budget,
-                     [p for p in cfg.reserved_ports.split(",") if p.strip()])
+                     [p for p in cfg.reserved_ports.split(",") if p.strip()],
+                     tuple(filter(None, cfg.roles.split(","))))
     except PlacementError as e:
         print(f"launch.sh: cannot place the roles: {e}", file=sys.stderr)
         return 2
     print(describe(platform, f"{len(chip_ids)} chip(s) ({how})" if chip_ids else how, roles))
-    if platform != "cpu" and cfg.worker_chips != cfg.trainer_tp and len(roles) > 3:
+    if platform != "cpu" and cfg.worker_chips != cfg.trainer_tp and any(r.name.startswith("worker-") for r in roles):
         print(f"# note: workers --tensor-parallel {cfg.worker_chips}, trainer {cfg.trainer_tp}: a split matmul sums in "
               f"another order, so sampler and trainer log-probs are not bitwise equal (TRAINER_TP={cfg.worker_chips})")
     for r in roles:

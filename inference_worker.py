@@ -4,13 +4,20 @@
         --model checkpoints/coldstart --name worker-0
 
 Sockets (all requests, see wire.py):
-  -> param server   hello (once), get_weights (pull), lease_work, renew_leases (from a heartbeat
-                    thread with a socket of its own), submit_rollout
-  -> verifier       verify_batch
+  -> param server   hello (once), lease_work, renew_leases (from a heartbeat thread with a socket of
+                    its own), submit_rollout; get_weights and get_chunk from the weight-fetching
+                    thread (WeightFetcher, its own sockets)
+  -> other workers  get_chunk (relay mode: from our parent in the relay tree, or one step up)
+  <- other workers  get_chunk, served by our ChunkServer (relay mode; its own thread and socket)
+  -> verifiers      verify_batch (and ping, while a batch is out), spread over every verifier named
 
 The loop, one batch at a time:
-  1. Pull. Every `pull_every` batches ask the param server for weights newer than ours (a cheap
-     question when nothing changed). Independently of that, a work item carries `min_version` = the
+  1. Pull. A thread of ours (WeightFetcher) fetches every new version in the background as a
+     manifest and chunks, each CRC-checked, from the param server or, in relay mode (the default),
+     from another worker the param server names, while it serves the chunks it holds on to the
+     workers below it (param_server.RelayTree: the server sends each version about once, whatever
+     the fleet size). Every `pull_every` batches we swap in the newest version it holds complete (a
+     cheap look when nothing changed); a partial version is never used. Independently of that, a work item carries `min_version` = the
      trainer's version when it enqueued it: we never sample an item with older weights than that,
      waiting for them if needed (lifecycle.worker_action: sample, wait, or abandon an item whose
      trainer is gone). Together with the trainer's check when a rollout enters a batch this is the
@@ -20,12 +27,16 @@ The loop, one batch at a time:
      padded to a fixed row count so the jitted sampler compiles once. All tokens of a batch come
      from one weight version: weights are only swapped between batches. Leases are short
      (`lease_s`); the heartbeat renews them every lease_s / 3 until the rollouts are submitted.
-  3. Cut each completion at its stop string, send prompt + completion with the item's hidden tests
-     to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
+  3. Cut each completion at its stop string, build its program (prompts.assemble_program: prompt +
+     completion for base models, the fenced code of the answer for chat models), send it with the
+     item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
      with (the trainer compares its own to these, bit for bit, at staleness 0), mask, rewards,
      verdict statuses, and the policy version. A verifier that does not answer (after one retry)
      gives every program the status lifecycle.INFRA_ERROR: the trainer then drops the group and
-     counts it, instead of reading a broken sandbox as a policy that fails.
+     counts it, instead of reading a broken sandbox as a policy that fails. With several verifiers
+     (--verifier a,b,...) batches go round robin over them; one that stops answering is skipped for
+     verifier_cooldown_s and its batch goes to the next; infra_error only when every one failed
+     (Worker.verify).
 
 A worker keeps no state worth saving: SIGKILL it at any time. Its heartbeats stop, so its leases
 lapse within lease_s, and its restarted successor's hello releases them at once (invariant 3).
@@ -39,17 +50,20 @@ import os
 import signal
 import threading
 import time
+import traceback
 import zlib
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import zmq
 
 import cli
 import hf_io
 import lifecycle
 import model
+import prompts
 import sharding
 import wire
 
@@ -60,7 +74,8 @@ class Config:
     param_server: str = "tcp://127.0.0.1:5555"
     """address of the parameter server"""
     verifier: str = "tcp://127.0.0.1:5557"
-    """address of the verifier service"""
+    """address of the verifier service, or several comma-separated (a fleet: batches go round robin
+    over them, a dead one is skipped)"""
     model: str = "checkpoints/coldstart"
     """checkpoint folder whose config.json (and tokenizer) we use; weights come from the param server"""
     name: str = ""
@@ -84,6 +99,22 @@ class Config:
     """how long to wait for any one reply of the param server before reconnecting and retrying"""
     verify_timeout_s: float = 120.0
     """how long to wait for the verifier's verdicts on one batch (twice, then lifecycle.INFRA_ERROR)"""
+    verifier_ping_s: float = 2.0
+    """while a batch is out longer than this, ping its verifier every this many seconds: a verifier
+    that does not answer a ping within 2 x this is taken for dead at once (no verify_timeout_s wait)"""
+    verifier_cooldown_s: float = 30.0
+    """a verifier that failed is skipped for this long (tried again only when every other one failed)"""
+    relay: bool = True
+    """weights by relay broadcast: fetch each version's chunks from the worker the param server names
+    as our parent and serve them on to our own children (param_server.RelayTree), so the server sends
+    each version about once; --no-relay: fetch every chunk from the param server"""
+    relay_bind: str = "tcp://127.0.0.1:*"
+    """where our chunk server listens in relay mode (port *: any free one); its address is what the
+    param server hands our children, so use a host they can reach (not 0.0.0.0; not loopback needs CURVE)"""
+    relay_timeout_s: float = 3.0
+    """how long a relay may take to produce a chunk before we fetch it one step up the tree"""
+    fetch_delay_s: float = 0.0
+    """testing knob: sleep this long after fetching each chunk (a slow link), to catch a relay mid-version"""
     tensor_parallel: int = 1
     """devices to shard the model over (sharding.py, "tensor" axis: heads, MLP width, vocab), for a model
     that does not fit one device; the worker uses its first tensor_parallel visible devices. 1: one
@@ -93,10 +124,15 @@ class Config:
     def __post_init__(self):
         if self.batch_items < 1 or self.pull_every < 1 or not 0 < self.lease_s <= 3600 or self.slow_s < 0:
             raise ValueError("batch_items and pull_every must be >= 1, lease_s in (0, 3600], slow_s >= 0")
+        if not 0 < self.relay_timeout_s <= 600 or self.fetch_delay_s < 0:
+            raise ValueError("relay_timeout_s must be in (0, 600], fetch_delay_s >= 0")
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
-        if not self.verifier:
-            raise ValueError("--verifier: the address of the verifier service is required")
+        if not self.verifier or not all(a.strip() for a in self.verifier.split(",")):
+            raise ValueError("--verifier: the address of the verifier service (or several, comma-separated) "
+                             "is required")
+        if self.verifier_ping_s <= 0 or self.verifier_cooldown_s < 0:
+            raise ValueError("verifier_ping_s must be > 0, verifier_cooldown_s >= 0")
         self.name = self.name or f"worker-{os.getpid()}"
 
 
@@ -129,21 +165,27 @@ def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
     return prompt_BT, prompt_len_B
 
 
-def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int):
+def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int, eos_id: int | None = None):
     """Cut every completion just after its first stop string: later tokens become padding with mask 0,
-    so the trainer learns only from what the verifier saw. Returns (out, texts)."""
+    so the trainer learns only from what the verifier saw. Returns (out, texts, finished): finished[b]
+    is True when row b ended on a stop string or on eos_id rather than at the length limit."""
     tokens_BT, logp_BT, mask_BT = out["tokens_BT"].copy(), out["logp_BT"].copy(), out["mask_BT"].copy()
-    texts = []
+    texts, finished = [], []
+    has_stop = lambda ids: any(s and s in tokenizer.decode(ids) for s in stop)
     for b in range(tokens_BT.shape[0]):
         start, n = int(prompt_len_B[b]), int(mask_BT[b].sum())
         ids, keep = tokens_BT[b, start:start + n].tolist(), n
-        for j in range(1, n + 1):  # the shortest prefix that contains a stop string
-            if any(s and s in tokenizer.decode(ids[:j]) for s in stop):
-                keep = j
-                break
+        stopped = has_stop(ids)
+        if stopped:  # the shortest prefix that contains a stop string (containment grows with the prefix)
+            lo, hi = 1, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if has_stop(ids[:mid]) else (mid + 1, hi)
+            keep = lo
         texts.append(tokenizer.decode(ids[:keep]))
+        finished.append(stopped or (eos_id is not None and keep > 0 and ids[keep - 1] == eos_id))
         tokens_BT[b, start + keep:], logp_BT[b, start + keep:], mask_BT[b, start + keep:] = pad_id, 0.0, 0.0
-    return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT}, texts
+    return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT}, texts, finished
 
 
 def row_keys(seed: int, items: list, version: int, rows: int):
@@ -170,12 +212,15 @@ def row_keys(seed: int, items: list, version: int, rows: int):
 
 
 def verify_jobs(items: list, texts: list) -> list:
+    """One verifier job per completion; the program is built by prompts.assemble_program, the same
+    function `python tasks.py check` uses on a dataset's reference solutions."""
     jobs, r = [], 0
     for item in items:
         for _ in range(item.group_size):
-            program = item.prompt + texts[r]
+            program = prompts.assemble_program(item.prompt_format, item.program_prefix, texts[r], tuple(item.stop))
             if item.kind == "io":
-                jobs.append({"kind": "io", "program": program, "cases": item.cases, "timeout_s": item.timeout_s})
+                jobs.append({"kind": "io", "program": program, "cases": item.cases, "timeout_s": item.timeout_s,
+                             "partial_reward": item.partial_reward})
             else:  # tasks.Problem.tests is self-contained (HumanEval's ends with check(entry_point))
                 jobs.append({"kind": "assert", "program": program, "tests": item.tests,
                              "timeout_s": item.timeout_s})
@@ -230,6 +275,216 @@ class Heartbeat:
                     log(self.cfg, f"lease renewal failed: {e}")
 
 
+class VersionBuffer:
+    """One weight version on the host, being received or complete: its manifest and one contiguous
+    buffer of its bytes, into which chunk i is written at its offset as it arrives (so the finished
+    tensors are views of it, no copy)."""
+
+    def __init__(self, manifest: wire.Manifest):
+        self.manifest, self.key = manifest, (manifest.version, manifest.lineage)
+        self.stream = np.empty(manifest.nbytes, np.uint8)
+        self.offsets = manifest.offsets()
+        self.have = [False] * len(manifest.chunks)
+        self.complete = self.installed = False
+
+    def chunk(self, i: int) -> np.ndarray:
+        return self.stream[self.offsets[i]:self.offsets[i] + self.manifest.chunks[i][0]]
+
+    def put(self, i: int, data: np.ndarray) -> None:
+        self.chunk(i)[:] = data
+        self.have[i] = True  # after the bytes: a reader that sees True sees them
+
+
+class WeightFetcher:
+    """Fetches weight versions in a thread of its own (its own sockets), so a version arrives while
+    the main thread samples; the main thread swaps it in between batches (Worker.pull).
+
+    Loop: long-poll the param server for a manifest newer than the one we hold (get_weights), fetch
+    its chunks in order, check each chunk's CRC as it arrives and every tensor's once all are in, then
+    offer the version to the main thread (`wait_newer`). A version is never offered incomplete.
+
+    Relay mode (the default): we tell the param server our chunk server's address, and its answer
+    names our `sources`, nearest first: our parent in the relay tree, its parent, ..., the param
+    server (""). Each chunk is asked of the nearest source still trusted; a relay that has not got it
+    yet holds the request until it has (so chunks flow down the tree pipelined: a child fetches chunk
+    i while its parent fetches chunk i + 1). A relay that does not produce the chunk within
+    relay_timeout_s (dead, or stuck) is skipped for SHUN_S, and the chunk is asked one step up; the
+    param server, last, holds every version it announced (keep_versions), so no version is lost.
+    Our ChunkServer serves the version we are receiving and the newest complete one: a relaying
+    worker keeps one host copy of the newest version (beside its params on the accelerator) until the
+    next one starts arriving. With --no-relay the host copy is dropped once installed."""
+
+    POLL_S = 5.0     # long poll for a new version
+    SHUN_S = 30.0    # a relay that failed us is not asked again for this long
+
+    def __init__(self, cfg: Config, incarnation: str):
+        self.cfg, self.incarnation = cfg, incarnation
+        self.cond = threading.Condition()
+        self.ready: VersionBuffer | None = None      # newest complete version
+        self.receiving: VersionBuffer | None = None  # the one on its way
+        self.ps = wire.Client(cfg.name + "-weights", cfg.param_server, timeout_s=cfg.timeout_s)
+        self.peers: dict[str, wire.Client] = {}
+        self.shunned: dict[str, float] = {}
+        self.server = ChunkServer(self, cfg.relay_bind) if cfg.relay else None
+        threading.Thread(target=self.run, name="weights", daemon=True).start()
+
+    # --- the main thread's side
+    def wait_newer(self, min_version: int, lineage: str, wait_s: float) -> VersionBuffer | None:
+        """A complete version not yet offered, of at least min_version or of a lineage other than
+        `lineage`, waiting up to wait_s for one; None if there is none."""
+        def newer():
+            r = self.ready
+            return r is not None and not r.installed and (r.key[0] >= min_version or r.key[1] != lineage)
+        with self.cond:
+            return self.ready if self.cond.wait_for(newer, timeout=wait_s) else None
+
+    def done(self, buf: VersionBuffer) -> None:
+        """The main thread has installed `buf` (or refused it): never offer it again. Without relay
+        nobody needs its bytes any more."""
+        with self.cond:
+            buf.installed = True
+            if self.server is None:
+                buf.stream = None
+
+    # --- the fetching thread
+    def run(self) -> None:
+        cfg = self.cfg
+        while True:
+            have = self.ready.key if self.ready is not None else (-1, "")
+            try:
+                reply = self.ps.call(wire.GetWeights(have[0], have[0] + 1, self.POLL_S, have[1], cfg.name,
+                                                     self.incarnation, self.server.addr if self.server else ""),
+                                     timeout_s=self.POLL_S + cfg.timeout_s, what="weight manifest")
+                if isinstance(reply, wire.WeightManifest):
+                    # The param server is always the last resort, whatever the reply says.
+                    sources = [s for s in reply.sources if isinstance(s, str) and s] + [""]
+                    self.fetch(wire.Manifest.from_dict(reply.manifest), sources)
+            except (TimeoutError, wire.RemoteError, wire.WireError) as e:  # the server restarting
+                log(cfg, f"weights: {type(e).__name__}: {e}; retrying")
+                time.sleep(0.5)
+            except Exception as e:  # a bug of ours: say so loudly, but keep fetching
+                log(cfg, f"weights: unexpected {type(e).__name__}: {e}; retrying")
+                traceback.print_exc()
+                time.sleep(0.5)
+
+    def fetch(self, manifest: wire.Manifest, sources: list) -> None:
+        cfg, t0 = self.cfg, time.monotonic()
+        buf = VersionBuffer(manifest)
+        with self.cond:
+            if self.ready is not None and self.ready.installed:
+                self.ready.stream = None  # served long enough: the new version replaces it
+            self.receiving = buf
+        try:
+            for i, (nbytes, crc) in enumerate(manifest.chunks):
+                while True:
+                    now = time.monotonic()
+                    source = next(s for s in sources if not s or self.shunned.get(s, 0) < now)
+                    try:
+                        reply = self.ask(source, wire.GetChunk(manifest.version, manifest.lineage, i,
+                                                               cfg.relay_timeout_s if source else 0.0))
+                        if not isinstance(reply, wire.Chunk):
+                            raise ValueError(f"{source or 'the param server'} answered {reply.TYPE}, not a chunk")
+                        data = wire.chunk_array(reply.data)
+                        if reply.index != i or data.size != nbytes or zlib.crc32(memoryview(data)) != crc:
+                            raise ValueError(f"chunk {i} from {source or 'the param server'} is corrupt")
+                        break
+                    except (TimeoutError, wire.RemoteError, ValueError) as e:  # WireError is a ValueError
+                        if not source:  # the param server no longer has it (superseded) or is down
+                            log(cfg, f"weights v{manifest.version}: giving up at chunk {i}: {e}")
+                            return
+                        log(cfg, f"weights v{manifest.version}: relay {source} failed on chunk {i} ({e}); "
+                                 f"asking one step up")
+                        self.shunned[source] = now + self.SHUN_S
+                buf.put(i, data)
+                if cfg.fetch_delay_s:
+                    time.sleep(cfg.fetch_delay_s)
+            manifest.check_tensors(buf.chunk(i) for i in range(len(manifest.chunks)))
+        except ValueError as e:
+            log(cfg, f"weights v{manifest.version} refused: {e}")
+            return
+        finally:
+            with self.cond:
+                self.receiving = None
+        with self.cond:
+            buf.complete, old = True, self.ready
+            self.ready = buf
+            if old is not None and old.installed:
+                old.stream = None
+            self.cond.notify_all()
+        log(cfg, f"fetched weights v{manifest.version} ({manifest.nbytes / 2**20:.1f} MiB, "
+                 f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
+
+    def ask(self, source: str, msg: wire.GetChunk):
+        if not source:
+            return self.ps.call(msg, what=f"weight chunk {msg.index}")
+        client = self.peers.get(source)
+        if client is None:
+            client = self.peers[source] = wire.Client(self.cfg.name + "-fetch", source)
+        return client.call(msg, timeout_s=msg.wait_s + 2.0, what=f"weight chunk {msg.index} from a relay")
+
+    def held(self, version: int, lineage: str) -> VersionBuffer | None:
+        for buf in (self.receiving, self.ready):
+            if buf is not None and buf.key == (version, lineage) and buf.stream is not None:
+                return buf
+        return None
+
+
+class ChunkServer:
+    """Relay mode: serves the chunks this worker holds (wire.GetChunk) to its children in the relay
+    tree, from a thread of its own with a socket of its own. A request for a chunk we have not got yet,
+    of the version we are receiving or of one newer than we hold (its manifest may be on its way to
+    us), is held until the chunk arrives or its wait_s runs out (then an Error: the child asks one
+    step up)."""
+
+    def __init__(self, fetcher: WeightFetcher, bind: str):
+        self.fetcher, self.waiting = fetcher, []
+        self.server = wire.Server(fetcher.cfg.name + "-relay", bind)
+        self.addr = self.server.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.server.on(wire.GetChunk, self.on_get_chunk)
+        threading.Thread(target=self.server.serve, kwargs={"tick": self.tick, "poll_ms": 5},
+                         name="relay", daemon=True).start()
+
+    def answer(self, msg):
+        """The Chunk, None to wait, or raise (an Error reply)."""
+        buf = self.fetcher.held(msg.version, msg.lineage)
+        stream = buf.stream if buf is not None else None  # the fetcher may drop it at any moment
+        if stream is not None:
+            if not 0 <= msg.index < len(buf.have):
+                raise ValueError(f"chunk index {msg.index} outside [0, {len(buf.have)})")
+            if buf.have[msg.index]:
+                start, (nbytes, crc) = buf.offsets[msg.index], buf.manifest.chunks[msg.index]
+                return wire.Chunk(msg.version, msg.index, stream[start:start + nbytes], crc)
+            return None
+        ready = self.fetcher.ready
+        if ready is None or ready.key[1] != msg.lineage or ready.key[0] < msg.version:
+            return None  # a version we have not started (yet)
+        raise ValueError(f"weights v{msg.version} are no longer held by this relay")
+
+    def on_get_chunk(self, msg, peer):
+        if not 0 <= msg.wait_s <= 600:
+            raise ValueError(f"wait_s must be in [0, 600], got {msg.wait_s}")
+        reply = self.answer(msg)
+        if reply is None and msg.wait_s > 0:
+            self.waiting.append((peer, msg, time.monotonic() + msg.wait_s))
+            return None
+        return reply or wire.Error(f"chunk {msg.index} of v{msg.version} is not here yet")
+
+    def tick(self) -> None:
+        now, keep = time.monotonic(), []
+        for peer, msg, deadline in self.waiting:
+            try:
+                reply = self.answer(msg)
+            except Exception as e:  # never let one request stop the chunk server
+                reply = wire.Error(f"{type(e).__name__}: {e}")
+            if reply is None and deadline < now:
+                reply = wire.Error(f"chunk {msg.index} of v{msg.version} did not arrive within {msg.wait_s}s")
+            if reply is None:
+                keep.append((peer, msg, deadline))
+            else:
+                self.server.reply(peer, reply)
+        self.waiting = keep
+
+
 class Worker:
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -240,46 +495,124 @@ class Worker:
         self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device
         self.incarnation = os.urandom(4).hex()  # this process: a restart is a new incarnation
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
-        self.verifier = wire.Client(cfg.name, cfg.verifier, timeout_s=cfg.verify_timeout_s)
+        self.connect_verifiers()
         self.heartbeat = Heartbeat(cfg, self.incarnation)
         self.version, self.lineage, self.params, self.batches = -1, "", None, 0
+        self.fetcher = WeightFetcher(cfg, self.incarnation)
 
-    def install(self, w: wire.Weights) -> None:
-        """Swap in a complete, checksummed weight version (invariant 4: never a partial one). With
-        --tensor-parallel each tensor goes from the host straight to its shards."""
-        for name, array, checksum in zip(w.names, w.arrays, w.checksums):
-            if wire.crc32(array) != checksum:
-                raise ValueError(f"weights v{w.version}: checksum mismatch on {name}; keeping v{self.version}")
+    def install(self, version: int, lineage: str, tensors: dict) -> None:
+        """Swap in a complete, checksummed weight version {HF name: array} (invariant 4: never a
+        partial one; WeightFetcher checked every CRC). With --tensor-parallel each tensor goes from the
+        host straight to its shards."""
         if self.mesh is None:
-            self.params = jax.device_put(hf_io.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg))
+            self.params = jax.device_put(hf_io.from_hf_tensors(tensors, self.mcfg))
         else:
-            self.params = sharding.shard_params(hf_io.from_hf_tensors(dict(zip(w.names, w.arrays)), self.mcfg,
-                                                                      host=True), self.mcfg, self.mesh)
-        self.version, self.lineage = w.version, w.lineage
+            self.params = sharding.shard_params(hf_io.from_hf_tensors(tensors, self.mcfg, host=True),
+                                                self.mcfg, self.mesh)
+        self.version, self.lineage = version, lineage
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
+        """Swap in the newest version the fetcher holds complete, if it is new to us, waiting up to
+        wait_s for one of at least min_version (or of another trainer lineage)."""
         t0 = time.monotonic()
-        reply = self.ps.call(wire.GetWeights(self.version, min_version, wait_s, self.lineage),
-                             timeout_s=wait_s + self.cfg.timeout_s, what="weights")
-        if isinstance(reply, wire.Weights):
-            try:
-                self.install(reply)
-                log(self.cfg, f"weights v{reply.version} in {time.monotonic() - t0:.2f}s")
-            except ValueError as e:
-                log(self.cfg, str(e))
+        buf = self.fetcher.wait_newer(max(min_version, self.version + 1), self.lineage, wait_s)
+        if buf is None:
+            return
+        try:
+            self.install(buf.key[0], buf.key[1], buf.manifest.tensor_views(buf.stream))
+            log(self.cfg, f"weights v{self.version} in {time.monotonic() - t0:.2f}s")
+        except ValueError as e:
+            log(self.cfg, f"weights v{buf.key[0]} refused: {e}; keeping v{self.version}")
+        finally:
+            self.fetcher.done(buf)
+
+    def connect_verifiers(self) -> None:
+        """A client per verifier of --verifier (sockets connect lazily: a verifier down now is fine)."""
+        cfg = self.cfg
+        self.verifiers = [wire.Client(cfg.name, a.strip(), timeout_s=cfg.verify_timeout_s)
+                          for a in cfg.verifier.split(",")]
+        # Round robin over the fleet; each worker starts at its own place (its name), so that workers
+        # started together do not all send their first batch to the same verifier.
+        self.next_verifier = zlib.crc32(cfg.name.encode()) % len(self.verifiers)
+        self.verifier_down: dict[int, float] = {}  # index -> time.monotonic() until which it is skipped
+
+    def verifier_order(self) -> list:
+        """The verifiers to try for the next batch: round robin from the next one, those cooling down
+        after a failure last (in the order their cool-down ends), so a batch goes to a dead one only
+        when every other one failed too. At least two tries: one verifier gets a second, on a fresh
+        connection (which finds a restarted service)."""
+        n, now = len(self.verifiers), time.monotonic()
+        ring = [(self.next_verifier + k) % n for k in range(n)]
+        self.next_verifier = (self.next_verifier + 1) % n
+        up = [i for i in ring if self.verifier_down.get(i, 0.0) <= now]
+        down = sorted((i for i in ring if i not in up), key=lambda i: self.verifier_down[i])
+        order = up + down
+        return order if n > 1 else order * 2
 
     def verify(self, jobs: list) -> list:
-        """Verdict dicts {passed, reward, status, detail, fraction}, one per job. A verifier that does
-        not answer twice (the second time on a fresh connection, which finds a restarted service)
-        is an infrastructure failure: every job gets lifecycle.INFRA_ERROR, never a silent 0."""
-        for attempt in (1, 2):
+        """Verdict dicts {passed, reward, status, detail, fraction}, one per job. The batch goes to one
+        verifier (verifier_order); one that does not answer (no verdicts within verify_timeout_s, or no
+        pong within 2 x verifier_ping_s while the batch is out) is skipped for verifier_cooldown_s and
+        the whole batch is sent to the next. Only when every try failed is it an infrastructure
+        failure: every job gets lifecycle.INFRA_ERROR, never a silent 0. A second try of the same
+        verifier (a fleet of one) is not pinged: it waits verify_timeout_s, time for a restarted
+        service (launch.sh restarts it) to come back."""
+        order, error, tried = self.verifier_order(), "", set()
+        for attempt, i in enumerate(order, 1):
+            client = self.verifiers[i]
             try:
-                return self.verifier.call(wire.VerifyBatch(jobs=jobs), what=f"{len(jobs)} verdicts").verdicts
-            except (TimeoutError, wire.RemoteError) as e:
-                log(self.cfg, f"verifier attempt {attempt} failed: {e}")
+                reply = self.call_watched(client, wire.VerifyBatch(jobs=jobs), f"{len(jobs)} verdicts",
+                                          ping=i not in tried)
+                self.verifier_down.pop(i, None)
+                return reply.verdicts
+            except TimeoutError as e:  # dead, stuck or gone: skip it for a while
+                tried.add(i)
+                self.verifier_down[i] = time.monotonic() + self.cfg.verifier_cooldown_s
+                log(self.cfg, f"verifier attempt {attempt}/{len(order)} failed: {e}"
+                              + (f"; skipping {client.addr} for {self.cfg.verifier_cooldown_s:.0f}s"
+                                 if len(self.verifiers) > 1 else ""))
+                error = f"{type(e).__name__}: {e}"
+            except wire.RemoteError as e:  # it answered with an error: alive, so not skipped
+                tried.add(i)
+                log(self.cfg, f"verifier attempt {attempt}/{len(order)} failed: {e}")
                 error = f"{type(e).__name__}: {e}"
         return [{"passed": False, "reward": 0.0, "status": lifecycle.INFRA_ERROR, "detail": error[:500],
                  "fraction": 0.0} for _ in jobs]
+
+    def call_watched(self, client: wire.Client, msg, what: str, ping: bool = True):
+        """client.call(msg), but while the reply is outstanding the same socket pings the server every
+        verifier_ping_s (if `ping`): the service answers pings from its serving loop at once even
+        while it runs batches, so a missing pong (2 x verifier_ping_s) means the process is gone or
+        hung, and we give up on it now rather than after verify_timeout_s. Raises TimeoutError or wire.RemoteError
+        as client.call does; on a timeout the socket is reconnected, so a late reply is never read.
+        (Uses the client's socket and request ids: the one place outside wire.py that does.)"""
+        cfg, sock = self.cfg, client.sock
+        rid = next(client._rids)
+        sock.send_multipart(wire.encode(msg, rid), copy=False)
+        start = time.monotonic()
+        deadline, next_ping, ping_rid, ping_sent = start + cfg.verify_timeout_s, start + cfg.verifier_ping_s, None, 0.0
+        why = f"within {cfg.verify_timeout_s:.1f}s"
+        while (now := time.monotonic()) < deadline:
+            if ping_rid is not None and now - ping_sent > 2 * cfg.verifier_ping_s:
+                why = f"and no pong within {2 * cfg.verifier_ping_s:.1f}s after {now - start:.1f}s"
+                break
+            if ping and ping_rid is None and now >= next_ping:
+                ping_rid, ping_sent = next(client._rids), now
+                sock.send_multipart(wire.encode(wire.Ping(), ping_rid), copy=False)
+            wake = min(deadline, ping_sent + 2 * cfg.verifier_ping_s if ping_rid is not None
+                       else next_ping if ping else deadline)
+            if not sock.poll(max(1, int((wake - now) * 1000))):
+                continue
+            reply, reply_rid = wire.decode(sock.recv_multipart(copy=False))
+            if isinstance(reply, wire.Error) and reply_rid in (rid, 0):
+                raise wire.RemoteError(reply.error)
+            if reply_rid == rid:
+                return reply
+            if reply_rid == ping_rid:
+                ping_rid, next_ping = None, time.monotonic() + cfg.verifier_ping_s
+            # else: a late reply to an earlier, abandoned request: dropped
+        client._connect()
+        raise TimeoutError(f"{client.name}: no reply to {msg.TYPE} ({what}) from {client.addr} {why}")
 
     def run_batch(self) -> int:
         cfg = self.cfg
@@ -331,7 +664,7 @@ class Worker:
                              row_keys(cfg.seed, items, version, rows),
                              max_new_tokens=max_new, temperature=temperature, top_p=top_p,
                              eos_id=eos, pad_id=self.pad_id)
-        out, texts = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id)
+        out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id, eos)
         sample_s = time.monotonic() - t0
         if cfg.slow_s:
             time.sleep(cfg.slow_s)
@@ -349,7 +682,7 @@ class Worker:
                 logp_GT=out["logp_BT"][rows_G].astype(np.float32),
                 mask_GT=out["mask_BT"][rows_G].astype(np.float32),
                 rewards_G=np.array([float(v["reward"]) for v in verdicts[rows_G]], np.float32),
-                finished_G=np.array([any(s in t for s in stop) for t in texts[rows_G]]),
+                finished_G=np.array(finished[rows_G], bool),
                 statuses=[str(v["status"]) for v in verdicts[rows_G]],
                 texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s)
             status = self.ps.call(wire.SubmitRollout(cfg.name, item.item_id, item.lease, rollout.to_dict()),
@@ -378,7 +711,8 @@ class Worker:
                 time.sleep(0.5)
 
     def run(self) -> None:
-        log(self.cfg, f"started: param server {self.cfg.param_server}, verifier {self.cfg.verifier}")
+        log(self.cfg, f"started: param server {self.cfg.param_server}, verifier{'s' if len(self.verifiers) > 1 else ''} "
+                      f"{self.cfg.verifier}")
         self.hello()
         while not self.cfg.max_batches or self.batches < self.cfg.max_batches:
             try:

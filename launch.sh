@@ -15,6 +15,12 @@
 #   MODEL=/path/to/hf_checkpoint DATA=problems.jsonl bash launch.sh   # a real model on real problems
 #   DRY_RUN=1 ACCELERATOR=tpu CHIPS=8 bash launch.sh  # print where each role would run, start nothing
 #
+# Several machines (docs/multihost.md): run this script on each host with ROLES naming the roles that
+# host runs, PARAM_SERVER / VERIFIER the addresses of those on other hosts, BIND the address its own
+# servers listen on; any address off loopback needs CURVE keys (RLAX_CURVE_KEY, wire.py).
+#   ROLES=trainer,param_server,verifier BIND=0.0.0.0 RLAX_CURVE_KEY=keys/curve.key bash launch.sh    # host A
+#   ROLES=workers PARAM_SERVER=tcp://hostA:5555 VERIFIER=tcp://hostA:5557 RLAX_CURVE_KEY=keys/curve.key bash launch.sh
+#
 # Everything lands in $RUN_DIR: one log per role, commands.sh (every role's exact line, its device
 # variables included: run a line to restart that role by hand on the same chips), pids/<role>,
 # restarts.json, metrics.jsonl, ledger.jsonl, the trainer's checkpoints and, at the end, final/ (the
@@ -33,7 +39,20 @@ MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems; empty = the embedded task
 SEED=${SEED:-0}
 BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log-probs); 0 = plain bf16
-PORT=${PORT:-5555}                  # param server; the verifier uses PORT+2
+PORT=${PORT:-5555}                  # param server; the verifiers use PORT+2, PORT+3, ...
+# Which roles run on this host, and where the others are (docs/multihost.md). The default is every
+# role here, on loopback: the single-machine run.
+ROLES=${ROLES:-trainer,param_server,verifier,workers}   # comma-separated subset of these four
+PARAM_SERVER=${PARAM_SERVER:-}      # tcp://host:port of the param server when ROLES has no param_server
+VERIFIER=${VERIFIER:-}              # tcp://host:port[,tcp://host2:port...]: verifiers on other hosts (the
+                                    # workers spread their batches over these and this host's own)
+BIND=${BIND:-127.0.0.1}             # the address this host's servers listen on (0.0.0.0: every interface)
+VERIFIERS=${VERIFIERS:-1}           # verifier processes on this host (ROLES has verifier), on PORT+2, PORT+3, ...
+VERIFIER_EXECUTORS=${VERIFIER_EXECUTORS:-2}   # sandbox executors per verifier process (programs run at once)
+WORKER_BASE=${WORKER_BASE:-0}       # this host's workers are worker-(WORKER_BASE+i) to the param server (names
+                                    # and seeds): give each worker host its own range, names must be unique
+END_AFTER_S=${END_AFTER_S:-120}     # a host with neither trainer nor param server stops this long after
+                                    # PARAM_SERVER stopped answering (the run is over); 0 = run until stopped
 PYTHON=${PYTHON:-python3}
 # The GRPO recipe of the default run: grpo.py's defaults (GRPO advantages, token-mean loss, TIS) plus
 # a k3 KL term (beta 0.2) to the cold-start policy and DAPO dynamic sampling. The KL term is what keeps
@@ -43,6 +62,7 @@ RECIPE=${RECIPE:-"--kl-beta 0.2 --dynamic-sampling --lr 1e-4"}
 # Evaluation: pass@1/pass@8 from 8 samples and greedy pass@1, on 256 held-out problems at steps
 # 0, 125 and 250 (at 128 problems two evaluations of the same policy differed by 5 points of pass@8).
 EVAL=${EVAL:-"--heldout 256 --eval-every 125"}
+PROMPT_FORMAT=${PROMPT_FORMAT:-}    # chat or completion (prompts.py); empty = chat if MODEL has a chat template
 TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags (they come after RECIPE, so they win)
 WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. "--lease-s 30"
 VERIFIER_ARGS=${VERIFIER_ARGS:-}    # any extra verifier.py flags, e.g. "--isolation rlimits" where namespaces are missing
@@ -70,20 +90,100 @@ DRY_RUN=${DRY_RUN:-0}               # 1 = write and print $RUN_DIR/commands.sh, 
 export XLA_FLAGS=${XLA_FLAGS:-}
 export PYTHONUNBUFFERED=1
 
+# ---------------------------------------------------------------------------------------------------
+# This host's roles and the addresses they use. Everything is checked before anything is written or
+# started, so a refused setting leaves no run dir behind.
+refuse() { echo "launch.sh: refusing to start: $*" >&2; exit 2; }
+declare -A HERE
+for r in ${ROLES//,/ }; do
+  case $r in trainer|param_server|verifier|workers) HERE[$r]=1 ;;
+    *) refuse "ROLES=$ROLES: unknown role '$r' (roles: trainer, param_server, verifier, workers)" ;; esac
+done
+[ "${#HERE[@]}" -gt 0 ] || refuse "ROLES is empty (roles: trainer, param_server, verifier, workers)"
+[[ $VERIFIERS =~ ^[1-9][0-9]*$ ]] || refuse "VERIFIERS=$VERIFIERS: must be a count >= 1"
+[[ $VERIFIER_EXECUTORS =~ ^[1-9][0-9]*$ ]] || refuse "VERIFIER_EXECUTORS=$VERIFIER_EXECUTORS: must be a count >= 1"
+[[ $END_AFTER_S =~ ^[0-9]+$ ]] || refuse "END_AFTER_S=$END_AFTER_S: must be seconds >= 0"
+[[ $WORKER_BASE =~ ^[0-9]+$ ]] || refuse "WORKER_BASE=$WORKER_BASE: must be a number >= 0"
+# IPv4 addresses and host names (wire.py's sockets do not enable IPv6)
+is_addr() { [[ $1 =~ ^tcp://[A-Za-z0-9._-]+:[0-9]+$ ]]; }
+host_of() { local h=${1#tcp://}; echo "${h%:*}"; }
+is_loopback() { case $1 in 127.0.0.1|localhost) return 0 ;; *) return 1 ;; esac; }  # as wire.is_loopback
+[[ $BIND =~ ^[A-Za-z0-9._-]+$ ]] || refuse "BIND=$BIND: an IPv4 address to listen on, e.g. 0.0.0.0 or 10.0.0.2"
+# Roles on this host reach this host's servers on loopback when the servers listen there (or on every
+# interface), else on BIND itself.
+case $BIND in 0.0.0.0|127.0.0.1|localhost) local_host=127.0.0.1 ;; *) local_host=$BIND ;; esac
+if [ -n "${HERE[param_server]:-}" ]; then
+  [ -z "$PARAM_SERVER" ] || refuse "PARAM_SERVER=$PARAM_SERVER names a param server on another host, but ROLES runs one here: set one of them"
+  ps_bind="tcp://$BIND:$PORT"; ps_addr="tcp://$local_host:$PORT"
+else
+  ps_addr=$PARAM_SERVER
+  if [ -z "$ps_addr" ] && { [ -n "${HERE[trainer]:-}" ] || [ -n "${HERE[workers]:-}" ]; }; then
+    refuse "ROLES=$ROLES has no param_server: set PARAM_SERVER=tcp://host:port (the host that runs it)"
+  fi
+  [ -z "$ps_addr" ] || is_addr "$ps_addr" || refuse "PARAM_SERVER=$ps_addr: expected tcp://host:port"
+fi
+verifier_binds=(); verifier_addrs=()   # this host's verifiers, then VERIFIER's
+if [ -n "${HERE[verifier]:-}" ]; then
+  for ((k = 0; k < VERIFIERS; k++)); do
+    verifier_binds+=("tcp://$BIND:$((PORT + 2 + k))"); verifier_addrs+=("tcp://$local_host:$((PORT + 2 + k))")
+  done
+fi
+for a in ${VERIFIER//,/ }; do
+  is_addr "$a" || refuse "VERIFIER=$VERIFIER: expected tcp://host:port[,tcp://host2:port...]"
+  verifier_addrs+=("$a")
+done
+if [ -n "${HERE[workers]:-}" ] && [ "${#verifier_addrs[@]}" = 0 ]; then
+  refuse "ROLES=$ROLES runs workers but no verifier: add verifier to ROLES or set VERIFIER=tcp://host:port"
+fi
+verifier_addr=$(IFS=,; echo "${verifier_addrs[*]}")
+# CURVE (wire.py): traffic that may leave this machine is encrypted and only holders of the keys are
+# served. Required, not optional: a param server open on the network would take weights and work items
+# from anyone; a verifier would run anyone's code.
+off_loopback=""
+if [ -n "${HERE[param_server]:-}${HERE[verifier]:-}" ] && ! is_loopback "$BIND"; then off_loopback="BIND=$BIND"; fi
+for a in $ps_addr "${verifier_addrs[@]}"; do
+  is_loopback "$(host_of "$a")" || off_loopback="${off_loopback:+$off_loopback, }$a"
+done
+if [ -n "$off_loopback" ]; then
+  [ -n "${RLAX_CURVE_KEY:-}" ] || refuse "not loopback: $off_loopback; traffic between hosts must be \
+encrypted and authenticated: create a key pair with \`$PYTHON wire.py keygen keys\`, copy keys/curve.key to \
+every host and set RLAX_CURVE_KEY=keys/curve.key on each (or per-role keys: \`$PYTHON wire.py keygen --help\`; \
+docs/multihost.md)"
+fi
+# Relay broadcast (inference_worker --relay): each worker serves the chunks it holds to the workers
+# below it in the param server's relay tree, so its chunk server must listen where they can reach it.
+# On one machine that is loopback; across hosts HOST_ADDR (this host's address as the others see it)
+# must be given, or this host's workers pull every chunk from the param server (--no-relay).
+if [ -n "${HOST_ADDR:-}" ]; then relay_flag="--relay-bind tcp://$HOST_ADDR:*"
+elif [ -n "$off_loopback" ]; then relay_flag="--no-relay"
+else relay_flag=""; fi
+for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
+  if [ -n "${!v:-}" ] && [ ! -r "${!v}" ]; then refuse "$v=${!v}: no such readable file or directory"; fi
+done
+
 mkdir -p "$RUN_DIR"
 fix_flag=$([ "$BF16_FIX" = 1 ] && echo --bf16-fix || echo --no-bf16-fix)
-ps_addr="tcp://127.0.0.1:$PORT"
-verifier_addr="tcp://127.0.0.1:$((PORT + 2))"
+reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
+jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
 
 # Each role's line is built once, device variables first, and both written to commands.sh and
 # started from the same string (start_role), so a line run by hand gets the same chips.
 placement=$($PYTHON devices.py --accelerator "$ACCELERATOR" --chips "$CHIPS" --trainer-chips "$TRAINER_CHIPS" \
   --trainer-tp "$TRAINER_TP" --worker-chips "$WORKER_CHIPS" --workers "$WORKERS" \
-  --tpu-port-base "$TPU_PORT_BASE" --gpu-mem-budget "$GPU_MEM_BUDGET" --reserved-ports "$PORT,$((PORT + 2))") || exit 2
+  --tpu-port-base "$TPU_PORT_BASE" --gpu-mem-budget "$GPU_MEM_BUDGET" --reserved-ports "$reserved" \
+  --roles "$jax_roles") || exit 2
 declare -A CMD ENVS FLAGS
 ORDER=(); summary=""
 while IFS='|' read -r role envs flags; do   # "# placement: ..." then "role|VAR=value ...|flags", in start order
   if [ "${role:0:1}" = "#" ]; then summary+="$role"$'\n'; continue; fi
+  case $role in
+    param_server) [ -n "${HERE[param_server]:-}" ] || continue ;;
+    verifier) [ -n "${HERE[verifier]:-}" ] || continue
+      if [ "$VERIFIERS" -gt 1 ]; then  # verifier-0, verifier-1, ... on consecutive ports
+        for ((k = 0; k < VERIFIERS; k++)); do ORDER+=("verifier-$k"); ENVS[verifier-$k]=$envs; FLAGS[verifier-$k]=$flags; done
+        continue
+      fi ;;
+  esac   # devices.py placed workers and the trainer only where ROLES has them (--roles)
   ORDER+=("$role"); ENVS[$role]=$envs; FLAGS[$role]=$flags
 done <<< "$placement"
 squeeze() {  # one line, words separated by single spaces (a line of commands.sh is a line)
@@ -93,11 +193,12 @@ squeeze() {  # one line, words separated by single spaces (a line of commands.sh
 }
 for role in "${ORDER[@]}"; do
   case $role in
-    param_server) cmd="$PYTHON param_server.py --bind $ps_addr --state-dir $RUN_DIR/param_server" ;;
-    verifier) cmd="$PYTHON verifier.py --bind $verifier_addr --executors 2 $VERIFIER_ARGS" ;;
-    worker-*) i=${role#worker-}
-      cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name $role --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY $fix_flag ${FLAGS[$role]} $WORKER_ARGS" ;;
-    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR --param-server $ps_addr --model $MODEL ${DATA:+--data $DATA} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS" ;;
+    param_server) cmd="$PYTHON param_server.py --bind $ps_bind --state-dir $RUN_DIR/param_server" ;;
+    verifier|verifier-*) k=${role#verifier}; k=${k#-}
+      cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS $VERIFIER_ARGS" ;;
+    worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
+      cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY $fix_flag${relay_flag:+ $relay_flag} ${FLAGS[$role]} $WORKER_ARGS" ;;
+    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR --param-server $ps_addr --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS" ;;
     *) echo "launch.sh: devices.py placed an unknown role: $role" >&2; exit 2 ;;
   esac
   CMD[$role]=$(squeeze "${ENVS[$role]} $cmd")
@@ -105,17 +206,44 @@ done
 
 { echo "# Started $(date -Is) by launch.sh; run any line to restart that role by hand, on the same chips."
   printf '%s' "$summary"
+  if [ "${#HERE[@]}" != 4 ]; then   # one host of several
+    echo "# this host: ROLES=$ROLES; param server ${ps_addr:-none}; verifiers ${verifier_addr:-none}"
+  fi
   echo "export XLA_FLAGS=\"$XLA_FLAGS\""
+  # Relay broadcast (inference_worker --relay): each worker serves the chunks it holds to the workers
+# below it in the param server's relay tree, so its chunk server must listen where they can reach it.
+# On one machine that is loopback; across hosts HOST_ADDR (this host's address as the others see it)
+# must be given, or this host's workers pull every chunk from the param server (--no-relay).
+if [ -n "${HOST_ADDR:-}" ]; then relay_flag="--relay-bind tcp://$HOST_ADDR:*"
+elif [ -n "$off_loopback" ]; then relay_flag="--no-relay"
+else relay_flag=""; fi
+for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do   # paths only, never a key
+    if [ -n "${!v:-}" ]; then echo "export $v=\"${!v}\""; fi
+  done
   for role in "${ORDER[@]}"; do echo "${CMD[$role]}  # $role"; done; } > "$RUN_DIR/commands.sh"
 if [ "$DRY_RUN" = 1 ]; then cat "$RUN_DIR/commands.sh"; exit 0; fi
 
 # ---------------------------------------------------------------------------------------------------
 # Supervision, as a cluster scheduler would do it on many machines: a role that dies (preempted,
-# killed, crashed) is restarted, the trainer with --resume; a role that dies MAX_RESTARTS times within
-# RESTART_WINDOW seconds stops the run, naming it and its log. The run ends when the trainer exits 0.
+# killed, crashed) is restarted, the trainer with --resume. Exit 143 (SIGTERM: a preemption notice,
+# after which the trainer checkpoints) is not a crash. Two rules stop the run, naming the role and
+# showing its log: a crash loop (the same failure, i.e. the same exit status and last log line, again
+# with no progress of the run in between: the restarts back off by CRASH_BACKOFF seconds, and the
+# next such death stops the run, whatever the pace), and a role dying MAX_RESTARTS times within
+# RESTART_WINDOW seconds. Progress is the ledger or the metrics growing (on a host without the trainer
+# there is none: there the crash-loop rule sees every death as "no progress"). Supervision is per host:
+# each host's launch.sh restarts its own roles only.
+# When the run ends, per host: a host with the trainer ends when the trainer exits 0 (its param server
+# and verifiers stop with it). A host with neither trainer nor param server ends (exit 0) once the
+# param server it uses (PARAM_SERVER) has answered at least once and then not answered for END_AFTER_S
+# seconds: the trainer's host stopped it, the run is over (the param server itself cannot say so; a
+# restarted one answers again within seconds, well inside END_AFTER_S). A host with the param server
+# but no trainer, or END_AFTER_S=0, runs until stopped (Ctrl-C, SIGTERM).
 MAX_RESTARTS=${MAX_RESTARTS:-5}
 RESTART_WINDOW=${RESTART_WINDOW:-120}
-declare -A PID DEATHS RESTARTS
+CRASH_BACKOFF=${CRASH_BACKOFF:-"0 10 30"}   # delays before the 1st, 2nd, ... restart after the same failure
+read -r -a BACKOFF <<< "$CRASH_BACKOFF"
+declare -A PID DEATHS RESTARTS SAME LAST_FAILURE DUE
 mkdir -p "$RUN_DIR/pids"
 
 start_role() {  # start_role ROLE [EXTRA FLAGS]: its commands.sh line (VAR=value ... command, run by env),
@@ -138,7 +266,28 @@ write_restarts() {
   { echo "{"; for r in "${ORDER[@]}"; do echo "$sep\"$r\": ${RESTARTS[$r]:-0}"; sep=","; done
     echo "}"; } > "$RUN_DIR/restarts.json.tmp" && mv "$RUN_DIR/restarts.json.tmp" "$RUN_DIR/restarts.json"
 }
+progress() { { cat "$RUN_DIR/ledger.jsonl" "$RUN_DIR/metrics.jsonl" 2>/dev/null || true; } | wc -c; }
+stop_run() {  # stop_run ROLE MESSAGE: say why, show the role's last log lines, stop every role
+  echo "launch.sh: $2; stopping the run. Last lines of $RUN_DIR/$1.log:"
+  tail -n 20 "$RUN_DIR/$1.log"; exit 1
+}
 trap stop_all EXIT
+# The end of the run on a host with neither trainer nor param server (see above): probe PARAM_SERVER
+# every 5 s with a wire.Ping (under this host's CURVE keys, as its roles connect).
+probe_ps() {
+  $PYTHON - "$ps_addr" > /dev/null 2>&1 <<'EOF'
+import sys
+import wire
+try:
+    wire.Client("launch.sh-probe", sys.argv[1], timeout_s=3.0).call(wire.Ping(), what="liveness")
+except Exception:
+    sys.exit(1)
+EOF
+}
+watch_ps=""; ENDED=""; ps_seen=0; ps_ok=0; next_probe=0
+if [ -z "${HERE[trainer]:-}" ] && [ -z "${HERE[param_server]:-}" ] && [ -n "$ps_addr" ] && [ "$END_AFTER_S" -gt 0 ]; then
+  watch_ps=1
+fi
 trap 'echo; echo "launch.sh: interrupted, stopping every role"; exit 130' INT TERM
 
 for role in "${ORDER[@]}"; do start_role "$role" "$([ "$role" = trainer ] && [ "${RESUME:-0}" = 1 ] && echo --resume)"; done
@@ -148,32 +297,60 @@ echo "launch.sh: run dir $RUN_DIR; roles: ${ORDER[*]}; logs in $RUN_DIR/<role>.l
 shown=0
 while true; do
   for role in "${ORDER[@]}"; do
+    if [ -n "${DUE[$role]:-}" ]; then  # a restart backing off after a repeated failure
+      if [ "$(date +%s)" -ge "${DUE[$role]}" ]; then
+        unset "DUE[$role]"; start_role "$role" "$([ "$role" = trainer ] && echo --resume)"
+      fi
+      continue
+    fi
     kill -0 "${PID[$role]}" 2>/dev/null && continue
     status=0; wait "${PID[$role]}" 2>/dev/null || status=$?
     if [ "$role" = trainer ] && [ "$status" = 0 ]; then break 2; fi   # the run is complete
     # trainer.EXIT_STOP_RUN or devices.EXIT_MISPLACED (3) from any role, or a verifier that refuses
     # weaker isolation than asked (2): restarting cannot help, so stop the run and say why.
-    if [ "$status" = 3 ] || { [ "$role" = verifier ] && [ "$status" = 2 ]; }; then
-      echo "launch.sh: $role stopped the run (exit status $status); last lines of $RUN_DIR/$role.log:"
-      tail -n 5 "$RUN_DIR/$role.log"; exit 1
+    if [ "$status" = 3 ] || { [ "${role%%-*}" = verifier ] && [ "$status" = 2 ]; }; then
+      stop_run "$role" "$role stopped the run (exit status $status)"
     fi
-    now=$(date +%s)
-    recent=""; for t in ${DEATHS[$role]:-}; do [ $((now - t)) -lt "$RESTART_WINDOW" ] && recent="$recent $t"; done
-    DEATHS[$role]="$recent $now"
-    if [ "$(echo ${DEATHS[$role]} | wc -w)" -gt "$MAX_RESTARTS" ]; then
-      echo "launch.sh: $role died $MAX_RESTARTS+ times within ${RESTART_WINDOW}s (last status $status); stopping the run."
-      echo "launch.sh: last lines of $RUN_DIR/$role.log:"; tail -n 20 "$RUN_DIR/$role.log"
-      exit 1
+    delay=0
+    if [ "$status" != 143 ]; then
+      now=$(date +%s)
+      recent=""; for t in ${DEATHS[$role]:-}; do [ $((now - t)) -lt "$RESTART_WINDOW" ] && recent="$recent $t"; done
+      DEATHS[$role]="$recent $now"
+      if [ "$(echo ${DEATHS[$role]} | wc -w)" -gt "$MAX_RESTARTS" ]; then
+        stop_run "$role" "$role died $MAX_RESTARTS+ times within ${RESTART_WINDOW}s (last status $status)"
+      fi
+      # the failure: exit status, last log line without its digits (times, pids), and the run's progress
+      failure="$status|$( { tail -n 1 "$RUN_DIR/$role.log" 2>/dev/null || true; } | tr -d '0-9')|$(progress)"
+      if [ "$failure" = "${LAST_FAILURE[$role]:-}" ]; then SAME[$role]=$(( ${SAME[$role]:-0} + 1 )); else SAME[$role]=0; fi
+      LAST_FAILURE[$role]=$failure
+      if [ "${SAME[$role]}" -ge "${#BACKOFF[@]}" ]; then
+        stop_run "$role" "$role failed the same way $(( SAME[$role] + 1 )) times in a row with no progress in between (exit status $status)"
+      fi
+      delay=${BACKOFF[${SAME[$role]}]}
     fi
     RESTARTS[$role]=$(( ${RESTARTS[$role]:-0} + 1 ))
     write_restarts
-    echo "launch.sh: $role exited (status $status); restart #${RESTARTS[$role]}"
-    start_role "$role" "$([ "$role" = trainer ] && echo --resume)"
+    if [ "$delay" -gt 0 ]; then
+      echo "launch.sh: $role exited (status $status) as before, with no progress; restart #${RESTARTS[$role]} in ${delay}s"
+      DUE[$role]=$(( $(date +%s) + delay ))
+    else
+      echo "launch.sh: $role exited (status $status); restart #${RESTARTS[$role]}"
+      start_role "$role" "$([ "$role" = trainer ] && echo --resume)"
+    fi
   done
+  if [ -n "$watch_ps" ] && [ "$(date +%s)" -ge "$next_probe" ]; then
+    if probe_ps; then ps_seen=1; ps_ok=$(date +%s)
+    elif [ "$ps_seen" = 1 ] && [ $(( $(date +%s) - ps_ok )) -ge "$END_AFTER_S" ]; then
+      echo "launch.sh: the param server $ps_addr has not answered for ${END_AFTER_S}s: the run is over (or its host is gone); stopping this host's roles"
+      ENDED=1; break
+    fi
+    next_probe=$(( $(date +%s) + 5 ))
+  fi
   lines=$( { wc -l < "$RUN_DIR/trainer.log"; } 2>/dev/null || echo 0)
   if [ "$lines" -gt "$shown" ]; then sed -n "$((shown + 1)),${lines}p" "$RUN_DIR/trainer.log" | grep -E "step|eval|resumed|checkpoint|error|Error" || true; shown=$lines; fi
   sleep 1
 done
+[ -z "$ENDED" ] || exit 0   # a host without the trainer: none of the run's results are here
 sed -n "$((shown + 1)),\$p" "$RUN_DIR/trainer.log" | grep -E "step|eval|resumed|checkpoint" || true
 $PYTHON - "$RUN_DIR/metrics.jsonl" <<'EOF'
 import json, sys

@@ -3,7 +3,8 @@
     python trainer.py --run-dir runs/demo --param-server tcp://127.0.0.1:5555 --steps 60
     python trainer.py --run-dir runs/demo --resume          # continue from the last good checkpoint
 
-Sockets (requests to the param server, see wire.py): ping, push_weights, enqueue_work, get_rollouts.
+Sockets (requests to the param server, see wire.py): ping, push_chunk + push_commit (a weight version,
+streamed: wire.push_weights), enqueue_work, get_rollouts.
 Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/ledger.jsonl (one
 line per training prompt's final fate), $RUN_DIR/checkpoints/step_N/, and at the end $RUN_DIR/final/
 (the trained policy in Hugging Face layout, `Trainer.export_policy`).
@@ -38,7 +39,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import math
 import os
 import shutil
 import signal
@@ -57,6 +57,7 @@ import grpo
 import hf_io
 import lifecycle
 import model
+import prompts
 import sharding
 import tasks
 import wire
@@ -91,11 +92,25 @@ class Config:
     max_new_tokens: int = 16
     """longest completion (the embedded task's answers are one short line)"""
     seq_len: int = 0
-    """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = the model's max"""
+    """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = from the data: the
+    longest prompt plus max_new_tokens, rounded up to a power of two (fit_seq_len), at most the model's
+    max; the embedded task uses the model's max"""
+    prompt_format: str = ""
+    """how a problem becomes the model's text and a completion becomes a program (prompts.py):
+    "completion" (base models: the program is prompt + completion) or "chat" (instruction models: the
+    problem in the checkpoint's chat template, the program is the answer's fenced code); "" = chat when
+    the checkpoint's tokenizer has a chat template, else completion"""
+    partial_reward: bool = False
+    """stdin/stdout problems: reward the fraction of test cases passed instead of all-or-nothing
+    (training only; evaluation stays pass/fail). Metric reward/partial_frac: rewards strictly in (0, 1)"""
     # --- optimizer
-    microbatch: int = 128
-    """rows (completions) per forward/backward pass; gradients are accumulated over the batch. Lower it
-    to save memory; model.py's precision policy makes the log-probs independent of it (bitwise)"""
+    microbatch: int = 0
+    """rows (completions) per forward/backward pass; gradients are accumulated over the batch. 0 = the
+    most rows that fit --memory-budget-gb (model.rows_for_budget), at most 128. model.py's precision
+    policy makes the log-probs independent of it (bitwise)"""
+    memory_budget_gb: float = 0.0
+    """memory per trainer device for choosing the microbatch; 0 = 80% of the device's (its
+    memory_stats bytes_limit), on the CPU half of the machine's RAM (the other roles share it)"""
     lr: float = 2e-4
     """Adam learning rate"""
     max_grad_norm: float = 1.0
@@ -143,12 +158,12 @@ class Config:
     training groups failed in the verifier (status infra_error), not in the program"""
 
     def __post_init__(self):
-        if min(self.steps, self.prompts_per_step, self.microbatch, self.max_new_tokens, self.heldout,
+        if min(self.steps, self.prompts_per_step, self.max_new_tokens, self.heldout,
                self.eval_samples, self.checkpoint_every, self.keep_checkpoints) < 1:
-            raise ValueError("steps, prompts_per_step, microbatch, max_new_tokens, heldout, eval_samples, "
+            raise ValueError("steps, prompts_per_step, max_new_tokens, heldout, eval_samples, "
                              "checkpoint_every and keep_checkpoints must be >= 1")
-        if self.max_staleness < 0 or self.eval_every < 0 or self.seq_len < 0:
-            raise ValueError("max_staleness, eval_every and seq_len must be >= 0")
+        if min(self.max_staleness, self.eval_every, self.seq_len, self.microbatch, self.memory_budget_gb) < 0:
+            raise ValueError("max_staleness, eval_every, seq_len, microbatch and memory_budget_gb must be >= 0")
         if not 0 <= self.max_verifier_failure_frac <= 1:
             raise ValueError("max_verifier_failure_frac must be in [0, 1]")
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.lr <= 0:
@@ -314,14 +329,59 @@ def init_state(params: dict, mcfg: model.ModelConfig, optimizer, mesh=None):
 
 
 def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: int, version: int,
-                 evaluate: bool = False, lineage: str = "", temperature: float | None = None) -> wire.WorkItem:
-    """A work item: everything a worker needs to sample and verify one group."""
+                 evaluate: bool = False, lineage: str = "", temperature: float | None = None,
+                 fmt: str = "completion", template=None) -> wire.WorkItem:
+    """A work item: everything a worker needs to sample and verify one group: the text the model
+    continues and how to build the program from its completion (prompts.py), the tests, the settings."""
     return wire.WorkItem(
-        item_id=item_id, prompt=problem.prompt, tests=problem.tests, entry_point=problem.entry_point or "",
+        item_id=item_id, prompt=prompts.model_prompt(problem, fmt, template),
+        prompt_format=fmt, program_prefix=prompts.program_prefix(problem, fmt),
+        partial_reward=cfg.partial_reward and problem.kind == "io" and not evaluate,
+        tests=problem.tests, entry_point=problem.entry_point or "",
         kind=problem.kind, cases=[list(c) for c in problem.cases] if problem.kind == "io" else [],
         group_size=G, seq_len=T, max_new_tokens=cfg.max_new_tokens, min_version=version,
         temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
-        stop=list(problem.stop), eval=evaluate, lineage=lineage)
+        stop=list(prompts.stop_strings(problem, fmt)), eval=evaluate, lineage=lineage)
+
+
+SEQ_LEN_MIN = 64
+
+
+def fit_seq_len(prompt_lens: list, max_new_tokens: int, max_seq_len: int) -> int:
+    """T for a dataset: the longest prompt plus the generation budget, rounded up to a power of two (at
+    least SEQ_LEN_MIN) so that datasets of similar lengths share compiled programs, and at most the
+    model's max_seq_len (longer prompts are then skipped, each with the fate skipped_too_long)."""
+    need = max(prompt_lens, default=1) + max_new_tokens
+    return min(max_seq_len, max(SEQ_LEN_MIN, 1 << (need - 1).bit_length()))
+
+
+MICROBATCH_MAX = 128
+
+
+def memory_budget_bytes(gb: float) -> int:
+    """Bytes per trainer device: `gb` if given, else 80% of the device's own limit, else (the CPU, which
+    reports none) half of the machine's RAM."""
+    if gb > 0:
+        return int(gb * 2**30)
+    stats = jax.devices()[0].memory_stats() or {}
+    if stats.get("bytes_limit"):
+        return int(0.8 * stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def fit_microbatch(mcfg: model.ModelConfig, T: int, budget_gb: float, mesh=None, with_ref: bool = False) -> int:
+    """The most rows per microbatch whose forward+backward (model.train_step_bytes) fits beside the
+    trainer's state in the memory budget of each device, at most MICROBATCH_MAX. On a mesh the state is
+    split over every device (FSDP) and the rows over "data". Raises if not one row fits."""
+    n, data = (1, 1) if mesh is None else (mesh.size, mesh.shape["data"])
+    state = model.train_state_bytes(mcfg) // n + (2 * model.param_count(mcfg) if with_ref else 0)
+    budget = memory_budget_bytes(budget_gb)
+    rows = model.rows_for_budget(mcfg, T, budget, state_bytes=state)
+    if rows == 0:
+        raise ValueError(f"one row of {T} tokens does not fit {budget / 2**30:.1f} GiB per device beside the "
+                         f"trainer's state ({state / 2**30:.1f} GiB); use more trainer chips, a shorter "
+                         f"--seq-len/--max-new-tokens or a larger --memory-budget-gb")
+    return min(MICROBATCH_MAX, rows * data)
 
 
 def eval_text(metrics: dict) -> str:
@@ -420,9 +480,11 @@ class Trainer:
         # on a mesh the weights stay on the host until they go to their shards (no device holds them whole)
         self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix, host=self.mesh is not None)
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
-        self.T = cfg.seq_len or self.mcfg.max_seq_len
-        if self.T > self.mcfg.max_seq_len:
-            raise ValueError(f"seq_len {self.T} exceeds the model's max_seq_len {self.mcfg.max_seq_len}")
+        self.fmt = cfg.prompt_format or prompts.default_format(cfg.model)
+        self.template = prompts.load_chat_template(cfg.model)
+        if self.fmt == "chat" and self.template is None:
+            raise ValueError(f"--prompt-format chat: the checkpoint {cfg.model!r} has no chat template "
+                             f"(tokenizer_config.json chat_template or chat_template.jinja)")
         if gcfg.max_len > cfg.max_new_tokens:
             raise ValueError(f"--max-len {gcfg.max_len} is the generation budget (Dr. GRPO's and DAPO's L_max): it "
                              f"cannot exceed --max-new-tokens {cfg.max_new_tokens}, or no completion is ever overlong")
@@ -448,6 +510,20 @@ class Trainer:
         else:
             stream = tasks.train_problems(cfg.seed)
             self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
+        # T, one for the run (the sampler and the update compile once): from the data's longest prompt
+        self.T = cfg.seq_len or (fit_seq_len([self.prompt_len(p) for p in problems], cfg.max_new_tokens,
+                                             self.mcfg.max_seq_len) if cfg.data else self.mcfg.max_seq_len)
+        if self.T > self.mcfg.max_seq_len:
+            raise ValueError(f"seq_len {self.T} exceeds the model's max_seq_len {self.mcfg.max_seq_len}")
+        fits = [p for p in self.heldout if self.prompt_len(p) + cfg.max_new_tokens <= self.T]
+        if len(fits) < len(self.heldout):
+            self.log(f"{len(self.heldout) - len(fits)} held-out problems left out: prompt + max_new_tokens "
+                     f"exceeds seq_len {self.T}")
+            self.heldout = fits
+        self.microbatch = cfg.microbatch or fit_microbatch(self.mcfg, self.T, cfg.memory_budget_gb, self.mesh,
+                                                           with_ref=gcfg.kl_beta > 0)
+        self.log(f"prompt format {self.fmt}; seq_len {self.T} (prompt + {cfg.max_new_tokens} new tokens); "
+                 f"microbatch {self.microbatch} rows")
         self.step_n, self.cursor = 0, 0
         self.t_start, self.ps_instance = time.monotonic(), None
         # A lineage names this trainer process's policy history. Version numbers restart from the
@@ -486,6 +562,14 @@ class Trainer:
         self.stop_requested = False
 
     # -- plumbing ---------------------------------------------------------------------------------
+    def item(self, problem: tasks.Problem, item_id: str, G: int, evaluate: bool = False, temperature=None):
+        return problem_item(problem, item_id, self.cfg, G, self.T, self.step_n, evaluate, self.lineage,
+                            temperature, self.fmt, self.template)
+
+    def prompt_len(self, problem: tasks.Problem) -> int:
+        """Tokens of the text the model sees for this problem (its chat rendering in the chat format)."""
+        return len(self.tokenizer.encode(prompts.model_prompt(problem, self.fmt, self.template)))
+
     def log(self, text: str) -> None:
         print(f"[trainer] {time.strftime('%H:%M:%S')} {text}", flush=True)
 
@@ -525,17 +609,14 @@ class Trainer:
         self.ledger_lines += 1
 
     def push(self) -> float:
-        """Send the policy (the bf16 cast of the master) as version step_n, one PushWeights message: the
-        param server swaps in a complete set or nothing. Built one tensor at a time (hf_io.iter_hf_tensors):
-        each is cut from the (sharded) master and cast on the devices, then gathered to the host, so the
-        host holds the message (the bf16 model) plus one tensor (bench/bench_push_memory.py)."""
+        """Send the policy (the bf16 cast of the master) as version step_n, streamed (wire.push_weights):
+        chunks of wire.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
+        or nothing. Built one tensor at a time (hf_io.iter_hf_tensors): each is cut from the (sharded)
+        master and cast on the devices, then gathered to the host, so the host holds one tensor plus one
+        chunk beyond the master, whatever the model's size."""
         t0 = time.monotonic()
-        names, arrays = [], []
-        for name, array in hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype):
-            names.append(name)
-            arrays.append(array)
-        self.ps.call(wire.PushWeights(self.step_n, names, arrays, [wire.crc32(a) for a in arrays], self.lineage),
-                     what="weights receipt")
+        wire.push_weights(self.ps, self.step_n, self.lineage,
+                          hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype))
         return time.monotonic() - t0
 
     def enqueue(self, items: list) -> None:
@@ -549,9 +630,8 @@ class Trainer:
         for _ in range(self.books.to_feed()):
             problem, index = self.problem(self.cursor), self.cursor
             self.cursor += 1
-            item = problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg, self.gcfg.group_size,
-                                self.T, self.step_n, lineage=self.lineage)
-            if len(self.tokenizer.encode(problem.prompt)) + self.cfg.max_new_tokens > self.T:
+            item = self.item(problem, f"train/{index}|{problem.item_id}", self.gcfg.group_size)
+            if len(self.tokenizer.encode(item.prompt)) + self.cfg.max_new_tokens > self.T:
                 self.books.resolve(item.item_id, lifecycle.SKIPPED_TOO_LONG)
                 continue
             self.books.add(item)
@@ -621,6 +701,7 @@ class Trainer:
         behav_BT = np.concatenate([r.logp_GT for r in batch])
         mask_BT = np.concatenate([r.mask_GT for r in batch])
         rewards_BG = np.stack([r.rewards_G for r in batch])
+        raw_BG = rewards_BG  # as the verifier gave them (before shaping)
         staleness_B = np.repeat([self.step_n - r.version for r in batch], G)
         lengths_B = mask_BT.sum(1)  # completion tokens: what max_len (the generation budget) bounds
         finished_B = np.concatenate([r.finished_G for r in batch])
@@ -630,7 +711,7 @@ class Trainer:
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
         t0 = time.monotonic()
-        minibatches = split_batch(data, self.cfg.minibatches, self.cfg.microbatch)  # [minibatch][microbatch]
+        minibatches = split_batch(data, self.cfg.minibatches, self.microbatch)  # [minibatch][microbatch]
         if self.ref_params is not None:
             for mb in (mb for minibatch in minibatches for mb in minibatch):
                 mb["logp_ref_BT"] = self.ref_logprobs(self.ref_params, mb["tokens_BT"])
@@ -643,6 +724,8 @@ class Trainer:
         metrics = {names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()}
         metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
                         "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
+                        "reward/pass_frac": float(np.mean(raw_BG >= 1.0)),
+                        "reward/partial_frac": float(np.mean((raw_BG > 0) & (raw_BG < 1))),
                         "policy/entropy": float(-(behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
                         "len/completion_mean": float(mask_BT.sum(1).mean()),
                         "staleness/max": int(staleness_B.max()), "staleness/mean": float(staleness_B.mean()),
@@ -662,13 +745,12 @@ class Trainer:
         t0, n = time.monotonic(), self.cfg.eval_samples
         # crn_key: the same random numbers at every evaluation of this run (inference_worker.row_keys),
         # so the change between two evaluations is the weights' doing, not the draw's
-        items = [dataclasses.replace(problem_item(p, f"eval/{self.step_n}/{j}|{p.item_id}", self.cfg, n, self.T,
-                                                  self.step_n, True, self.lineage),
+        items = [dataclasses.replace(self.item(p, f"eval/{self.step_n}/{j}|{p.item_id}", n, evaluate=True),
                                      crn_key=f"seed{self.cfg.seed}/eval/{j}|{p.item_id}")
                  for j, p in enumerate(self.heldout)]
         if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
-            items += [problem_item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", self.cfg, 1, self.T, self.step_n,
-                                   True, self.lineage, temperature=0.0) for j, p in enumerate(self.heldout)]
+            items += [self.item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", 1, evaluate=True, temperature=0.0)
+                      for j, p in enumerate(self.heldout)]
         self.eval_pending.update({i.item_id: i for i in items})
         self.evals = []
         self.enqueue(items)

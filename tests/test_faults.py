@@ -142,3 +142,23 @@ def test_sigterm_checkpoints_and_a_corrupt_checkpoint_falls_back(tmp_path, tiny)
     cfg = trainer.Config(run_dir=run_dir, model=tiny, resume=True, param_server=f"tcp://127.0.0.1:{free_port()}")
     t = trainer.Trainer(cfg, grpo.GRPOConfig())
     assert t.step_n == int(ckpts[-2].split("_")[1])                # the previous good one
+
+
+def test_a_crash_loop_stops_the_run_whatever_its_pace(tmp_path, tiny):  # noqa: F811
+    """A worker that fails the same way at every start (here: asked for two devices on a one-device
+    machine) is restarted with back-off, then the run stops naming it and showing its log, although
+    its deaths are too far apart for the MAX_RESTARTS-in-RESTART_WINDOW rule (window 1 s)."""
+    run_dir = str(tmp_path / "run")
+    env = {**os.environ, "RUN_DIR": run_dir, "STEPS": "3", "WORKERS": "1", "MODEL": tiny,
+           "PORT": str(free_port()), "TRAINER_ARGS": TRAINER_ARGS, "WORKER_ARGS": "--tensor-parallel 2",
+           "RESTART_WINDOW": "1", "CRASH_BACKOFF": "0 2 3"}
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "worker-0 failed the same way 4 times in a row with no progress in between" in out, out[-3000:]
+    assert "--tensor-parallel 2 needs that many devices" in out.split("failed the same way")[1]  # its log
+    assert "restart #2 in 2s" in out and "restart #3 in 3s" in out        # backed off
+    assert json.load(open(os.path.join(run_dir, "restarts.json")))["worker-0"] == 3
+    assert json.load(open(os.path.join(run_dir, "restarts.json")))["trainer"] == 0
+    assert time.monotonic() - t0 < 240
