@@ -7,24 +7,21 @@ Run:  python bench/bench_push_memory.py                      # 100m model, 8 sim
 The f32 master is made directly in its shards (sharding.param_shardings) on a (devices x 1) mesh, as the
 Trainer holds it. Each variant then runs in a fresh child process (so one variant's freed memory does
 not hide the other's) and streams the push the param server receives (wire.push_weights: chunks, then
-the manifest), each message encoded for the wire (wire.encode; a stand-in client, no socket). The
-numbers below were measured when a push was ONE message holding the whole model; streamed, neither
-variant holds the message any more (rerun to refresh them):
+the manifest), each message encoded for the wire (wire.encode; a stand-in client, no socket):
   per_tensor  trainer.Trainer.push itself: hf_io.iter_hf_tensors cuts, casts and gathers one tensor at a
-              time, so the host holds the message plus one tensor.
-  whole       what push did before: hf_io.to_hf_tensors(cast_params(master, bf16)): the whole bf16
-              model cast on the devices, every stacked leaf copied to the host, then transposed copies.
+              time and wire.push_weights sends it in chunks, so the host never holds the whole model.
+  whole       the whole-model way: hf_io.to_hf_tensors(cast_params(master, bf16)): the whole bf16 model
+              cast on the devices, every stacked leaf copied to the host, then transposed copies.
 Measured: host_peak = tracemalloc's peak of the host (numpy) allocations during the push; extra = that
-minus the message itself (the bf16 model, which the one-message protocol has to hold). rss_peak = the
-process's resident set sampled every ms, minus before; on XLA:CPU the "device" buffers are host memory
-too, so this also counts the devices' bf16 copy of the whole variant, which on a GPU is device memory.
+minus the bf16 model's size (negative: less than one model is ever held). rss_peak = the process's
+resident set sampled every ms, minus before; on XLA:CPU the "device" buffers are host memory too, so
+this also counts the devices' bf16 copy of the whole variant, which on a GPU is device memory.
 Caveats: after the warm-up push the allocator reuses freed pages, so rss_peak understates (--no-warm
 measures a first push, compilations included); with --devices 1 a CPU array reaches numpy without a
 copy, which tracemalloc does not see, so there host_peak undercounts and rss_peak is the number to read.
 
-Measured (2-core CPU, 100m: 237.8 MB in bf16, largest tensor 46.9 MB; 8 devices): per_tensor host_extra
-3.0 MB (the largest per-layer tensor: the message's own arrays are the gathered ones), whole 191 MB;
-rss_peak 114 vs 473 MB (--no-warm: 312 vs 661 MB).
+Measured (2026-12-01, 2-core CPU, 100m: 237.8 MB in bf16, largest tensor 46.9 MB; 8 devices): host_peak
+per_tensor 126.5 MB, whole 428.9 MB; rss_peak 127 vs 526 MB.
 
 Last lines: `RESULT name=push_memory variant=<v> devices=<n> model_bf16_mb=<m> largest_tensor_mb=<t>
 host_peak_mb=<p> host_extra_mb=<p - m> rss_peak_delta_mb=<r> push_s=<s>`, one per variant.
