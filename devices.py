@@ -298,7 +298,7 @@ def _seen() -> str:
 def check(role: str) -> list:
     """Log the devices JAX gives this role; exit(EXIT_MISPLACED) if launch.sh placed it on an accelerator
     (RLAX_ACCELERATOR=tpu|gpu) and it did not get exactly that: only the CPU, or not RLAX_CHIPS chips.
-    Returns jax.devices()."""
+    Returns this process's devices (jax.local_devices(): a trainer across hosts checks its own host's)."""
     placed = os.environ.get("RLAX_ACCELERATOR", "")
     chips = int(os.environ.get("RLAX_CHIPS", "0") or 0)
     if placed not in ("",) + PLATFORMS:
@@ -306,7 +306,7 @@ def check(role: str) -> list:
     import jax  # here, not above: launch.sh imports this file for the plan and must not start JAX
 
     try:
-        devs, error = jax.devices(), None
+        devs, error = jax.local_devices(), None
     except RuntimeError as e:  # JAX_PLATFORMS named a platform that could not start
         devs, error = [], e
     platform = devs[0].platform if devs else "none"

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import multihost
 from model import ModelConfig, _param_shapes
 
 # =====================================================================================================
@@ -51,7 +52,9 @@ def _hf_layer_map(cfg: ModelConfig):
 
 
 def _to_numpy(x) -> np.ndarray:
-    return np.asarray(jax.device_get(x))
+    """On the host; for an array sharded over several processes (the trainer across hosts) an
+    all-gather that every process makes (multihost.to_host)."""
+    return multihost.to_host(x)
 
 
 def to_hf_tensors(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:

@@ -20,6 +20,8 @@
 # servers listen on; any address off loopback needs CURVE keys (RLAX_CURVE_KEY, wire.py).
 #   ROLES=trainer,param_server,verifier BIND=0.0.0.0 RLAX_CURVE_KEY=keys/curve.key bash launch.sh    # host A
 #   ROLES=workers PARAM_SERVER=tcp://hostA:5555 VERIFIER=tcp://hostA:5557 RLAX_CURVE_KEY=keys/curve.key bash launch.sh
+# A trainer over several hosts' chips: TRAINER_HOSTS=2 TRAINER_COORDINATOR=hostA:8470 on host A as well, and
+#   ROLES=trainer TRAINER_HOSTS=2 TRAINER_HOST_ID=1 TRAINER_COORDINATOR=hostA:8470 bash launch.sh          # host C
 #
 # Everything lands in $RUN_DIR: one log per role, commands.sh (every role's exact line, its device
 # variables included: run a line to restart that role by hand on the same chips), pids/<role>,
@@ -53,6 +55,13 @@ WORKER_BASE=${WORKER_BASE:-0}       # this host's workers are worker-(WORKER_BAS
                                     # and seeds): give each worker host its own range, names must be unique
 END_AFTER_S=${END_AFTER_S:-120}     # a host with neither trainer nor param server stops this long after
                                     # PARAM_SERVER stopped answering (the run is over); 0 = run until stopped
+# One trainer over the chips of several hosts (multihost.py, jax.distributed): run launch.sh with
+# ROLES including trainer on each trainer host, the same TRAINER_HOSTS and TRAINER_COORDINATOR, and
+# TRAINER_HOST_ID 0, 1, ...; host 0's trainer is the one the other roles talk to and writes the run's files.
+TRAINER_HOSTS=${TRAINER_HOSTS:-1}   # trainer processes (hosts) in the trainer's mesh
+TRAINER_HOST_ID=${TRAINER_HOST_ID:-0}   # this host's trainer process
+TRAINER_COORDINATOR=${TRAINER_COORDINATOR:-}   # host:port on trainer host 0 for jax.distributed ("auto" on a
+                                    # Cloud TPU slice: JAX reads the slice from the VMs)
 PYTHON=${PYTHON:-python3}
 # The GRPO recipe of the default run: grpo.py's defaults (GRPO advantages, token-mean loss, TIS) plus
 # a k3 KL term (beta 0.2) to the cold-start policy and DAPO dynamic sampling. The KL term is what keeps
@@ -104,6 +113,16 @@ done
 [[ $VERIFIER_EXECUTORS =~ ^[1-9][0-9]*$ ]] || refuse "VERIFIER_EXECUTORS=$VERIFIER_EXECUTORS: must be a count >= 1"
 [[ $END_AFTER_S =~ ^[0-9]+$ ]] || refuse "END_AFTER_S=$END_AFTER_S: must be seconds >= 0"
 [[ $WORKER_BASE =~ ^[0-9]+$ ]] || refuse "WORKER_BASE=$WORKER_BASE: must be a number >= 0"
+[[ $TRAINER_HOSTS =~ ^[1-9][0-9]*$ ]] || refuse "TRAINER_HOSTS=$TRAINER_HOSTS: must be a count >= 1"
+[[ $TRAINER_HOST_ID =~ ^[0-9]+$ ]] && [ "$TRAINER_HOST_ID" -lt "$TRAINER_HOSTS" ] \
+  || refuse "TRAINER_HOST_ID=$TRAINER_HOST_ID: must be in 0 .. TRAINER_HOSTS-1 ($((TRAINER_HOSTS - 1)))"
+trainer_follows=""   # this host's trainer process only follows trainer host 0 (no sockets, no files)
+if [ "$TRAINER_HOSTS" -gt 1 ] || [ "$TRAINER_COORDINATOR" = auto ]; then
+  [ -n "${HERE[trainer]:-}" ] || refuse "TRAINER_HOSTS=$TRAINER_HOSTS but ROLES=$ROLES has no trainer"
+  [ "$TRAINER_COORDINATOR" = auto ] || [[ $TRAINER_COORDINATOR =~ ^[A-Za-z0-9._-]+:[0-9]+$ ]] \
+    || refuse "TRAINER_HOSTS=$TRAINER_HOSTS needs TRAINER_COORDINATOR=host:port (trainer host 0's address and a free port) or auto"
+  [ "$TRAINER_HOST_ID" = 0 ] || trainer_follows=1
+fi
 # IPv4 addresses and host names (wire.py's sockets do not enable IPv6)
 is_addr() { [[ $1 =~ ^tcp://[A-Za-z0-9._-]+:[0-9]+$ ]]; }
 host_of() { local h=${1#tcp://}; echo "${h%:*}"; }
@@ -117,7 +136,7 @@ if [ -n "${HERE[param_server]:-}" ]; then
   ps_bind="tcp://$BIND:$PORT"; ps_addr="tcp://$local_host:$PORT"
 else
   ps_addr=$PARAM_SERVER
-  if [ -z "$ps_addr" ] && { [ -n "${HERE[trainer]:-}" ] || [ -n "${HERE[workers]:-}" ]; }; then
+  if [ -z "$ps_addr" ] && [ -z "$trainer_follows" ] && { [ -n "${HERE[trainer]:-}" ] || [ -n "${HERE[workers]:-}" ]; }; then
     refuse "ROLES=$ROLES has no param_server: set PARAM_SERVER=tcp://host:port (the host that runs it)"
   fi
   [ -z "$ps_addr" ] || is_addr "$ps_addr" || refuse "PARAM_SERVER=$ps_addr: expected tcp://host:port"
@@ -198,7 +217,12 @@ for role in "${ORDER[@]}"; do
       cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
       cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY $fix_flag${relay_flag:+ $relay_flag} ${FLAGS[$role]} $WORKER_ARGS" ;;
-    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR --param-server $ps_addr --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS" ;;
+    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
+      if [ -n "$TRAINER_COORDINATOR" ]; then
+        cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"
+        # across TPU hosts libtpu takes the slice's own topology, not devices.py's one-process cluster
+        [ "$TRAINER_COORDINATOR" != auto ] || ENVS[$role]=$(tr ' ' '\n' <<< "${ENVS[$role]}" | grep -v '^TPU_\|^CLOUD_TPU_' | tr '\n' ' ')
+      fi ;;
     *) echo "launch.sh: devices.py placed an unknown role: $role" >&2; exit 2 ;;
   esac
   CMD[$role]=$(squeeze "${ENVS[$role]} $cmd")
@@ -210,14 +234,7 @@ done
     echo "# this host: ROLES=$ROLES; param server ${ps_addr:-none}; verifiers ${verifier_addr:-none}"
   fi
   echo "export XLA_FLAGS=\"$XLA_FLAGS\""
-  # Relay broadcast (inference_worker --relay): each worker serves the chunks it holds to the workers
-# below it in the param server's relay tree, so its chunk server must listen where they can reach it.
-# On one machine that is loopback; across hosts HOST_ADDR (this host's address as the others see it)
-# must be given, or this host's workers pull every chunk from the param server (--no-relay).
-if [ -n "${HOST_ADDR:-}" ]; then relay_flag="--relay-bind tcp://$HOST_ADDR:*"
-elif [ -n "$off_loopback" ]; then relay_flag="--no-relay"
-else relay_flag=""; fi
-for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do   # paths only, never a key
+  for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do   # paths only, never a key
     if [ -n "${!v:-}" ]; then echo "export $v=\"${!v}\""; fi
   done
   for role in "${ORDER[@]}"; do echo "${CMD[$role]}  # $role"; done; } > "$RUN_DIR/commands.sh"
@@ -351,6 +368,7 @@ while true; do
   sleep 1
 done
 [ -z "$ENDED" ] || exit 0   # a host without the trainer: none of the run's results are here
+[ -z "$trainer_follows" ] || { echo "launch.sh: the run is complete; its files are on trainer host 0"; exit 0; }
 sed -n "$((shown + 1)),\$p" "$RUN_DIR/trainer.log" | grep -E "step|eval|resumed|checkpoint" || true
 $PYTHON - "$RUN_DIR/metrics.jsonl" <<'EOF'
 import json, sys

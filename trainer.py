@@ -57,6 +57,7 @@ import grpo
 import hf_io
 import lifecycle
 import model
+import multihost
 import prompts
 import sharding
 import tasks
@@ -137,6 +138,15 @@ class Config:
     (FSDP over data), each microbatch's rows over data (padded with empty rows to a multiple of it).
     tensor_parallel > 1 splits matmul sums across devices, so the sampler's log-probs are no longer
     bitwise ours (mismatch/*; sharding.py has the measurements). One device: no mesh, the unsharded program"""
+    # --- hosts (multihost.py: one trainer over the chips of several hosts)
+    coordinator: str = ""
+    """host:port of trainer process 0, which jax.distributed's coordinator listens on ("auto" on a Cloud
+    TPU slice: JAX reads it from the VM); "" = one trainer process. The mesh then spans every process's
+    devices; process 0 is the trainer the other roles see, the rest take its settings and commands"""
+    num_processes: int = 1
+    """trainer processes, one per trainer host"""
+    process_id: int = 0
+    """this trainer process's index (0 = the leader: it alone talks to the param server and writes files)"""
     # --- evaluation and checkpoints
     heldout: int = 128
     """held-out problems per evaluation (pass@8's standard error is about 0.5/sqrt(heldout))"""
@@ -172,6 +182,8 @@ class Config:
             raise ValueError("ppo_epochs and minibatches must be >= 1")
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
+        if not 0 <= self.process_id < self.num_processes:
+            raise ValueError(f"process_id {self.process_id} must be in [0, num_processes={self.num_processes})")
         if self.prompts_per_step % self.minibatches:
             raise ValueError(f"minibatches={self.minibatches} must divide prompts_per_step={self.prompts_per_step}, "
                              "so that every minibatch (optimizer step) holds the same number of whole groups")
@@ -237,7 +249,9 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
     no gradient) to a multiple of the data axis and split over it; their log-probs are dropped. (With
     loss_agg=seq_mean_token_sum_norm the empty rows count in the row share that weights each
     microbatch's clip and IS fractions, which then read up to padding/rows high; loss and gradient
-    are exact, since aggregate's B * max_len counts the same rows.)"""
+    are exact, since aggregate's B * max_len counts the same rows.)
+    Across hosts (multihost.py) every trainer process calls update with the same minibatches; the
+    log-probs come back to every host (an all-gather), the state stays in its shards."""
 
     def policy(master):
         """The bf16 weights the forward runs on: the cast master, gathered over "data" on a mesh."""
@@ -285,7 +299,7 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
                              "microbatch dicts (see split_batch)")
         totals = [grpo.loss_totals(np.concatenate([mb["mask_BT"] for mb in mini])) for mini in minibatches]
         # pi_old of every row, at the starting weights: minibatch 0's comes from its first step below
-        logp_old = [None] + [[np.asarray(logp_fn(master, place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
+        logp_old = [None] + [[multihost.to_host(logp_fn(master, place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
                               [:len(mb["tokens_BT"])] for mb in mini] for mini in minibatches[1:]]
         aux, grad_norms = {}, []
         for _ in range(epochs):
@@ -300,7 +314,7 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
                     (loss, (logp_BT, mb_aux)), g = grad_fn(master, mb, weight)
                     grads = g if grads is None else add(grads, g)
                     if first:
-                        logps.append(np.asarray(logp_BT)[:n_rows])
+                        logps.append(multihost.to_host(logp_BT)[:n_rows])
                     mb_aux["loss"] = loss
                     step_aux = {k: step_aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
                 if first:
@@ -394,13 +408,17 @@ def eval_text(metrics: dict) -> str:
 
 def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep: int) -> str:
     """Atomic: everything is written into step_N.tmp/, then the folder is renamed to step_N/.
-    A crash mid-write leaves a .tmp folder that load ignores (invariant 5)."""
+    A crash mid-write leaves a .tmp folder that load ignores (invariant 5).
+    Across hosts every trainer process calls it (each tensor is gathered from its shards, a collective)
+    and only the leader writes: one checkpoint, in the same format whatever the host count."""
+    tensors = {f"master/{k}": multihost.to_host(v) for k, v in _flat(master).items()}
+    tensors.update({f"opt/{i:04d}": multihost.to_host(v) for i, v in enumerate(jax.tree_util.tree_leaves(opt_state))})
+    if not multihost.is_leader():
+        return ""
     root = os.path.join(run_dir, "checkpoints")
     final, tmp = os.path.join(root, f"step_{step:06d}"), os.path.join(root, f"step_{step:06d}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    tensors = {f"master/{k}": np.asarray(v) for k, v in _flat(master).items()}
-    tensors.update({f"opt/{i:04d}": np.asarray(v) for i, v in enumerate(jax.tree_util.tree_leaves(opt_state))})
     save_file(tensors, os.path.join(tmp, "state.safetensors"))
     meta = {**meta, "step": step, "crc32": {k: zlib.crc32(np.ascontiguousarray(v).tobytes())
                                             for k, v in tensors.items()}}
@@ -413,10 +431,9 @@ def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep
     return final
 
 
-def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
-    """Newest checkpoint that verifies; a truncated or corrupt one is reported and the previous used.
-    on_mesh: every array goes from the host straight into the sharding of its *_like leaf."""
-    put = (lambda x, like: jax.device_put(x, like.sharding)) if on_mesh else (lambda x, like: jnp.asarray(x))
+def read_checkpoint(run_dir: str, master_like) -> tuple[dict, dict]:
+    """(tensors by name, meta) of the newest checkpoint that verifies (every CRC, the model's parameter
+    names); a truncated or corrupt one is reported and the previous one tried."""
     root = os.path.join(run_dir, "checkpoints")
     names = sorted((d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")),
                    reverse=True) if os.path.isdir(root) else []
@@ -429,18 +446,37 @@ def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
             for k, v in tensors.items():
                 if zlib.crc32(np.ascontiguousarray(v).tobytes()) != meta["crc32"][k]:
                     raise ValueError(f"checksum mismatch in {k}")
-            flat_master = _flat(master_like)
-            if set(flat_master) != {k[len("master/"):] for k in tensors if k.startswith("master/")}:
+            if set(_flat(master_like)) != {k[len("master/"):] for k in tensors if k.startswith("master/")}:
                 raise ValueError("parameter names differ from the model's")
-            master = _unflat(master_like, {k: tensors[f"master/{k}"] for k in flat_master}, put)
-            opt_leaves, treedef = jax.tree_util.tree_flatten(opt_like)
-            opt_state = jax.tree_util.tree_unflatten(
-                treedef, [put(tensors[f"opt/{i:04d}"], like) for i, like in enumerate(opt_leaves)])
-            return master, opt_state, meta
+            return tensors, meta
         except Exception as e:  # any failure to read means: not a good checkpoint
             print(f"[trainer] checkpoint {path} is unusable ({type(e).__name__}: {e}); trying an older one",
                   flush=True)
     raise FileNotFoundError(f"no usable checkpoint in {root}")
+
+
+def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
+    """(master, opt_state, meta) from the newest checkpoint that verifies (read_checkpoint).
+    on_mesh: every array goes from the host straight into the sharding of its *_like leaf. Across hosts
+    every trainer process calls it: the leader reads the files and sends each tensor, bit for bit, to
+    the others (multihost.broadcast_array), so only the leader's disk holds checkpoints."""
+    tensors, meta = {}, None
+    if multihost.is_leader():
+        try:
+            tensors, meta = read_checkpoint(run_dir, master_like)
+        except FileNotFoundError as e:
+            meta = {"error": str(e)}
+    meta = multihost.broadcast(meta)
+    if "error" in meta:
+        raise FileNotFoundError(meta["error"])
+
+    def put(name, like):
+        x = multihost.broadcast_array(tensors.get(name), like.shape, like.dtype)
+        return jax.device_put(x, like.sharding) if on_mesh else jnp.asarray(x)
+    master = _unflat(master_like, {k: f"master/{k}" for k in _flat(master_like)}, put)
+    opt_leaves, treedef = jax.tree_util.tree_flatten(opt_like)
+    opt_state = jax.tree_util.tree_unflatten(treedef, [put(f"opt/{i:04d}", like) for i, like in enumerate(opt_leaves)])
+    return master, opt_state, meta
 
 
 def rewind_ledger(path: str, lines: int) -> int:
@@ -473,8 +509,14 @@ def _unflat(like, flat: dict, put=lambda x, like: jnp.asarray(x)):
 
 class Trainer:
     def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
+        # Across hosts (multihost.py) the leader (process 0) is the trainer the other roles see; every
+        # other process takes its settings, builds the same sharded state and then only follows.
+        self.leader = multihost.is_leader()
+        if jax.process_count() > 1:
+            settings = multihost.broadcast([dataclasses.asdict(cfg), dataclasses.asdict(gcfg)])
+            cfg = dataclasses.replace(Config(**settings[0]), process_id=cfg.process_id)
+            gcfg = grpo.GRPOConfig(**settings[1])
         self.cfg, self.gcfg = cfg, gcfg
-        os.makedirs(cfg.run_dir, exist_ok=True)
         # Our devices: None on one (the unsharded program), else a (data, tensor) mesh over all of them
         self.mesh = sharding.role_mesh(cfg.tensor_parallel)
         # on a mesh the weights stay on the host until they go to their shards (no device holds them whole)
@@ -500,7 +542,11 @@ class Trainer:
         if self.mesh is not None:  # pi_ref's rows split over "data" (padded) like the update's
             ref_jit = self.ref_logprobs
             put = lambda tokens_BT: sharding.shard_rows({"tokens_BT": tokens_BT}, self.mesh)["tokens_BT"]
-            self.ref_logprobs = lambda p, tokens_BT: np.asarray(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
+            self.ref_logprobs = lambda p, tokens_BT: multihost.to_host(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
+        if not self.leader:
+            self.log(f"process {jax.process_index()} of {jax.process_count()}: following the leader")
+            return
+        os.makedirs(cfg.run_dir, exist_ok=True)
         # Data: the cursor is the index of the next training problem; problem i is fixed by (seed, i).
         if cfg.data:
             problems = tasks.load_jsonl(cfg.data)
@@ -546,8 +592,7 @@ class Trainer:
         if cfg.resume and not has_checkpoint:
             self.log("--resume: no checkpoint yet, starting from the initial model")
         if cfg.resume and has_checkpoint:
-            self.master, self.opt_state, meta = load_checkpoint(cfg.run_dir, self.master, self.opt_state,
-                                                                on_mesh=self.mesh is not None)
+            meta = self.collective("restore")
             self.step_n, self.cursor = meta["step"], meta["cursor"]
             self.books.counts.update(meta["counts"])
             self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
@@ -572,6 +617,73 @@ class Trainer:
 
     def log(self, text: str) -> None:
         print(f"[trainer] {time.strftime('%H:%M:%S')} {text}", flush=True)
+
+    # -- across hosts (multihost.py) ----------------------------------------------------------------
+    # Everything that touches the sharded state is a command, run by every trainer process in the
+    # leader's order: update, push, checkpoint, restore, export. With one process it is a plain call.
+    def collective(self, command: str, payload=None):
+        """The leader runs do_<command>(payload) on every trainer process, itself included."""
+        multihost.broadcast([command, payload])
+        return getattr(self, f"do_{command}")(payload)
+
+    def follow(self) -> int:
+        """A follower's life: the leader's commands until it says stop; returns the leader's exit status."""
+        while True:
+            command, payload = multihost.broadcast()
+            if command == "stop":
+                return payload
+            getattr(self, f"do_{command}")(payload)
+
+    def release_followers(self, status: int) -> None:
+        if jax.process_count() > 1:
+            multihost.broadcast(["stop", status])
+
+    def do_update(self, payload: dict):
+        """Step 3's device work: pi_ref's log-probs when the KL term is on, then the update."""
+        minibatches = payload["minibatches"]
+        if self.ref_params is not None:
+            for mb in (mb for minibatch in minibatches for mb in minibatch):
+                mb["logp_ref_BT"] = self.ref_logprobs(self.ref_params, mb["tokens_BT"])
+        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, minibatches,
+                                                                epochs=payload["epochs"])
+        return logp_BT, aux
+
+    def do_push(self, payload: dict) -> None:
+        """Each tensor is cut from the (sharded) master and cast on the devices, then gathered to the host
+        (hf_io.iter_hf_tensors): the host holds one tensor plus one chunk beyond the master. Followers
+        take part in the gathers; the leader streams the tensors (wire.push_weights)."""
+        tensors = hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype)
+        try:
+            if self.leader:
+                wire.push_weights(self.ps, payload["version"], payload["lineage"], tensors)
+        finally:
+            for _ in tensors:  # followers; and the leader after a failed push: every process gathers every tensor
+                pass
+
+    def do_checkpoint(self, payload: dict) -> str:
+        return save_checkpoint(self.cfg.run_dir, payload["step"], self.master, self.opt_state, payload["meta"],
+                               self.cfg.keep_checkpoints)
+
+    def do_restore(self, _=None) -> dict:
+        self.master, self.opt_state, meta = load_checkpoint(self.cfg.run_dir, self.master, self.opt_state,
+                                                            on_mesh=self.mesh is not None)
+        return meta
+
+    def do_export(self, _=None) -> str:
+        """The trained policy as a Hugging Face folder, $RUN_DIR/final: the bf16 weights the workers
+        sample with, plus the model folder's tokenizer files. hf_io.load_hf, `warmup.py --report` and
+        transformers load it; written beside and renamed into place, so it is whole or absent."""
+        policy = cast_params(self.master, self.mcfg.jdtype)
+        if not self.leader:  # the same gathers as save_hf's, nothing written
+            hf_io.to_hf_tensors(policy, self.mcfg)
+            return ""
+        out = os.path.join(self.cfg.run_dir, "final")
+        tmp = out + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        hf_io.save_hf(tmp, self.mcfg, policy, tokenizer_from=self.cfg.model)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+        return out
 
     def write_metrics(self, metrics: dict) -> None:
         metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics,
@@ -611,12 +723,9 @@ class Trainer:
     def push(self) -> float:
         """Send the policy (the bf16 cast of the master) as version step_n, streamed (wire.push_weights):
         chunks of wire.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
-        or nothing. Built one tensor at a time (hf_io.iter_hf_tensors): each is cut from the (sharded)
-        master and cast on the devices, then gathered to the host, so the host holds one tensor plus one
-        chunk beyond the master, whatever the model's size."""
+        or nothing. Built one tensor at a time (do_push), whatever the model's size."""
         t0 = time.monotonic()
-        wire.push_weights(self.ps, self.step_n, self.lineage,
-                          hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype))
+        self.collective("push", {"version": self.step_n, "lineage": self.lineage})
         return time.monotonic() - t0
 
     def enqueue(self, items: list) -> None:
@@ -712,11 +821,7 @@ class Trainer:
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
         t0 = time.monotonic()
         minibatches = split_batch(data, self.cfg.minibatches, self.microbatch)  # [minibatch][microbatch]
-        if self.ref_params is not None:
-            for mb in (mb for minibatch in minibatches for mb in minibatch):
-                mb["logp_ref_BT"] = self.ref_logprobs(self.ref_params, mb["tokens_BT"])
-        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, minibatches,
-                                                                epochs=self.cfg.ppo_epochs)
+        logp_BT, aux = self.collective("update", {"minibatches": minibatches, "epochs": self.cfg.ppo_epochs})
         train_s = time.monotonic() - t0
         self.step_n += 1
         self.books.trained()  # each prompt's fate: trained at step_n
@@ -785,21 +890,11 @@ class Trainer:
         meta = {"cursor": self.cursor, "counts": dict(self.books.counts), "seed": self.cfg.seed,
                 "in_flight": self.books.snapshot(), "ledger_lines": self.ledger_lines,
                 "time_s": time.monotonic() - self.t_start}
-        path = save_checkpoint(self.cfg.run_dir, self.step_n, self.master, self.opt_state, meta,
-                               self.cfg.keep_checkpoints)
+        path = self.collective("checkpoint", {"step": self.step_n, "meta": meta})
         self.log(f"checkpoint {path}")
 
     def export_policy(self) -> str:
-        """The trained policy as a Hugging Face folder, $RUN_DIR/final: the bf16 weights the workers
-        sample with, plus the model folder's tokenizer files. hf_io.load_hf, `warmup.py --report` and
-        transformers load it; written beside and renamed into place, so it is whole or absent."""
-        out = os.path.join(self.cfg.run_dir, "final")
-        tmp = out + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        hf_io.save_hf(tmp, self.mcfg, cast_params(self.master, self.mcfg.jdtype), tokenizer_from=self.cfg.model)
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
-        return out
+        return self.collective("export")
 
     def run(self) -> None:
         cfg = self.cfg
@@ -851,17 +946,30 @@ EXIT_STOP_RUN = 3
 
 if __name__ == "__main__":
     config, grpo_config = cli.parse(Config, grpo.GRPOConfig)
+    # Several trainer hosts: join them first (multihost.py), before anything touches a device.
+    multihost.initialize(config.coordinator, config.num_processes, config.process_id)
     import devices  # the chips launch.sh placed us on, logged; stop rather than fall back to the CPU
     devices.check("trainer")
     try:
         trainer = Trainer(config, grpo_config)
     except (ValueError, FileNotFoundError) as e:  # bad model folder, dataset or checkpoint: say so plainly
         raise SystemExit(f"trainer: cannot start: {e}")
+    if not trainer.leader:  # the leader decides when to stop (after a checkpoint all processes take part in)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(trainer.follow())
     # Preemption notice: finish the current step, checkpoint, exit (checked between steps).
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
+    status = 1
     try:
         trainer.run()
+        status = 0
+    except SystemExit as e:
+        status = e.code
+        raise
     except VerifierBroken as e:
         trainer.checkpoint()  # what was learned so far is kept; a RESUME=1 run continues after a fix
         trainer.log(f"stopping the run: {e}")
+        status = EXIT_STOP_RUN
         raise SystemExit(EXIT_STOP_RUN)
+    finally:
+        trainer.release_followers(status)

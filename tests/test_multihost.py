@@ -119,6 +119,18 @@ def test_v5p_16_two_hosts_split_their_chips(tmp_path, no_jax):  # noqa: F811
     assert [b[f"worker-{i}"][0]["TPU_PROCESS_PORT"] for i in range(4)] == ["8477", "8478", "8479", "8480"]
 
 
+def test_trainer_hosts_lines(tmp_path):
+    """docs/multihost.md's trainer over two hosts: each host's trainer line names the coordinator, the
+    process count and its own index; the following host needs no PARAM_SERVER (it talks to no role)."""
+    both = dict(ACCELERATOR="cpu", TRAINER_HOSTS=2, TRAINER_COORDINATOR="10.0.0.2:8470")
+    lead = launch_text(tmp_path, ROLES="trainer,param_server,verifier", **both)
+    follow = launch_text(tmp_path, ROLES="trainer", TRAINER_HOST_ID=1, **both)
+    assert "--param-server tcp://127.0.0.1:5555" in lead and "--param-server" not in follow
+    assert "--coordinator 10.0.0.2:8470 --num-processes 2 --process-id 0  # trainer" in lead
+    assert "--coordinator 10.0.0.2:8470 --num-processes 2 --process-id 1  # trainer" in follow
+    assert "--coordinator" not in launch_text(tmp_path, ACCELERATOR="cpu")  # one host: one process
+
+
 def test_off_loopback_needs_curve_keys(tmp_path, curve_key):
     remote = dict(ACCELERATOR="cpu", ROLES="workers", PARAM_SERVER="tcp://10.1.2.3:5555",
                   VERIFIER="tcp://10.1.2.3:5557")
@@ -150,6 +162,9 @@ def test_off_loopback_needs_curve_keys(tmp_path, curve_key):
     (dict(VERIFIERS="0"), "VERIFIERS=0"),
     (dict(ROLES="workers", TRAINER_CHIPS=2, ACCELERATOR="tpu", CHIPS=4, PARAM_SERVER="tcp://127.0.0.1:5555",
           VERIFIER="tcp://127.0.0.1:5557"), "runs no trainer"),
+    (dict(TRAINER_HOSTS=2), "needs TRAINER_COORDINATOR=host:port"),
+    (dict(TRAINER_HOSTS=2, TRAINER_HOST_ID=2, TRAINER_COORDINATOR="127.0.0.1:8470"), "must be in 0 .. TRAINER_HOSTS-1 (1)"),
+    (dict(ROLES="param_server", TRAINER_HOSTS=2, TRAINER_COORDINATOR="127.0.0.1:8470"), "has no trainer"),
 ])
 def test_incomplete_host_settings_are_refused(tmp_path, settings, message):
     proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -248,17 +263,20 @@ def kill_host(proc, run_dir):
 
 
 def test_hosts_on_loopback_and_a_verifier_host_lost(tmp_path, tiny, curve_key):  # noqa: F811
-    """Three "hosts", each a launch.sh with its own RUN_DIR, with CURVE keys (the setup across
-    machines, here on loopback): A runs the param server, a verifier and the trainer; C one verifier;
-    B one worker that uses both verifiers. After the first step host C is SIGKILLed (launch.sh and
-    verifier): the worker skips C's verifier (found dead by a missing pong, not after
-    verify_timeout_s), sends its batches to A's, and no program gets infra_error. The run finishes
-    on A; B notices that the param server is gone and ends too."""
+    """Four "hosts", each a launch.sh with its own RUN_DIR, with CURVE keys (the setup across
+    machines, here on loopback): A runs the param server, a verifier and trainer process 0; D trainer
+    process 1 (one trainer over both hosts' devices, multihost.py); C one verifier; B one worker that
+    uses both verifiers. After the first step host C is SIGKILLed (launch.sh and verifier): the worker
+    skips C's verifier (found dead by a missing pong, not after verify_timeout_s), sends its batches to
+    A's, and no program gets infra_error. The run finishes on A and D; B notices that the param server
+    is gone and ends too. The two-process trainer's log-probs stay bitwise the sampler's."""
     port, c_port, steps = free_port(), free_port(), 3
-    a_dir, b_dir, c_dir = tmp_path / "hostA", tmp_path / "hostB", tmp_path / "hostC"
+    a_dir, b_dir, c_dir, d_dir = tmp_path / "hostA", tmp_path / "hostB", tmp_path / "hostC", tmp_path / "hostD"
     ps, va, vc = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 2}", f"tcp://127.0.0.1:{c_port + 2}"
+    trainer_hosts = dict(TRAINER_HOSTS=2, TRAINER_COORDINATOR=f"127.0.0.1:{free_port()}")
     a = host(a_dir, "launch", ROLES="param_server,verifier,trainer", PORT=port, STEPS=steps, MODEL=tiny,
-             RLAX_CURVE_KEY=curve_key)
+             RLAX_CURVE_KEY=curve_key, **trainer_hosts)
+    d = host(d_dir, "launch", ROLES="trainer", TRAINER_HOST_ID=1, MODEL=tiny, **trainer_hosts)
     c = host(c_dir, "launch", ROLES="verifier", PORT=c_port, PARAM_SERVER=ps, RLAX_CURVE_KEY=curve_key)
     b = host(b_dir, "launch", ROLES="workers", WORKERS=1, MODEL=tiny, RLAX_CURVE_KEY=curve_key,
              PARAM_SERVER=ps, VERIFIER=f"{va},{vc}", END_AFTER_S=4)
@@ -269,15 +287,24 @@ def test_hosts_on_loopback_and_a_verifier_host_lost(tmp_path, tiny, curve_key): 
         kill_host(c, c_dir)
         wait_until(lambda: a.poll() is not None, 240, "host A's run to finish", poll_s=0.5)
         assert a.returncode == 0, open(a.log_path, errors="replace").read()[-3000:]
+        wait_until(lambda: d.poll() is not None, 30, "host D's trainer process to finish", poll_s=0.5)
+        assert d.returncode == 0, open(d.log_path, errors="replace").read()[-3000:]
         wait_until(lambda: b.poll() is not None, 40, "host B to notice the end of the run", poll_s=0.5)
     finally:
-        stop(a, b, c)
+        stop(a, b, c, d)
     b_log = open(b.log_path, errors="replace").read()
     assert b.returncode == 0, b_log[-3000:]
     assert "has not answered for 4s: the run is over" in b_log
     rows = [json.loads(line) for line in open(metrics)]
     assert max(r["step"] for r in rows) == steps and rows[-1]["rollouts/verifier_failed"] == 0
     assert all(r.get("verifier/infra_error_frac", 0) == 0 for r in rows)
+    # the trainer's mesh spanned A and D (data = 2, one device each), rows whole per device: bitwise
+    bitwise = [r["mismatch/bitwise_frac"] for r in rows if "mismatch/bitwise_frac" in r]
+    assert bitwise and all(b == 1.0 for b in bitwise)
+    assert "process 1 of 2: following the leader" in open(d_dir / "trainer.log").read()
+    assert "its files are on trainer host 0" in open(d.log_path).read()
+    assert sorted(os.listdir(d_dir)) == ["commands.sh", "pids", "restarts.json", "trainer.log"]
+    assert os.path.isdir(a_dir / "final") and os.listdir(a_dir / "checkpoints")
     assert sorted(p for p in os.listdir(a_dir) if p.endswith(".log")) == ["param_server.log", "trainer.log",
                                                                           "verifier.log"]
     assert sorted(p for p in os.listdir(b_dir) if p.endswith(".log")) == ["worker-0.log"]
