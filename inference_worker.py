@@ -65,6 +65,7 @@ import lifecycle
 import model
 import prompts
 import sharding
+import timeline
 import wire
 
 
@@ -115,6 +116,9 @@ class Config:
     """how long a relay may take to produce a chunk before we fetch it one step up the tree"""
     fetch_delay_s: float = 0.0
     """testing knob: sleep this long after fetching each chunk (a slow link), to catch a relay mid-version"""
+    timeline: str = ""
+    """append one JSON line per span of work (pull, sample, verify, submit) to this file (timeline.py);
+    "" = none. launch.sh gives $RUN_DIR/timeline/<name>.jsonl"""
     tensor_parallel: int = 1
     """devices to shard the model over (sharding.py, "tensor" axis: heads, MLP width, vocab), for a model
     that does not fit one device; the worker uses its first tensor_parallel visible devices. 1: one
@@ -497,6 +501,7 @@ class Worker:
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
         self.connect_verifiers()
         self.heartbeat = Heartbeat(cfg, self.incarnation)
+        self.timeline = timeline.Timeline(cfg.timeline, cfg.name)  # what we did when (timeline.py)
         self.version, self.lineage, self.params, self.batches = -1, "", None, 0
         self.fetcher = WeightFetcher(cfg, self.incarnation)
 
@@ -514,9 +519,11 @@ class Worker:
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
         """Swap in the newest version the fetcher holds complete, if it is new to us, waiting up to
         wait_s for one of at least min_version (or of another trainer lineage)."""
-        t0 = time.monotonic()
+        t0, start = time.monotonic(), time.time()
         buf = self.fetcher.wait_newer(max(min_version, self.version + 1), self.lineage, wait_s)
         if buf is None:
+            if wait_s > 0:
+                self.timeline.add("pull", start, time.time(), version=self.version)
             return
         try:
             self.install(buf.key[0], buf.key[1], buf.manifest.tensor_views(buf.stream))
@@ -525,6 +532,7 @@ class Worker:
             log(self.cfg, f"weights v{buf.key[0]} refused: {e}; keeping v{self.version}")
         finally:
             self.fetcher.done(buf)
+            self.timeline.add("pull", start, time.time(), version=self.version)
 
     def connect_verifiers(self) -> None:
         """A client per verifier of --verifier (sockets connect lazily: a verifier down now is fine)."""
@@ -660,17 +668,21 @@ class Worker:
 
         t0 = time.monotonic()
         version = self.version
-        out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B,
-                             row_keys(cfg.seed, items, version, rows),
-                             max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                             eos_id=eos, pad_id=self.pad_id)
-        out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id, eos)
+        with self.timeline.span("sample", version=version, rows=rows) as span:
+            out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B,
+                                 row_keys(cfg.seed, items, version, rows),
+                                 max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                                 eos_id=eos, pad_id=self.pad_id)
+            out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id, eos)
+            span["tokens"] = int(out["mask_BT"].sum())
         sample_s = time.monotonic() - t0
         if cfg.slow_s:
             time.sleep(cfg.slow_s)
         t1 = time.monotonic()
-        verdicts = self.verify(verify_jobs(items, texts))
+        with self.timeline.span("verify", version=version, programs=len(texts)):
+            verdicts = self.verify(verify_jobs(items, texts))
         verify_s = time.monotonic() - t1
+        t2 = time.time()
 
         r = 0
         for item in items:
@@ -690,6 +702,7 @@ class Worker:
             if status != "accepted":
                 log(cfg, f"rollout {item.item_id} was {status}")
             r += item.group_size
+        self.timeline.add("submit", t2, time.time(), version=version)
         n_tokens = int(out["mask_BT"].sum())
         infra = lifecycle.infra_failures([v["status"] for v in verdicts])
         log(cfg, f"v{version}: {len(items)} items, {n_tokens} tokens in {sample_s:.2f}s "

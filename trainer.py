@@ -61,6 +61,7 @@ import multihost
 import prompts
 import sharding
 import tasks
+import timeline
 import wire
 
 
@@ -81,6 +82,9 @@ class Config:
     steps: int = 60
     """training steps to run: batches, i.e. policy versions (one optimizer step each unless --ppo-epochs or
     --minibatches > 1)"""
+    timeline: str = ""
+    """append one JSON line per span of work (wait, train, push, eval, checkpoint) to this file
+    (timeline.py); "" = none. launch.sh gives $RUN_DIR/timeline/trainer.jsonl"""
     resume: bool = False
     """continue from the newest good checkpoint in run_dir/checkpoints (start fresh if there is none)"""
     # --- batch and sampling (sent to the workers inside each work item)
@@ -547,6 +551,7 @@ class Trainer:
             self.log(f"process {jax.process_index()} of {jax.process_count()}: following the leader")
             return
         os.makedirs(cfg.run_dir, exist_ok=True)
+        self.timeline = timeline.Timeline(cfg.timeline, "trainer")
         # Data: the cursor is the index of the next training problem; problem i is fixed by (seed, i).
         if cfg.data:
             problems = tasks.load_jsonl(cfg.data)
@@ -725,7 +730,8 @@ class Trainer:
         chunks of wire.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
         or nothing. Built one tensor at a time (do_push), whatever the model's size."""
         t0 = time.monotonic()
-        self.collective("push", {"version": self.step_n, "lineage": self.lineage})
+        with self.timeline.span("push", step=self.step_n):
+            self.collective("push", {"version": self.step_n, "lineage": self.lineage})
         return time.monotonic() - t0
 
     def enqueue(self, items: list) -> None:
@@ -847,6 +853,10 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
+        with self.timeline.span("eval", step=self.step_n):
+            return self._evaluate()
+
+    def _evaluate(self) -> dict:
         t0, n = time.monotonic(), self.cfg.eval_samples
         # crn_key: the same random numbers at every evaluation of this run (inference_worker.row_keys),
         # so the change between two evaluations is the weights' doing, not the draw's
@@ -890,7 +900,8 @@ class Trainer:
         meta = {"cursor": self.cursor, "counts": dict(self.books.counts), "seed": self.cfg.seed,
                 "in_flight": self.books.snapshot(), "ledger_lines": self.ledger_lines,
                 "time_s": time.monotonic() - self.t_start}
-        path = self.collective("checkpoint", {"step": self.step_n, "meta": meta})
+        with self.timeline.span("checkpoint", step=self.step_n):
+            path = self.collective("checkpoint", {"step": self.step_n, "meta": meta})
         self.log(f"checkpoint {path}")
 
     def export_policy(self) -> str:
@@ -907,7 +918,8 @@ class Trainer:
             t0 = time.monotonic()
             try:
                 self.check_param_server()
-                wait_s = self.collect_batch()
+                with self.timeline.span("wait", step=self.step_n + 1):
+                    wait_s = self.collect_batch()
             except (TimeoutError, wire.RemoteError) as e:
                 # The param server died or restarted: nothing is lost (every prompt without a fate
                 # is in self.books); check_param_server re-sends weights and work.
@@ -916,7 +928,8 @@ class Trainer:
             if self.stop_requested:
                 break
             tokens = sum(float(r.mask_GT.sum()) for r in self.books.batch.values())
-            metrics = self.train_step()
+            with self.timeline.span("train", step=self.step_n + 1):
+                metrics = self.train_step()
             push_s = self.push()  # every version is pushed: items of the next step ask for it
             step_s = time.monotonic() - t0
             metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,

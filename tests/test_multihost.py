@@ -66,11 +66,12 @@ export XLA_FLAGS=""
 JAX_PLATFORMS=cpu python3 param_server.py --bind tcp://127.0.0.1:5555 --state-dir RUN/param_server  # param_server
 JAX_PLATFORMS=cpu python3 verifier.py --bind tcp://127.0.0.1:5557 --executors 2  # verifier
 JAX_PLATFORMS=cpu RLAX_ACCELERATOR=cpu python3 inference_worker.py --param-server tcp://127.0.0.1:5555 \
---verifier tcp://127.0.0.1:5557 --model checkpoints/coldstart --name worker-0 --seed 0 --pull-every 1 --bf16-fix  # worker-0
+--verifier tcp://127.0.0.1:5557 --model checkpoints/coldstart --name worker-0 --seed 0 --pull-every 1 --timeline RUN/timeline/worker-0.jsonl --bf16-fix  # worker-0
 JAX_PLATFORMS=cpu RLAX_ACCELERATOR=cpu python3 inference_worker.py --param-server tcp://127.0.0.1:5555 \
---verifier tcp://127.0.0.1:5557 --model checkpoints/coldstart --name worker-1 --seed 1 --pull-every 1 --bf16-fix  # worker-1
+--verifier tcp://127.0.0.1:5557 --model checkpoints/coldstart --name worker-1 --seed 1 --pull-every 1 --timeline RUN/timeline/worker-1.jsonl --bf16-fix  # worker-1
 JAX_PLATFORMS=cpu RLAX_ACCELERATOR=cpu python3 trainer.py --run-dir RUN --param-server tcp://127.0.0.1:5555 \
---model checkpoints/coldstart --seed 0 --steps 250 --max-staleness 0 --bf16-fix --kl-beta 0.2 --dynamic-sampling \
+--model checkpoints/coldstart --seed 0 --steps 250 --max-staleness 0 --timeline RUN/timeline/trainer.jsonl --bf16-fix \
+--kl-beta 0.2 --dynamic-sampling \
 --lr 1e-4 --heldout 256 --eval-every 125  # trainer
 """
     assert launch_text(tmp_path, ACCELERATOR="cpu") == today
@@ -95,7 +96,8 @@ def test_server_host_and_worker_host_lines(tmp_path, no_jax):  # noqa: F811
     for k, (env, argv) in enumerate(workers.values()):
         assert argv[1:] == ["inference_worker.py", "--param-server", ps, "--verifier", f"{va},{vb}", "--model",
                             "checkpoints/coldstart", "--name", f"worker-{2 + k}", "--seed", str(2 + k),
-                            "--pull-every", "1", "--bf16-fix"]
+                            "--pull-every", "1", "--timeline", str(tmp_path / "b" / "run" / "timeline" / f"worker-{2 + k}.jsonl"),
+                            "--bf16-fix"]
     text = (tmp_path / "b" / "run" / "commands.sh").read_text()
     assert f"# this host: ROLES=workers; param server {ps}; verifiers {va},{vb}" in text
 
@@ -303,8 +305,12 @@ def test_hosts_on_loopback_and_a_verifier_host_lost(tmp_path, tiny, curve_key): 
     assert bitwise and all(b == 1.0 for b in bitwise)
     assert "process 1 of 2: following the leader" in open(d_dir / "trainer.log").read()
     assert "its files are on trainer host 0" in open(d.log_path).read()
-    assert sorted(os.listdir(d_dir)) == ["commands.sh", "pids", "restarts.json", "trainer.log"]
+    assert sorted(os.listdir(d_dir)) == ["commands.sh", "pids", "restarts.json", "trainer.log"]  # no timeline
     assert os.path.isdir(a_dir / "final") and os.listdir(a_dir / "checkpoints")
+    # each host's roles kept their own timeline (timeline.py): the trainer's on A, the worker's on B
+    import timeline
+    assert {"wait", "train", "push", "eval"} <= {s["span"] for s in timeline.read(str(a_dir))}
+    assert {"pull", "sample", "verify", "submit"} <= {s["span"] for s in timeline.read(str(b_dir))}
     assert sorted(p for p in os.listdir(a_dir) if p.endswith(".log")) == ["param_server.log", "trainer.log",
                                                                           "verifier.log"]
     assert sorted(p for p in os.listdir(b_dir) if p.endswith(".log")) == ["worker-0.log"]

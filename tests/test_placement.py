@@ -95,11 +95,11 @@ def test_cpu_default_is_unchanged(tmp_path, no_jax):
         "param_server": f"python3 param_server.py --bind {ps} --state-dir {run_dir}/param_server",
         "verifier": f"python3 verifier.py --bind {va} --executors 2",
         "worker-0": f"python3 inference_worker.py --param-server {ps} --verifier {va} --model checkpoints/coldstart "
-                    f"--name worker-0 --seed 0 --pull-every 1 --bf16-fix",
+                    f"--name worker-0 --seed 0 --pull-every 1 --timeline {run_dir}/timeline/worker-0.jsonl --bf16-fix",
         "worker-1": f"python3 inference_worker.py --param-server {ps} --verifier {va} --model checkpoints/coldstart "
-                    f"--name worker-1 --seed 1 --pull-every 1 --bf16-fix",
+                    f"--name worker-1 --seed 1 --pull-every 1 --timeline {run_dir}/timeline/worker-1.jsonl --bf16-fix",
         "trainer": f"python3 trainer.py --run-dir {run_dir} --param-server {ps} --model checkpoints/coldstart --seed 0 "
-                   f"--steps 250 --max-staleness 0 --bf16-fix --kl-beta 0.2 --dynamic-sampling --lr 1e-4 "
+                   f"--steps 250 --max-staleness 0 --timeline {run_dir}/timeline/trainer.jsonl --bf16-fix --kl-beta 0.2 --dynamic-sampling --lr 1e-4 "
                    f"--heldout 256 --eval-every 125"}
     for role, (env, argv) in roles.items():
         assert " ".join(argv) == expected[role]
