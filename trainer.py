@@ -840,6 +840,8 @@ class Trainer:
                         "policy/entropy": float(-(behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
                         "len/completion_mean": float(mask_BT.sum(1).mean()),
                         "staleness/max": int(staleness_B.max()), "staleness/mean": float(staleness_B.mean()),
+                        **{f"staleness/frac_{k}": float(np.mean(staleness_B == k))
+                           for k in range(self.cfg.max_staleness + 1)},
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
                         "time/train_s": train_s})
         self.step_programs = [0, 0]
@@ -849,7 +851,20 @@ class Trainer:
         if on_policy.any():
             mm = grpo.mismatch_metrics(behav_BT[on_policy], logp_BT[on_policy], mask_BT[on_policy])
             metrics.update({f"mismatch/{k}": float(v) for k, v in mm.items()})
+            self.write_mismatch_histogram(logp_BT[on_policy] - behav_BT[on_policy], mask_BT[on_policy] > 0)
         return metrics
+
+    MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats
+
+    def write_mismatch_histogram(self, delta_BT: np.ndarray, mask_BT: np.ndarray) -> None:
+        """$RUN_DIR/mismatch.jsonl, one line per step: on-policy tokens whose trainer log-prob is exactly
+        the sampler's ("zero") and a histogram of log10 |difference| of the others (plot.py draws it)."""
+        delta = np.abs(delta_BT[mask_BT]).astype(np.float64)
+        nonzero = delta[delta > 0]
+        counts = np.histogram(np.log10(np.clip(nonzero, 1e-10, 10.0)), bins=self.MISMATCH_EDGES)[0]
+        with open(os.path.join(self.cfg.run_dir, "mismatch.jsonl"), "a") as f:
+            f.write(json.dumps({"step": self.step_n, "tokens": int(delta.size), "zero": int(delta.size - nonzero.size),
+                                "log10_edges": self.MISMATCH_EDGES.tolist(), "counts": counts.tolist()}) + "\n")
 
     def evaluate(self) -> dict:
         """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
