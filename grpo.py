@@ -553,7 +553,7 @@ def _masked_stats(x, m, prefix):
 
 def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewards_BG=None,
                  entropy_BT=None):
-    """Scalars that explain one update (f32; all 0 on an all-masked batch). Formulas in the README table.
+    """Scalars that explain one update (f32; all 0 on an all-masked batch). Formulas in README.md "Metrics" and docs/numerics.md.
 
     The ratio here is the token-level r_t = pi/pi_old (for gspo too, where clip fractions use s_i);
     approx_kl is the k3 estimate of KL(pi_old || pi) on the sampled tokens (as in CleanRL's PPO).
@@ -594,7 +594,7 @@ def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewar
 
 
 def mismatch_metrics(logp_sampler_BT, logp_trainer_BT, mask_BT):
-    """How far the trainer's log-probs are from what the sampler reported for the same tokens (README "The bf16 fix, measured").
+    """How far the trainer's log-probs are from what the sampler reported for the same tokens (docs/numerics.md).
 
     With d = logp_trainer - logp_sampler over masked tokens: bitwise_frac = fraction with EXACT equality
     (compared in f32, which is exact for bf16/f32 inputs); max/mean |d|; k3_kl = mean(exp(d) - 1 - d), the

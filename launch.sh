@@ -4,7 +4,7 @@
 #
 # Hardware: the defaults are sized for a 2-core CPU with no accelerator; they train the embedded
 # 0.8M-parameter cold-start policy (checkpoints/coldstart) on the built-in function-synthesis task.
-# Wall time and the expected result on such a machine are in README.md ("Results"). On a TPU or GPU VM
+# Wall time and the expected result on such a machine are in docs/results.md. On a TPU or GPU VM
 # (pip install -r requirements-tpu.txt or requirements-gpu.txt) the chips are found and split: the
 # trainer gets half of them, each worker one of the rest (or WORKER_CHIPS), the parameter server and
 # the verifier stay on the CPU (devices.py says how, and why).
@@ -65,8 +65,8 @@ TRAINER_COORDINATOR=${TRAINER_COORDINATOR:-}   # host:port on trainer host 0 for
 PYTHON=${PYTHON:-python3}
 # The GRPO recipe of the default run: grpo.py's defaults (GRPO advantages, token-mean loss, TIS) plus
 # a k3 KL term (beta 0.2) to the cold-start policy and DAPO dynamic sampling. The KL term is what keeps
-# held-out pass@8: measured, beta 0.05 lost 7.8 points of it, 0.1 up to 4.7, 0.2 gained 2.4-4.7 (README
-# "Results"). About 9 minutes on a 2-core CPU.
+# held-out pass@8: measured, beta 0.05 lost 7.8 points of it, 0.1 up to 4.7, 0.2 gained 2.4-4.7 (docs/results.md,
+# "The KL coefficient and the cold start"). About 9 minutes on a 2-core CPU.
 RECIPE=${RECIPE:-"--kl-beta 0.2 --dynamic-sampling --lr 1e-4"}
 # Evaluation: pass@1/pass@8 from 8 samples and greedy pass@1, on 256 held-out problems at steps
 # 0, 125 and 250 (at 128 problems two evaluations of the same policy differed by 5 points of pass@8).
@@ -91,7 +91,7 @@ GPU_MEM_BUDGET=${GPU_MEM_BUDGET:-0.9}  # share of each GPU that the roles on it 
 DRY_RUN=${DRY_RUN:-0}               # 1 = write and print $RUN_DIR/commands.sh, start nothing
 
 # Every role inherits the same XLA_FLAGS (none by default): bitwise parity of sampler and trainer
-# needs the same compiler settings on both sides (README "The bf16 fix, measured"). Measured: the
+# needs the same compiler settings on both sides (docs/numerics.md). Measured: the
 # precision policy is bitwise with XLA's defaults, but NOT with --xla_cpu_multi_thread_eigen=false,
 # which changes the summation order of small matmuls; so do not add such flags to one role only.
 # Where JAX has CUDA, model.py adds --xla_gpu_enable_triton_gemm=false to every role (PRECISION

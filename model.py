@@ -247,8 +247,8 @@ class ModelConfig:
 #
 # Why: in bf16, XLA:CPU computes a dot in f32 and rounds to bf16 where the *compiler* chooses; the
 # training graph (value_and_grad) and the sampling graph (KV-cache decode) round at different places,
-# so the sampler's log-probs differ from the trainer's and the PPO/GRPO ratio is not 1 (README "The bf16 fix,
-# measured"; the RLAX paper's sampler/trainer mismatch). With cfg.bf16_fix=True:
+# so the sampler's log-probs differ from the trainer's and the PPO/GRPO ratio is not 1 (docs/numerics.md;
+# the RLAX paper's sampler/trainer mismatch). With cfg.bf16_fix=True:
 #   (a) every matmul/einsum returns f32 (preferred_element_type) and is cast to the activation dtype
 #       explicitly: the program, not the compiler, fixes each rounding point (_einsum below);
 #   (b) elementwise chains (RMSNorm, RoPE, SwiGLU gate, softmax) run in f32 and cast once at the end;

@@ -14,8 +14,8 @@ Two sources of problems, one `Problem` type:
 
    The program is prompt + completion; hidden tests are HumanEval-style asserts (`assert f(5) == 11`)
    that the verifier runs after it. Problems come from generated families (linear, square, abs, modulo),
-   each a template with integer coefficients. Choices measured with a 0.8M-parameter byte model (the
-   prototype of issue 5 and README "Results"):
+   each a template with integer coefficients. Choices measured with a 0.8M-parameter byte model (docs/task.md,
+   docs/results.md):
    - The prompt shows f at the SAME x every time, in order: f(-1), f(0), f(1), f(2). f(0) and f(1) pin
      the offset and the slope of most families, f(-1) tells abs and square from linear, f(2) tells
      square from abs. With two of the shown x drawn at random from [-9, 12] instead (our previous
@@ -218,7 +218,7 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
 # numbers in minutes. With a in [-9, 9] and b in [-20, 20] (our previous set) the cold start had
 # memorised its training combinations, and on held-out ones its greedy answer was right only 0.8
 # points more often than a sample (warmup.py --report): nothing for RL to sharpen, and GRPO added
-# 1-3 points of held-out pass@1. With these ranges the same report gives +8 points (README "Results").
+# 1-3 points of held-out pass@1. With these ranges the same report gives +8 points (warmup.py --report; docs/task.md).
 # In every family b = f(0), and in the three a-families a = f(1) - f(0): the same two rules solve them
 # all once the family is recognised from the other shown examples (f(-1) tells abs and square from
 # linear, f(2) tells square from abs). Our first family set (abs(x-a)+b, max(x,a)+b, min(x,a)+b, x*x+a*x+b,

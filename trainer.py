@@ -158,7 +158,7 @@ class Config:
     """n samples per held-out problem (pass@1 and pass@8 from them)"""
     eval_greedy: bool = True
     """also decode each held-out problem greedily (temperature 0) and report eval/greedy_pass@1: how far
-    sharpening alone could take pass@1 (see README "Results")"""
+    sharpening alone could take pass@1 (see docs/results.md)"""
     eval_every: int = 50
     """evaluate every this many steps (and at the start and the end); 0 = start and end only"""
     checkpoint_every: int = 10

@@ -26,8 +26,7 @@ About 3.3 + 1.3 minutes on a quiet 2-core CPU (warmup.json records both stages, 
 Why stop there: in stage 1 the loss plateaus near 0.29 (held-out pass@1 0.05); at the lower lr of
 stage 2 it falls once the model finds the rules, to 0.13 after 400 steps (pass@1 0.62, pass@8 0.98:
 little left for RL to do). After 125 steps the policy solves some held-out problems (pass@1 about
-0.16) and many more when sampled 8 times (pass@8 about 0.7): the room RL needs, and the regime of
-issue 5's prototype (README "Results" has the whole curve).
+0.16) and many more when sampled 8 times (pass@8 about 0.7): the room RL needs (docs/task.md has the whole curve).
 How much can RL add to a checkpoint, and where (held-out and training pass@1 sampled and greedy, and
 what the wrong answers get wrong; about a minute):
     python warmup.py --report checkpoints/coldstart --eval-problems 256

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import grpo  # noqa: E402
 import model  # noqa: E402
 
-SIZES = {  # "small" is the 4-layer d=256 model of README "The bf16 fix, measured"; "100m" the larger size of bench_generate.py
+SIZES = {  # "small" is the 4-layer d=256 model of docs/numerics.md "On a GPU"; "100m" the larger size of bench_generate.py
     "small": dict(vocab_size=512, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
                   intermediate_size=768),
     "100m": dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=4, head_dim=64,

@@ -1,4 +1,4 @@
-"""Preemption and fault tolerance, proven by killing things (README "Preemption: what survives what").
+"""Preemption and fault tolerance, proven by killing things (docs/preemption.md, "What survives what").
 
 Run: python -m pytest -q tests/test_faults.py        (about 3-4 minutes on a 2-core CPU)
 

@@ -1,4 +1,4 @@
-"""Placement: which chips each role gets on the TPU and GPU VMs the README documents, read from the
+"""Placement: which chips each role gets on the TPU and GPU VMs docs/scaling.md documents, read from the
 commands.sh that `DRY_RUN=1 bash launch.sh` writes; and the check that stops a role placed on an
 accelerator when JAX finds only the CPU (no silent fallback).
 

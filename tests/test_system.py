@@ -3,7 +3,7 @@
 Run: python -m pytest -q tests/test_system.py      (about 2-3 minutes on a 2-core CPU)
 
 These tests use a tiny randomly initialised model (rewards are mostly 0; learning is shown by
-`bash launch.sh`, see README "Results"); what they check is the machinery: the staleness bound,
+`bash launch.sh`, see docs/results.md); what they check is the machinery: the staleness bound,
 the on-policy bitwise parity with the fix on and its absence with the fix off, resume, bad input.
 """
 import json
