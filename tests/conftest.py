@@ -1,15 +1,28 @@
 """Shared test helpers: free loopback ports and role processes that are always cleaned up."""
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+# One persistent JAX compilation cache for the whole session, inherited by every role process a test
+# starts (and used by this one): the many short runs of the same tiny model then load their compiled
+# programs instead of compiling them again, each time, on two cores. A cache hit is the same executable,
+# so no number changes. Removed at exit; a JAX_COMPILATION_CACHE_DIR set by the caller is used as is.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="rlax-tests-jax-cache-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 
 def free_port() -> int:

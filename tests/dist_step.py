@@ -1,11 +1,12 @@
 """One trainer process of tests/test_distributed.py: a real trainer.Trainer (the embedded task, no param
-server needed) runs the leader's commands on a fixed batch: update (two minibatches, two epochs, the KL
-term on, so pi_old and pi_ref forwards run too), checkpoint, restore, checkpoint again, export.
+server needed) runs the leader's commands on a fixed batch: update (two minibatches, two epochs, so the
+pi_old forward runs too), checkpoint, restore, checkpoint again. (The KL term's pi_ref forward and the
+export run across two trainer processes in tests/test_multihost.py's loopback run.)
 
     python tests/dist_step.py MODEL OUT DEVICES [COORDINATOR NUM_PROCESSES PROCESS_ID]
 
-The leader writes OUT/result.npz (the update's log-probs and its scalars) and OUT/run/ (checkpoints,
-final/); a follower writes nothing. The same script serves one process with DEVICES simulated devices
+The leader writes OUT/result.npz (the update's log-probs and its scalars) and OUT/run/checkpoints/; a
+follower writes nothing. The same script serves one process with DEVICES simulated devices
 and several processes on loopback each with DEVICES, so their files can be compared.
 """
 import os
@@ -27,7 +28,7 @@ multihost.initialize(coordinator, n_proc, proc_id)
 cfg = trainer.Config(run_dir=os.path.join(out, "run"), model=model_path, param_server="tcp://127.0.0.1:9",
                      prompts_per_step=4, heldout=2, microbatch=4, minibatches=2, ppo_epochs=2,
                      coordinator=coordinator, num_processes=n_proc, process_id=proc_id)
-gcfg = grpo.GRPOConfig(group_size=4, kl_beta=0.1)
+gcfg = grpo.GRPOConfig(group_size=4)
 t = trainer.Trainer(cfg, gcfg)
 if not t.leader:
     raise SystemExit(t.follow())
@@ -43,7 +44,6 @@ logp_BT, aux = t.collective("update", {"minibatches": trainer.split_batch(data, 
 t.collective("checkpoint", {"step": 1, "meta": {"cursor": 0}})
 t.collective("restore")
 t.collective("checkpoint", {"step": 2, "meta": {"cursor": 0}})
-t.export_policy()
 t.release_followers(0)
 np.savez(os.path.join(out, "result.npz"), logp_BT=logp_BT, processes=n_proc, devices=len(t.mesh.devices.flat),
          **{f"aux/{k}": v for k, v in aux.items()})

@@ -42,9 +42,10 @@ WORKER_BATCH = re.compile(r"\bv\d+: \d+ items")  # inference_worker's line after
 
 @pytest.fixture(scope="module")
 def jax_cache(tmp_path_factory):
-    """One persistent compilation cache for every role of both runs: a resumed trainer then loads its
-    update step instead of compiling it again (about 12 s of each restart on a 2-core CPU)."""
-    return str(tmp_path_factory.mktemp("jax_cache"))
+    """One persistent compilation cache for every role of both runs (the session's, conftest.py): a
+    resumed trainer then loads its update step instead of compiling it again (about 12 s of each
+    restart on a 2-core CPU)."""
+    return os.environ["JAX_COMPILATION_CACHE_DIR"]
 
 
 def launch(run_dir, model_path, max_staleness, cache_dir):
