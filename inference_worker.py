@@ -691,7 +691,7 @@ class Worker:
                 item_id=item.item_id, version=version, lineage=self.lineage, worker=cfg.name,
                 prompt_len=int(prompt_len_B[r]),
                 tokens_GT=out["tokens_BT"][rows_G].astype(np.int32),
-                logp_GT=out["logp_BT"][rows_G].astype(np.float32),
+                logp_behav_GT=out["logp_BT"][rows_G].astype(np.float32),
                 mask_GT=out["mask_BT"][rows_G].astype(np.float32),
                 rewards_G=np.array([float(v["reward"]) for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),

@@ -813,7 +813,7 @@ class Trainer:
         lifecycle.check_batch([r.version for r in batch], [r.lineage for r in batch], self.step_n, self.lineage,
                               self.cfg.max_staleness)  # THE STALENESS BOUND, asserted at the update
         tokens_BT = np.concatenate([r.tokens_GT for r in batch])
-        behav_BT = np.concatenate([r.logp_GT for r in batch])
+        logp_behav_BT = np.concatenate([r.logp_behav_GT for r in batch])
         mask_BT = np.concatenate([r.mask_GT for r in batch])
         rewards_BG = np.stack([r.rewards_G for r in batch])
         raw_BG = rewards_BG  # as the verifier gave them (before shaping)
@@ -824,7 +824,7 @@ class Trainer:
         rewards_BG, keep_B = (np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_B, finished_B, self.gcfg))
         mask_BT = mask_BT * keep_B[:, None]
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
-        data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": behav_BT}
+        data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": logp_behav_BT}
         t0 = time.monotonic()
         minibatches = split_batch(data, self.cfg.minibatches, self.microbatch)  # [minibatch][microbatch]
         logp_BT, aux = self.collective("update", {"minibatches": minibatches, "epochs": self.cfg.ppo_epochs})
@@ -837,7 +837,7 @@ class Trainer:
                         "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
                         "reward/pass_frac": float(np.mean(raw_BG >= 1.0)),
                         "reward/partial_frac": float(np.mean((raw_BG > 0) & (raw_BG < 1))),
-                        "policy/entropy": float(-(behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
+                        "policy/entropy": float(-(logp_behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
                         "len/completion_mean": float(mask_BT.sum(1).mean()),
                         "staleness/max": int(staleness_B.max()), "staleness/mean": float(staleness_B.mean()),
                         **{f"staleness/frac_{k}": float(np.mean(staleness_B == k))
@@ -849,9 +849,9 @@ class Trainer:
         # sampling) against ours inside the gradient computation, on staleness-0 rows only (same weights).
         on_policy = staleness_B == 0
         if on_policy.any():
-            mm = grpo.mismatch_metrics(behav_BT[on_policy], logp_BT[on_policy], mask_BT[on_policy])
+            mm = grpo.mismatch_metrics(logp_behav_BT[on_policy], logp_BT[on_policy], mask_BT[on_policy])
             metrics.update({f"mismatch/{k}": float(v) for k, v in mm.items()})
-            self.write_mismatch_histogram(logp_BT[on_policy] - behav_BT[on_policy], mask_BT[on_policy] > 0)
+            self.write_mismatch_histogram(logp_BT[on_policy] - logp_behav_BT[on_policy], mask_BT[on_policy] > 0)
         return metrics
 
     MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats

@@ -353,7 +353,7 @@ class Rollout:
     worker: str
     prompt_len: int           # prompt tokens (the same for every row of the group)
     tokens_GT: np.ndarray     # int32 [G, T]: prompt + completion, padded
-    logp_GT: np.ndarray       # float32 [G, T]: the sampler's log-probs of the tokens it drew
+    logp_behav_GT: np.ndarray # float32 [G, T]: the sampler's log-probs of the tokens it drew
     mask_GT: np.ndarray       # float32 [G, T]: 1 on completion tokens the verifier saw
     rewards_G: np.ndarray     # float32 [G]
     finished_G: np.ndarray    # bool [G]: the completion ended (stop string or EOS), not truncated
@@ -369,7 +369,7 @@ class Rollout:
         G, T = r.tokens_GT.shape if r.tokens_GT.ndim == 2 else (-1, -1)
         if G < 1 or r.tokens_GT.dtype != np.int32:
             raise WireError("rollout.tokens_GT must be a non-empty int32 [G, T] array")
-        for name in ("logp_GT", "mask_GT"):
+        for name in ("logp_behav_GT", "mask_GT"):
             if getattr(r, name).shape != (G, T) or getattr(r, name).dtype != np.float32:
                 raise WireError(f"rollout.{name} must be float32 of shape {(G, T)}")
         if r.rewards_G.shape != (G,) or r.rewards_G.dtype != np.float32 or not np.all(np.isfinite(r.rewards_G)):

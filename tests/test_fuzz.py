@@ -68,7 +68,7 @@ def item(i: int, **kw) -> dict:
 
 def rollout(item_id: str, G: int = 2, T: int = 8) -> dict:
     return {"item_id": item_id, "version": 0, "lineage": "", "worker": "w", "prompt_len": 3,
-            "tokens_GT": np.ones((G, T), np.int32), "logp_GT": np.zeros((G, T), np.float32),
+            "tokens_GT": np.ones((G, T), np.int32), "logp_behav_GT": np.zeros((G, T), np.float32),
             "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.zeros(G, np.float32),
             "finished_G": np.ones(G, bool), "statuses": ["failed"] * G}
 
@@ -354,7 +354,7 @@ def absurd_ps(rng, lineage):
     for what, change in (("tokens float", {"tokens_GT": np.ones((2, 8), np.float32)}),
                          ("tokens 1-D", {"tokens_GT": np.ones(8, np.int32)}),
                          ("tokens empty", {"tokens_GT": np.ones((0, 8), np.int32)}),
-                         ("logp wrong shape", {"logp_GT": np.zeros((2, 7), np.float32)}),
+                         ("logp wrong shape", {"logp_behav_GT": np.zeros((2, 7), np.float32)}),
                          ("rewards inf", {"rewards_G": np.array([np.inf, 0], np.float32)}),
                          ("rewards NaN", {"rewards_G": np.array([np.nan, 0], np.float32)}),
                          ("prompt_len 0", {"prompt_len": 0}), ("prompt_len = T", {"prompt_len": 8}),

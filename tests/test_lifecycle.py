@@ -76,7 +76,7 @@ def test_verifier_broken_needs_a_full_window_above_the_fraction():
 def rollout(item_id, version, lineage, G=2, T=4, statuses=None, rewards=None):
     return wire.Rollout.from_dict(dict(
         item_id=item_id, version=version, lineage=lineage, worker="w", prompt_len=1,
-        tokens_GT=np.ones((G, T), np.int32), logp_GT=np.zeros((G, T), np.float32),
+        tokens_GT=np.ones((G, T), np.int32), logp_behav_GT=np.zeros((G, T), np.float32),
         mask_GT=np.ones((G, T), np.float32),
         rewards_G=np.asarray(rewards if rewards is not None else [0.0, 1.0][:G], np.float32),
         finished_G=np.ones(G, bool), statuses=statuses or ["passed"] * G))

@@ -50,7 +50,7 @@ def item(i, **kw):
 
 def rollout(item_id, version=0, G=2, T=8):
     return {"item_id": item_id, "version": version, "lineage": "", "worker": "w", "prompt_len": 3,
-            "tokens_GT": np.ones((G, T), np.int32), "logp_GT": np.zeros((G, T), np.float32),
+            "tokens_GT": np.ones((G, T), np.int32), "logp_behav_GT": np.zeros((G, T), np.float32),
             "mask_GT": np.ones((G, T), np.float32), "rewards_G": np.array([1.0, 0.0], np.float32),
             "finished_G": np.ones(G, bool), "statuses": ["passed", "failed"]}
 
@@ -149,8 +149,8 @@ def test_long_polls_for_work_and_rollouts(roles, tmp_path):
     (wire.EnqueueWork([{"item_id": "x"}]), "lacks field"),
     (wire.EnqueueWork([item(1, group_size=0)]), "must be positive"),
     (wire.EnqueueWork(["not a dict"]), "must be a map"),
-    (wire.SubmitRollout("w", "it1", "l", {**rollout("it1"), "logp_GT": np.zeros((2, 3), np.float32)}),
-     "logp_GT must be float32 of shape"),
+    (wire.SubmitRollout("w", "it1", "l", {**rollout("it1"), "logp_behav_GT": np.zeros((2, 3), np.float32)}),
+     "logp_behav_GT must be float32 of shape"),
     (wire.SubmitRollout("w", "it1", "l", {**rollout("it1"), "rewards_G": np.array([np.nan, 1], np.float32)}),
      "finite"),
     (wire.PushChunk("p", 0, np.zeros(4, np.uint8), 1), "CRC mismatch on chunk 0"),
