@@ -593,18 +593,18 @@ def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewar
     return out
 
 
-def mismatch_metrics(logp_sampler_BT, logp_trainer_BT, mask_BT):
+def mismatch_metrics(logp_behav_BT, logp_BT, mask_BT):
     """How far the trainer's log-probs are from what the sampler reported for the same tokens (docs/numerics.md).
 
-    With d = logp_trainer - logp_sampler over masked tokens: bitwise_frac = fraction with EXACT equality
+    With d = logp_BT (trainer) - logp_behav_BT (sampler) over masked tokens: bitwise_frac = fraction with EXACT equality
     (compared in f32, which is exact for bf16/f32 inputs); max/mean |d|; k3_kl = mean(exp(d) - 1 - d), the
     k3 estimate of KL(sampler || trainer); max |exp(d) - 1|; fraction of exp(d) outside [0.5, 2]. exp()
     uses d clamped to [-20, 20]. With no tokens: bitwise_frac = 1 (nothing differs), the rest 0.
     """
-    s_BT, t_BT = jnp.asarray(logp_sampler_BT), jnp.asarray(logp_trainer_BT)
+    s_BT, t_BT = jnp.asarray(logp_behav_BT), jnp.asarray(logp_BT)
     if s_BT.ndim != 2:
-        raise ValueError(f"logp_sampler_BT must be 2-D (B, T); got shape {s_BT.shape}")
-    _check_BT("logp_trainer_BT", t_BT, s_BT.shape)
+        raise ValueError(f"logp_behav_BT must be 2-D (B, T); got shape {s_BT.shape}")
+    _check_BT("logp_BT", t_BT, s_BT.shape)
     m_BT = jnp.asarray(mask_BT)
     _check_BT("mask_BT", m_BT, s_BT.shape)
     m_BT = m_BT.astype(bool)

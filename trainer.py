@@ -56,6 +56,7 @@ import cli
 import grpo
 import hf_io
 import lifecycle
+import loggers
 import model
 import multihost
 import prompts
@@ -85,6 +86,9 @@ class Config:
     timeline: str = ""
     """append one JSON line per span of work (wait, train, push, eval, checkpoint) to this file
     (timeline.py); "" = none. launch.sh gives $RUN_DIR/timeline/trainer.jsonl"""
+    log_to: str = ""
+    """also write every metrics row to "tensorboard" (RUN_DIR/tensorboard), "wandb" (RUN_DIR/wandb; offline
+    unless WANDB_MODE says otherwise) or "tensorboard,wandb" (loggers.py; optional extras), names unchanged"""
     resume: bool = False
     """continue from the newest good checkpoint in run_dir/checkpoints (start fresh if there is none)"""
     # --- batch and sampling (sent to the workers inside each work item)
@@ -608,6 +612,8 @@ class Trainer:
             self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, "
                      f"{len(self.books.in_flight)} prompts in flight)")
         self.metrics_file = open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a")
+        self.writers = loggers.make_writers(cfg.log_to, cfg.run_dir, {**dataclasses.asdict(cfg),
+                                                                     **dataclasses.asdict(gcfg)})
         self.ledger = open(ledger_path, "a")
         self.stop_requested = False
 
@@ -701,6 +707,8 @@ class Trainer:
         self.metrics_file.write(json.dumps({k: (float(v) if isinstance(v, (np.floating, jax.Array)) else v)
                                             for k, v in metrics.items()}) + "\n")
         self.metrics_file.flush()
+        for writer in self.writers:  # TensorBoard / W&B copies (--log-to)
+            writer.write(self.step_n, metrics)
 
     def check_param_server(self) -> None:
         """A restarted param server (new instance id) lost its queue: give it our weights and every
@@ -980,7 +988,7 @@ if __name__ == "__main__":
     devices.check("trainer")
     try:
         trainer = Trainer(config, grpo_config)
-    except (ValueError, FileNotFoundError) as e:  # bad model folder, dataset or checkpoint: say so plainly
+    except (ValueError, FileNotFoundError, loggers.MissingPackage) as e:  # bad model, dataset, checkpoint, --log-to
         raise SystemExit(f"trainer: cannot start: {e}")
     if not trainer.leader:  # the leader decides when to stop (after a checkpoint all processes take part in)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -1001,3 +1009,5 @@ if __name__ == "__main__":
         raise SystemExit(EXIT_STOP_RUN)
     finally:
         trainer.release_followers(status)
+        for writer in trainer.writers:
+            writer.close()
