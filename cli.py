@@ -49,12 +49,12 @@ def parse(*classes, argv: list[str] | None = None, description: str | None = Non
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             if kind is bool:
                 group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
-                                   help=docs.get(f.name, ""))
+                                   help=docs.get(f.name, "").replace("%", "%%"))
                 continue
             args = typing.get_args(kind)
             if type(None) in args:  # Optional[X]: take X
                 kind = next(a for a in args if a is not type(None))
-            group.add_argument(flag, type=kind, default=default, help=docs.get(f.name, ""))
+            group.add_argument(flag, type=kind, default=default, help=docs.get(f.name, "").replace("%", "%%"))
     namespace = parser.parse_args(argv)
     out = []
     for cls in classes:

@@ -24,7 +24,7 @@ Two sources of problems, one `Problem` type:
      steps. With the fixed x the warm-up's loss drops sharply once it finds the rules, and GRPO from
      a cold start taken as that begins (pass@1 0.16) added 12 points in 250 steps, pass@8 kept.
    - The offset's range is WIDE: with narrow ranges the tiny model memorised training problems and
-     RL raised training reward while held-out scores fell (issue 5's prototype). The slope's range is
+     RL raised training reward while held-out scores fell (measured on a prototype task). The slope's range is
      narrow (|a| <= 3): see FAMILIES below for what we measured.
    - The held-out split is by coefficient COMBINATION (a hash of family + coefficients), never by
      coefficient VALUE: a value the model never saw for its family in training is unreachable for it,

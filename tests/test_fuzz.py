@@ -9,8 +9,8 @@ protocol versions and headers, many frames, schema-valid messages with absurd va
 NaN/inf floats, giant strings) and messages above ZeroMQ's MAXMSGSIZE. Every one must be answered
 with an `error` (for the verifier: an error, or verdicts none of which passed), except messages above
 MAXMSGSIZE, which ZeroMQ drops with the connection. After each category the process is still alive,
-answers Ping, and its state is what it was (ISSUE 6: "every one answered with an error or ignored, no
-crash, no state change").
+answers Ping, and its state is what it was: every message answered with an error or ignored, no
+crash, no state change.
 """
 import dataclasses
 import math

@@ -277,7 +277,7 @@ def test_hosts_on_loopback_and_a_verifier_host_lost(tmp_path, tiny, curve_key): 
     ps, va, vc = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 2}", f"tcp://127.0.0.1:{c_port + 2}"
     trainer_hosts = dict(TRAINER_HOSTS=2, TRAINER_COORDINATOR=f"127.0.0.1:{free_port()}")
     a = host(a_dir, "launch", ROLES="param_server,verifier,trainer", PORT=port, STEPS=steps, MODEL=tiny,
-             RLAX_CURVE_KEY=curve_key, **trainer_hosts)
+             RLAX_CURVE_KEY=curve_key, TRAINER_ARGS=TRAINER_ARGS + " --log-to tensorboard", **trainer_hosts)
     d = host(d_dir, "launch", ROLES="trainer", TRAINER_HOST_ID=1, MODEL=tiny, **trainer_hosts)
     c = host(c_dir, "launch", ROLES="verifier", PORT=c_port, PARAM_SERVER=ps, RLAX_CURVE_KEY=curve_key)
     b = host(b_dir, "launch", ROLES="workers", WORKERS=1, MODEL=tiny, RLAX_CURVE_KEY=curve_key,
@@ -307,6 +307,8 @@ def test_hosts_on_loopback_and_a_verifier_host_lost(tmp_path, tiny, curve_key): 
     assert "its files are on trainer host 0" in open(d.log_path).read()
     assert sorted(os.listdir(d_dir)) == ["commands.sh", "pids", "restarts.json", "trainer.log"]  # no timeline
     assert os.path.isdir(a_dir / "final") and os.listdir(a_dir / "checkpoints")
+    # --log-to tensorboard: the leader's metrics copied to event files (tests/test_loggers.py reads them)
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(a_dir / "tensorboard"))
     # each host's roles kept their own timeline (timeline.py): the trainer's on A, the worker's on B
     import timeline
     assert {"wait", "train", "push", "eval"} <= {s["span"] for s in timeline.read(str(a_dir))}

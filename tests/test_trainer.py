@@ -159,3 +159,22 @@ def test_the_microbatch_comes_from_the_memory_budget():
                              head_dim=16, intermediate_size=128, max_seq_len=128, rope_theta=1e4, rms_norm_eps=1e-6,
                              qkv_bias=False, tie_embeddings=True, model_type="llama")
     assert trainer.fit_microbatch(tiny, 128, budget_gb=4) == trainer.MICROBATCH_MAX
+
+
+@pytest.mark.parametrize("role", ["trainer", "inference_worker", "param_server", "verifier"])
+def test_every_role_prints_its_help(role, capsys):
+    """`python ROLE.py --help` lists every flag with its docstring (a '%' in a docstring must not break
+    argparse's help formatting)."""
+    import importlib
+    module = importlib.import_module(role)
+    classes = {"trainer": (trainer.Config, grpo.GRPOConfig)}.get(role, (getattr(module, "Config", None)
+                                                                        or getattr(module, "VerifierConfig"),))
+    with pytest.raises(SystemExit) as stop:
+        cli.parse(*classes, argv=["--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0
+    for cls in classes:
+        for name in cli.field_docs(cls):
+            assert "--" + name.replace("_", "-") in out
+    if role == "trainer":  # its help has a '%' ("80%% of the device's")
+        assert "80% of the device" in " ".join(out.split())

