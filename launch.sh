@@ -259,6 +259,7 @@ if [ "$DRY_RUN" = 1 ]; then cat "$RUN_DIR/commands.sh"; exit 0; fi
 MAX_RESTARTS=${MAX_RESTARTS:-5}
 RESTART_WINDOW=${RESTART_WINDOW:-120}
 CRASH_BACKOFF=${CRASH_BACKOFF:-"0 10 30"}   # delays before the 1st, 2nd, ... restart after the same failure
+STOP_GRACE_S=${STOP_GRACE_S:-30}   # on Ctrl-C / SIGTERM: how long the trainer may take to checkpoint and exit
 read -r -a BACKOFF <<< "$CRASH_BACKOFF"
 declare -A PID DEATHS RESTARTS SAME LAST_FAILURE DUE
 mkdir -p "$RUN_DIR/pids"
@@ -271,8 +272,15 @@ start_role() {  # start_role ROLE [EXTRA FLAGS]: its commands.sh line (VAR=value
   echo "${PID[$1]}" > "$RUN_DIR/pids/$1"
 }
 stop_all() {
-  local r
+  local r t
   trap - EXIT INT TERM
+  # The trainer first: SIGTERM is its preemption notice, on which it checkpoints (the half-collected
+  # batch included) before it exits; give it STOP_GRACE_S while the param server it may still talk to
+  # is up, so Ctrl-C loses no step. Then every other role.
+  if [ -n "${PID[trainer]:-}" ] && kill -0 "${PID[trainer]}" 2>/dev/null; then
+    kill -TERM -- "-${PID[trainer]}" 2>/dev/null || true
+    for ((t = 0; t < STOP_GRACE_S * 10; t++)); do kill -0 "${PID[trainer]}" 2>/dev/null || break; sleep 0.1; done
+  fi
   for r in "${!PID[@]}"; do kill -TERM -- "-${PID[$r]}" 2>/dev/null || true; done
   sleep 1
   for r in "${!PID[@]}"; do kill -KILL -- "-${PID[$r]}" 2>/dev/null || true; done
