@@ -43,15 +43,14 @@ import os
 import shutil
 import signal
 import time
-import zlib
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from safetensors.numpy import load_file, save_file
 
+import checkpointing
 import cli
 import grpo
 import hf_io
@@ -412,108 +411,12 @@ def eval_text(metrics: dict) -> str:
             f"greedy pass@1 {metrics.get('eval/greedy_pass@1', nan):.3f}")
 
 
-# ----------------------------------------------------------------------------- checkpoints
-
-def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep: int) -> str:
-    """Atomic: everything is written into step_N.tmp/, then the folder is renamed to step_N/.
-    A crash mid-write leaves a .tmp folder that load ignores (invariant 5).
-    Across hosts every trainer process calls it (each tensor is gathered from its shards, a collective)
-    and only the leader writes: one checkpoint, in the same format whatever the host count."""
-    tensors = {f"master/{k}": multihost.to_host(v) for k, v in _flat(master).items()}
-    tensors.update({f"opt/{i:04d}": multihost.to_host(v) for i, v in enumerate(jax.tree_util.tree_leaves(opt_state))})
-    if not multihost.is_leader():
-        return ""
-    root = os.path.join(run_dir, "checkpoints")
-    final, tmp = os.path.join(root, f"step_{step:06d}"), os.path.join(root, f"step_{step:06d}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    save_file(tensors, os.path.join(tmp, "state.safetensors"))
-    meta = {**meta, "step": step, "crc32": {k: zlib.crc32(np.ascontiguousarray(v).tobytes())
-                                            for k, v in tensors.items()}}
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    for old in sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp"))[:-keep]:
-        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
-    return final
-
-
-def read_checkpoint(run_dir: str, master_like) -> tuple[dict, dict]:
-    """(tensors by name, meta) of the newest checkpoint that verifies (every CRC, the model's parameter
-    names); a truncated or corrupt one is reported and the previous one tried."""
-    root = os.path.join(run_dir, "checkpoints")
-    names = sorted((d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")),
-                   reverse=True) if os.path.isdir(root) else []
-    for name in names:
-        path = os.path.join(root, name)
-        try:
-            with open(os.path.join(path, "meta.json")) as f:
-                meta = json.load(f)
-            tensors = load_file(os.path.join(path, "state.safetensors"))
-            for k, v in tensors.items():
-                if zlib.crc32(np.ascontiguousarray(v).tobytes()) != meta["crc32"][k]:
-                    raise ValueError(f"checksum mismatch in {k}")
-            if set(_flat(master_like)) != {k[len("master/"):] for k in tensors if k.startswith("master/")}:
-                raise ValueError("parameter names differ from the model's")
-            return tensors, meta
-        except Exception as e:  # any failure to read means: not a good checkpoint
-            print(f"[trainer] checkpoint {path} is unusable ({type(e).__name__}: {e}); trying an older one",
-                  flush=True)
-    raise FileNotFoundError(f"no usable checkpoint in {root}")
-
-
-def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
-    """(master, opt_state, meta) from the newest checkpoint that verifies (read_checkpoint).
-    on_mesh: every array goes from the host straight into the sharding of its *_like leaf. Across hosts
-    every trainer process calls it: the leader reads the files and sends each tensor, bit for bit, to
-    the others (multihost.broadcast_array), so only the leader's disk holds checkpoints."""
-    tensors, meta = {}, None
-    if multihost.is_leader():
-        try:
-            tensors, meta = read_checkpoint(run_dir, master_like)
-        except FileNotFoundError as e:
-            meta = {"error": str(e)}
-    meta = multihost.broadcast(meta)
-    if "error" in meta:
-        raise FileNotFoundError(meta["error"])
-
-    def put(name, like):
-        x = multihost.broadcast_array(tensors.get(name), like.shape, like.dtype)
-        return jax.device_put(x, like.sharding) if on_mesh else jnp.asarray(x)
-    master = _unflat(master_like, {k: f"master/{k}" for k in _flat(master_like)}, put)
-    opt_leaves, treedef = jax.tree_util.tree_flatten(opt_like)
-    opt_state = jax.tree_util.tree_unflatten(treedef, [put(f"opt/{i:04d}", like) for i, like in enumerate(opt_leaves)])
-    return master, opt_state, meta
-
-
-def rewind_ledger(path: str, lines: int) -> int:
-    """On resume: keep the ledger's first `lines` lines (its length at the checkpoint); the fates
-    decided after it belong to steps that are redone. Returns the count kept."""
-    kept = []
-    if os.path.exists(path):
-        with open(path) as f:
-            kept = f.readlines()[:lines]
-        with open(path + ".tmp", "w") as f:
-            f.writelines(kept)
-        os.replace(path + ".tmp", path)
-    return len(kept)
-
+# ----------------------------------------------------------------------------- the trainer
 
 class VerifierBroken(RuntimeError):
     """Most programs fail in the verifier, not in themselves: training would learn from noise."""
 
 
-def _flat(tree) -> dict:
-    return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-def _unflat(like, flat: dict, put=lambda x, like: jnp.asarray(x)):
-    paths, treedef = jax.tree_util.tree_flatten_with_path(like)
-    return jax.tree_util.tree_unflatten(treedef, [put(flat[jax.tree_util.keystr(p)], leaf) for p, leaf in paths])
-
-
-# ----------------------------------------------------------------------------- the trainer
 
 class Trainer:
     def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
@@ -606,7 +509,7 @@ class Trainer:
             self.books.counts.update(meta["counts"])
             self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
             # The ledger as it was at the checkpoint: later fates belong to steps we redo.
-            self.ledger_lines = rewind_ledger(ledger_path, meta["ledger_lines"])
+            self.ledger_lines = checkpointing.rewind_ledger(ledger_path, meta["ledger_lines"])
             # Prompts without a fate at the checkpoint are sampled again with our (restored) weights.
             self.books.restore(meta["in_flight"], wire.WorkItem.from_dict, self.step_n)
             self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, "
@@ -672,12 +575,12 @@ class Trainer:
                 pass
 
     def do_checkpoint(self, payload: dict) -> str:
-        return save_checkpoint(self.cfg.run_dir, payload["step"], self.master, self.opt_state, payload["meta"],
-                               self.cfg.keep_checkpoints)
+        return checkpointing.save_checkpoint(self.cfg.run_dir, payload["step"], self.master, self.opt_state,
+                                             payload["meta"], self.cfg.keep_checkpoints)
 
     def do_restore(self, _=None) -> dict:
-        self.master, self.opt_state, meta = load_checkpoint(self.cfg.run_dir, self.master, self.opt_state,
-                                                            on_mesh=self.mesh is not None)
+        self.master, self.opt_state, meta = checkpointing.load_checkpoint(
+            self.cfg.run_dir, self.master, self.opt_state, on_mesh=self.mesh is not None)
         return meta
 
     def do_export(self, _=None) -> str:

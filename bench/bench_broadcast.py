@@ -43,6 +43,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def model_tensors(mb: int) -> list:
+    """A model of `mb` MiB as (name, bf16 array) pairs: tensors of 1 to 32 MiB (embedding-, MLP- and
+    norm-like sizes), random but the same every time."""
+    rng = np.random.default_rng(0)
+    sizes, left = [], mb << 20
+    while left > 0:
+        for part in (32, 16, 8, 8, 4, 1):
+            take = min(part << 20, left)
+            if take <= 0:
+                break
+            sizes.append(take)
+            left -= take
+    return [(f"t{i}", rng.standard_normal(size // 2, np.float32).astype(ml_dtypes.bfloat16))
+            for i, size in enumerate(sizes)]
+
+
 def member(args) -> None:
     """One worker's weight path, reporting `HOLD <version> <unix time>` for each version it holds, on
     stdout in one write each (the worker's own log lines go to stderr)."""
@@ -135,17 +151,7 @@ def main() -> None:
     if args.member:
         return member(args)
 
-    # A model of a few hundred MB: tensors of 1 to 32 MiB (embedding-, MLP- and norm-like sizes).
-    rng = np.random.default_rng(0)
-    sizes, left = [], args.model_mb << 20
-    for mb in [32, 16, 8, 8, 4, 1] * 100:
-        if left <= 0:
-            break
-        take = min(mb << 20, left)
-        sizes.append(take)
-        left -= take
-    tensors = [(f"t{i}", rng.standard_normal(size // 2, np.float32).astype(ml_dtypes.bfloat16))
-               for i, size in enumerate(sizes)]
+    tensors = model_tensors(args.model_mb)
     model_bytes = sum(a.nbytes for _, a in tensors)
     print(f"model: {len(tensors)} tensors, {model_bytes / 2**20:.0f} MiB; chunks of {wire.CHUNK_BYTES >> 20} MiB",
           flush=True)

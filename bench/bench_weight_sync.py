@@ -125,18 +125,9 @@ def expect(q, word, timeout=300):
 
 
 def bench(mb: int, repeats: int, tmp: str) -> dict:
-    import ml_dtypes
     import wire
-    rng = np.random.default_rng(0)
-    sizes, left = [], mb << 20
-    for part in [32, 16, 8, 8, 4, 1] * 1000:  # tensors of 1 to 32 MiB, as bench_broadcast
-        if left <= 0:
-            break
-        take = min(part << 20, left)
-        sizes.append(take)
-        left -= take
-    tensors = [(f"t{i}", rng.standard_normal(size // 2, np.float32).astype(ml_dtypes.bfloat16))
-               for i, size in enumerate(sizes)]
+    from bench_broadcast import model_tensors
+    tensors = model_tensors(mb)  # tensors of 1 to 32 MiB, as bench_broadcast's
     nbytes = sum(a.nbytes for _, a in tensors)
     addr = f"tcp://127.0.0.1:{free_port()}"
     procs = []

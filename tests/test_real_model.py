@@ -111,7 +111,7 @@ def check_run(proc, run_dir: str, model_dir: str, fmt: str):
     import jax
     import jax.numpy as jnp
     import model
-    import trainer
+    import checkpointing
 
     final = os.path.join(run_dir, "final")
     tok = transformers.AutoTokenizer.from_pretrained(final)
@@ -122,7 +122,7 @@ def check_run(proc, run_dir: str, model_dir: str, fmt: str):
     # the trainer's last weights: its f32 master rounded to the checkpoint's bf16, evaluated in f32
     mcfg, like = hf_io.load_hf(model_dir, dtype="float32")
     state = load_file(os.path.join(run_dir, "checkpoints", "step_000002", "state.safetensors"))
-    master = trainer._unflat(like, {k[len("master/"):]: v for k, v in state.items() if k.startswith("master/")})
+    master = checkpointing._unflat(like, {k[len("master/"):]: v for k, v in state.items() if k.startswith("master/")})
     last = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), master)
     ours = model.forward(last, mcfg, jnp.asarray([ids], jnp.int32))
     np.testing.assert_allclose(np.asarray(ours), hf_logits, atol=2e-4, rtol=2e-4)

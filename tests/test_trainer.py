@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+import checkpointing
 import cli
 import grpo
 import model
@@ -92,9 +93,9 @@ def test_checkpoint_round_trip_and_corruption(tmp_path):
     master = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), model.init_params(CFG, jax.random.PRNGKey(1)))
     opt = optax.adam(1e-3)
     state = opt.init(master)
-    trainer.save_checkpoint(str(tmp_path), 3, master, state, {"cursor": 7}, keep=2)
-    trainer.save_checkpoint(str(tmp_path), 5, master, state, {"cursor": 9}, keep=2)
-    m2, s2, meta = trainer.load_checkpoint(str(tmp_path), master, state)
+    checkpointing.save_checkpoint(str(tmp_path), 3, master, state, {"cursor": 7}, keep=2)
+    checkpointing.save_checkpoint(str(tmp_path), 5, master, state, {"cursor": 9}, keep=2)
+    m2, s2, meta = checkpointing.load_checkpoint(str(tmp_path), master, state)
     assert meta["step"] == 5 and meta["cursor"] == 9
     for a, b in zip(jax.tree_util.tree_leaves((master, state)), jax.tree_util.tree_leaves((m2, s2))):
         assert np.array_equal(np.asarray(a), np.asarray(b))
@@ -103,9 +104,9 @@ def test_checkpoint_round_trip_and_corruption(tmp_path):
     raw = bytearray(path.read_bytes())
     raw[-3] ^= 0xFF
     path.write_bytes(bytes(raw))
-    _, _, meta = trainer.load_checkpoint(str(tmp_path), master, state)
+    _, _, meta = checkpointing.load_checkpoint(str(tmp_path), master, state)
     assert meta["step"] == 3
-    trainer.save_checkpoint(str(tmp_path), 6, master, state, {"cursor": 1}, keep=2)   # keeps the newest 2
+    checkpointing.save_checkpoint(str(tmp_path), 6, master, state, {"cursor": 1}, keep=2)   # keeps the newest 2
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000005", "step_000006"]
 
 
