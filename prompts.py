@@ -87,6 +87,14 @@ def _token_text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _read_json(path: str) -> dict:
+    """A model folder's JSON file, or {} when the folder has none."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def load_chat_template(model_dir: str | None) -> ChatTemplate | None:
     """The chat template of a checkpoint folder, or None if it has none (or model_dir is None).
 
@@ -100,11 +108,8 @@ def load_chat_template(model_dir: str | None) -> ChatTemplate | None:
     """
     if model_dir is None:
         return None
-    config = {}
     config_path = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.isfile(config_path):
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+    config = _read_json(config_path)
     source = None
     jinja_path = os.path.join(model_dir, "chat_template.jinja")
     if os.path.isfile(jinja_path):
@@ -120,12 +125,8 @@ def load_chat_template(model_dir: str | None) -> ChatTemplate | None:
             source = named["default"]
     if not isinstance(source, str) or not source:
         return None
-    special = {}
-    legacy_path = os.path.join(model_dir, "special_tokens_map.json")
-    if os.path.isfile(legacy_path):
-        with open(legacy_path, encoding="utf-8") as f:
-            legacy = json.load(f)
-        special.update({k: legacy[k] for k in SPECIAL_TOKEN_NAMES if k in legacy})
+    legacy = _read_json(os.path.join(model_dir, "special_tokens_map.json"))
+    special = {k: legacy[k] for k in SPECIAL_TOKEN_NAMES if k in legacy}
     special.update({k: config[k] for k in SPECIAL_TOKEN_NAMES if k in config})
     special = {k: t for k, v in special.items() if (t := _token_text(v)) is not None}
     return ChatTemplate(source=source, special=special)
