@@ -46,6 +46,7 @@ sampler and trainer cannot disagree on them.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import threading
@@ -286,7 +287,10 @@ class VersionBuffer:
 
     def __init__(self, manifest: wire.Manifest):
         self.manifest, self.key = manifest, (manifest.version, manifest.lineage)
-        self.stream = np.empty(manifest.nbytes, np.uint8)
+        # Anonymous memory of our own, not np.empty: numpy asks the kernel for transparent huge pages
+        # on big arrays, and where THP defrag is "madvise" each first touch then tries to compact
+        # memory (measured on a 2-core VM: 256 MiB first written in 0.56 s this way, 0.09 s here).
+        self.stream = np.frombuffer(mmap.mmap(-1, max(manifest.nbytes, 1)), np.uint8)[:manifest.nbytes]
         self.offsets = manifest.offsets()
         self.have = [False] * len(manifest.chunks)
         self.complete = self.installed = False
@@ -304,7 +308,7 @@ class WeightFetcher:
     the main thread samples; the main thread swaps it in between batches (Worker.pull).
 
     Loop: long-poll the param server for a manifest newer than the one we hold (get_weights), fetch
-    its chunks in order, check each chunk's CRC as it arrives and every tensor's once all are in, then
+    its chunks in order (several requests in flight), check each chunk's CRC as it arrives and every tensor's once all are in, then
     offer the version to the main thread (`wait_newer`). A version is never offered incomplete.
 
     Relay mode (the default): we tell the param server our chunk server's address, and its answer
@@ -320,6 +324,7 @@ class WeightFetcher:
 
     POLL_S = 5.0     # long poll for a new version
     SHUN_S = 30.0    # a relay that failed us is not asked again for this long
+    FETCH_WINDOW = 4  # chunk requests in flight per fetch (the source never idles between chunks)
 
     def __init__(self, cfg: Config, incarnation: str):
         self.cfg, self.incarnation = cfg, incarnation
@@ -379,29 +384,29 @@ class WeightFetcher:
                 self.ready.stream = None  # served long enough: the new version replaces it
             self.receiving = buf
         try:
-            for i, (nbytes, crc) in enumerate(manifest.chunks):
-                while True:
-                    now = time.monotonic()
-                    source = next(s for s in sources if not s or self.shunned.get(s, 0) < now)
-                    try:
-                        reply = self.ask(source, wire.GetChunk(manifest.version, manifest.lineage, i,
-                                                               cfg.relay_timeout_s if source else 0.0))
+            i = 0
+            while i < len(manifest.chunks):  # from the nearest trusted source, FETCH_WINDOW chunks in flight
+                now = time.monotonic()
+                source = next(s for s in sources if not s or self.shunned.get(s, 0) < now)
+                try:
+                    for reply in self.ask(source, manifest, i):
+                        nbytes, crc = manifest.chunks[i]
                         if not isinstance(reply, wire.Chunk):
                             raise ValueError(f"{source or 'the param server'} answered {reply.TYPE}, not a chunk")
                         data = wire.chunk_array(reply.data)
                         if reply.index != i or data.size != nbytes or zlib.crc32(memoryview(data)) != crc:
                             raise ValueError(f"chunk {i} from {source or 'the param server'} is corrupt")
-                        break
-                    except (TimeoutError, wire.RemoteError, ValueError) as e:  # WireError is a ValueError
-                        if not source:  # the param server no longer has it (superseded) or is down
-                            log(cfg, f"weights v{manifest.version}: giving up at chunk {i}: {e}")
-                            return
-                        log(cfg, f"weights v{manifest.version}: relay {source} failed on chunk {i} ({e}); "
-                                 f"asking one step up")
-                        self.shunned[source] = now + self.SHUN_S
-                buf.put(i, data)
-                if cfg.fetch_delay_s:
-                    time.sleep(cfg.fetch_delay_s)
+                        buf.put(i, data)
+                        i += 1
+                        if cfg.fetch_delay_s:
+                            time.sleep(cfg.fetch_delay_s)
+                except (TimeoutError, wire.RemoteError, ValueError) as e:  # WireError is a ValueError
+                    if not source:  # the param server no longer has it (superseded) or is down
+                        log(cfg, f"weights v{manifest.version}: giving up at chunk {i}: {e}")
+                        return
+                    log(cfg, f"weights v{manifest.version}: relay {source} failed on chunk {i} ({e}); "
+                             f"asking one step up")
+                    self.shunned[source] = now + self.SHUN_S
             manifest.check_tensors(buf.chunk(i) for i in range(len(manifest.chunks)))
         except ValueError as e:
             log(cfg, f"weights v{manifest.version} refused: {e}")
@@ -418,13 +423,19 @@ class WeightFetcher:
         log(cfg, f"fetched weights v{manifest.version} ({manifest.nbytes / 2**20:.1f} MiB, "
                  f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
 
-    def ask(self, source: str, msg: wire.GetChunk):
+    def ask(self, source: str, manifest: wire.Manifest, start: int):
+        """The replies to GetChunk for chunks start, start + 1, ... of `manifest` from `source` ("" = the
+        param server), in order, FETCH_WINDOW requests in flight (wire.Client.pipeline). A relay may
+        hold a request up to relay_timeout_s for a chunk it is still receiving."""
+        wait_s = self.cfg.relay_timeout_s if source else 0.0
+        msgs = (wire.GetChunk(manifest.version, manifest.lineage, i, wait_s)
+                for i in range(start, len(manifest.chunks)))
         if not source:
-            return self.ps.call(msg, what=f"weight chunk {msg.index}")
+            return self.ps.pipeline(msgs, self.FETCH_WINDOW, what="a weight chunk")
         client = self.peers.get(source)
         if client is None:
             client = self.peers[source] = wire.Client(self.cfg.name + "-fetch", source)
-        return client.call(msg, timeout_s=msg.wait_s + 2.0, what=f"weight chunk {msg.index} from a relay")
+        return client.pipeline(msgs, self.FETCH_WINDOW, timeout_s=wait_s + 2.0, what="a weight chunk from a relay")
 
     def held(self, version: int, lineage: str) -> VersionBuffer | None:
         for buf in (self.receiving, self.ready):

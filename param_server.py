@@ -10,7 +10,10 @@ It holds three things and nothing else:
      one, never a mix). A corrupt chunk, a bad manifest, a new push or silence for push_timeout_s
      discards the pending push with a clear error; the previous version keeps being served. It keeps
      the last `keep_versions` and persists the newest to disk (a safetensors file written from the
-     chunks to a temporary file and renamed) so a restarted server serves it. Workers ask for the
+     chunks to a temporary file and renamed, by a thread of its own after the commit is answered,
+     so no push or fetch waits for the disk) so a restarted server serves it; a version committed
+     but not yet on disk when the server dies is pushed again by the trainer, which re-pushes
+     whenever the server's newest version is not its own (trainer.check_param_server). Workers ask for the
      newest manifest (get_weights, a long poll with a minimum version) and fetch its chunks
      (get_chunk), from here or, in relay mode, from each other (RelayTree below; the workers' side is
      inference_worker.WeightFetcher): the server then sends each version about once, not once per
@@ -107,6 +110,13 @@ class WeightStore:
         self.discarded = 0
         os.makedirs(state_dir, exist_ok=True)
         self._load_persisted()
+        # The persister thread writes the newest committed version; versions committed while it
+        # writes coalesce into the newest of them. `persisted` = (version, lineage) on disk.
+        self.persisted = (self.newest, self.lineage)
+        self._to_persist: Version | None = None
+        self._writing = False
+        self._disk = threading.Condition()
+        threading.Thread(target=self._persister, name="persist", daemon=True).start()
 
     @property
     def newest(self) -> int:
@@ -142,7 +152,7 @@ class WeightStore:
             self._discard(f"CRC mismatch on chunk {msg.index}")
             raise ValueError(f"push {msg.push_id}: CRC mismatch on chunk {msg.index}: push discarded, "
                              f"still serving v{self.newest}")
-        p["chunks"].append(data.copy())  # own the memory, not the receive buffer
+        p["chunks"].append(data)  # the received frame's own memory (a 16 MiB chunk is its own message): no copy
         p["crcs"].append(msg.crc)
         return len(p["chunks"])
 
@@ -180,7 +190,29 @@ class WeightStore:
         self.versions[version] = v
         while len(self.versions) > self.keep:
             self.versions.popitem(last=False)
-        self._persist(v)
+        with self._disk:
+            self._to_persist = v
+            self._disk.notify_all()
+
+    def _persister(self) -> None:
+        while True:
+            with self._disk:
+                self._disk.wait_for(lambda: self._to_persist is not None)
+                v, self._to_persist, self._writing = self._to_persist, None, True
+            try:
+                self._persist(v)
+                done = (v.manifest.version, v.manifest.lineage)
+            except OSError as e:  # a full disk must not stop the serving: the file stays the old one
+                print(f"[param_server] could not persist weights v{v.manifest.version}: {e!r}", flush=True)
+                done = self.persisted
+            with self._disk:
+                self.persisted, self._writing = done, False
+                self._disk.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until the newest committed version is on disk (or timeout_s); True if nothing is left."""
+        with self._disk:
+            return self._disk.wait_for(lambda: self._to_persist is None and not self._writing, timeout_s)
 
     def chunk(self, msg: wire.GetChunk) -> wire.Chunk:
         v = self.versions.get(msg.version)
@@ -467,6 +499,7 @@ class ParamServer:
                                                   "bad_messages": s.bad_messages,
                                                   "bytes_sent": s.bytes_sent,
                                                   "pushes_discarded": self.weights.discarded,
+                                                  "persisted_version": self.weights.persisted[0],
                                                   "relays": {n: m[0] for n, m in self.relays.members.items()}}))
 
     # Each handler answers now if it can; otherwise it parks the request until `tick` can answer
@@ -554,7 +587,9 @@ if __name__ == "__main__":
     config = cli.parse(Config)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = ParamServer(config)
     try:
-        ParamServer(config).serve(stop)
+        server.serve(stop)
     except KeyboardInterrupt:
         pass
+    server.weights.flush(timeout_s=60)  # a version being written finishes; the file is never torn anyway

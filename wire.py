@@ -34,6 +34,7 @@ client; the servers get RLAX_CURVE_CLIENTS, the clients RLAX_CURVE_SERVER_KEY.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import math
@@ -472,7 +473,9 @@ class Manifest:
 def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
     """Cut (name, array) pairs, in order, into chunks of chunk_bytes (the last one shorter). Yields
     uint8 chunk arrays; when the input is exhausted, the returned `tensors` list (StopIteration value,
-    use `yield from`) holds the manifest's tensor entries. Holds one chunk beyond the current tensor."""
+    use `yield from`) holds the manifest's tensor entries. A chunk that lies inside one tensor is a
+    view of it (no copy: most of a big model's bytes); one that spans tensors is assembled in a buffer
+    of its own. Holds the current tensor and the chunk being assembled."""
     if not 0 < chunk_bytes <= MAX_CHUNK_BYTES:
         raise ValueError(f"chunk_bytes must be in (0, {MAX_CHUNK_BYTES}]")
     tensors, buf = [], bytearray()
@@ -480,12 +483,16 @@ def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
         array = np.ascontiguousarray(array)
         if array.dtype.name not in _DTYPES:
             raise WireError(f"tensor {name}: dtype {array.dtype} cannot travel on the wire")
-        raw = memoryview(array.reshape(-1).view(np.uint8))
-        tensors.append([name, array.dtype.name, list(array.shape), zlib.crc32(raw)])
+        flat = array.reshape(-1).view(np.uint8)
+        tensors.append([name, array.dtype.name, list(array.shape), zlib.crc32(memoryview(flat))])
         at = 0
-        while at < len(raw):
-            take = min(chunk_bytes - len(buf), len(raw) - at)
-            buf += raw[at:at + take]
+        while at < len(flat):
+            if not buf and len(flat) - at >= chunk_bytes:
+                yield flat[at:at + chunk_bytes]  # a view: the sender must not write the array meanwhile
+                at += chunk_bytes
+                continue
+            take = min(chunk_bytes - len(buf), len(flat) - at)
+            buf += memoryview(flat[at:at + take])
             at += take
             if len(buf) == chunk_bytes:
                 yield np.frombuffer(buf, np.uint8)  # a view: this bytearray is never written again
@@ -495,25 +502,33 @@ def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
     return tensors
 
 
+PUSH_WINDOW = 4  # chunks a push keeps in flight (wire.Client.pipeline): the sender never idles on a receipt
+
+
 def push_weights(client, version: int, lineage: str, named_arrays, chunk_bytes: int = CHUNK_BYTES,
-                 push_id: str | None = None) -> dict:
-    """Stream a weight version to the param server: each chunk in its own PushChunk (waiting for its
-    receipt, so at most one chunk is in flight), then PushCommit with the manifest. Returns the
-    commit's Ok info. `named_arrays` may be a generator (hf_io.iter_hf_tensors): only the current
-    tensor and one chunk are held here."""
+                 push_id: str | None = None, window: int = PUSH_WINDOW) -> dict:
+    """Stream a weight version to the param server: each chunk in its own PushChunk, up to `window`
+    of them in flight (each acknowledged by a receipt; the server takes them in order), then
+    PushCommit with the manifest. Returns the commit's Ok info; raises RemoteError if the server
+    refused a chunk (it then discards the whole push). `named_arrays` may be a generator
+    (hf_io.iter_hf_tensors): only the current tensor and `window` chunks are held here."""
     push_id = push_id or f"{lineage}/{version}/{os.urandom(4).hex()}"
-    chunks = []
-    gen = cut_chunks(named_arrays, chunk_bytes)
-    while True:
-        try:
-            data = next(gen)
-        except StopIteration as done:
-            tensors = done.value
-            break
-        crc = zlib.crc32(memoryview(data))
-        client.call(PushChunk(push_id, len(chunks), data, crc), what=f"receipt of weight chunk {len(chunks)}")
-        chunks.append([int(data.size), crc])
-    manifest = Manifest(version, lineage, tensors, chunks)
+    chunks, done = [], {}
+
+    def messages():
+        pieces = cut_chunks(named_arrays, chunk_bytes)
+        while True:
+            try:
+                data = next(pieces)
+            except StopIteration as end:
+                done["tensors"] = end.value
+                return
+            crc = zlib.crc32(memoryview(data))
+            chunks.append([int(data.size), crc])
+            yield PushChunk(push_id, len(chunks) - 1, data, crc)
+    for _ in client.pipeline(messages(), window, what="receipt of a weight chunk"):
+        pass
+    manifest = Manifest(version, lineage, done["tensors"], chunks)
     return client.call(PushCommit(push_id, manifest.to_dict()), what="weights commit").info
 
 
@@ -866,7 +881,8 @@ class Server:
 
 
 class Client:
-    """A DEALER socket that sends one request at a time and waits for its reply with a timeout."""
+    """A DEALER socket: `call` sends one request and waits for its reply with a timeout; `pipeline` keeps
+    several in flight."""
 
     def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None,
                  curve_server_key: str | None = None):
@@ -917,6 +933,46 @@ class Client:
         self._connect()
         raise TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) "
                            f"from {self.addr} within {timeout_s:.1f}s")
+
+    def pipeline(self, msgs, window: int, timeout_s: float | None = None, what: str | None = None):
+        """Send the messages of the iterable `msgs` keeping up to `window` requests in flight, and yield
+        their replies in the order of `msgs` (a server may answer out of order: replies are matched by
+        request id). Each request has timeout_s from its sending. Raises RemoteError on the first Error
+        reply and TimeoutError like `call`; the replies still in flight are then dropped as stale by
+        the next call, as `call` drops a late reply. window=1 is `call` in a loop."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        msgs, inflight, replies = iter(msgs), collections.OrderedDict(), {}
+
+        def send_next() -> bool:
+            msg = next(msgs, None)
+            if msg is None:
+                return False
+            rid = next(self._rids)
+            self.sock.send_multipart(encode(msg, rid), copy=False)
+            inflight[rid] = (msg, time.monotonic() + timeout_s)
+            return True
+        while len(inflight) < window and send_next():
+            pass
+        while inflight:
+            rid, (msg, deadline) = next(iter(inflight.items()))
+            while rid not in replies:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._connect()
+                    raise TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) "
+                                       f"from {self.addr} within {timeout_s:.1f}s")
+                if self.sock.poll(int(left * 1000) + 1):
+                    reply, reply_rid = decode(self.sock.recv_multipart(copy=False))
+                    if isinstance(reply, Error) and reply_rid == 0:
+                        raise RemoteError(reply.error)
+                    if reply_rid in inflight:
+                        replies[reply_rid] = reply
+            reply = replies.pop(rid)
+            del inflight[rid]
+            if isinstance(reply, Error):
+                raise RemoteError(reply.error)
+            send_next()  # before handing the reply out: the server never waits on the consumer
+            yield reply
 
     def close(self) -> None:
         self.sock.close(0)

@@ -81,7 +81,12 @@ def test_weights_versioned_verified_and_persisted(roles, tmp_path):
     push(client, 3); t.join()
     assert wire.Manifest.from_dict(result["r"].manifest).version == 3
 
-    # Killed and restarted: the newest version is served from disk.
+    # Written to disk by a thread after the commit is answered (GetStats says when); killed and
+    # restarted, the server serves it from there.
+    deadline = time.monotonic() + 10
+    while client.call(wire.GetStats()).info["persisted_version"] != 3:
+        assert time.monotonic() < deadline, "version 3 never reached the disk"
+        time.sleep(0.05)
     roles.kill(proc)
     _, client2, _ = start(roles, tmp_path, name="ps2")
     version, _, got = get(client2)

@@ -101,6 +101,70 @@ def test_server_answers_bad_messages_and_keeps_serving():
         server.close()
 
 
+def test_pipeline_keeps_requests_in_flight_and_yields_replies_in_order():
+    """A server that holds every request until it has `window` of them, then answers them newest
+    first: the client must have sent them all without waiting, and must still hand the replies out in
+    request order; an Error reply ends the pipeline with RemoteError, and the client stays usable."""
+    ctx = zmq.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    stop = threading.Event()
+
+    def serve():
+        held = []
+        while not stop.is_set():
+            if not router.poll(50):
+                continue
+            frames = router.recv_multipart()
+            msg, rid = wire.decode(frames[1:])
+            reply = (wire.Error("no 13 here") if msg.max_items == 13 else wire.Work([{"n": msg.max_items}]))
+            held.append((frames[0], rid, reply))
+            if len(held) == 3 or msg.max_items in (13, 99):
+                for identity, r, answer in reversed(held):
+                    router.send_multipart([identity] + wire.encode(answer, r))
+                held = []
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        client = wire.Client("t", f"tcp://127.0.0.1:{port}", timeout_s=5)
+        msgs = (wire.LeaseWork(worker="w", max_items=n) for n in range(6))
+        assert [r.items[0]["n"] for r in client.pipeline(msgs, window=3)] == list(range(6))
+        with pytest.raises(TimeoutError):  # a window of 2 never fills this server's batch of 3
+            list(client.pipeline((wire.LeaseWork(worker="w", max_items=n) for n in range(4)), window=2,
+                                 timeout_s=0.5))
+        got = []
+        with pytest.raises(wire.RemoteError, match="no 13 here"):
+            for r in client.pipeline((wire.LeaseWork(worker="w", max_items=n) for n in (10, 11, 13, 14)), 3):
+                got.append(r.items[0]["n"])
+        assert got == [10, 11]
+        assert client.call(wire.LeaseWork(worker="w", max_items=99)).items == [{"n": 99}]  # stale replies dropped
+    finally:
+        stop.set()
+        thread.join()
+        router.close(0)
+
+
+def test_cut_chunks_views_big_tensors_and_lays_bytes_end_to_end():
+    """Chunks are the tensors' bytes end to end in chunk_bytes pieces; a piece inside one tensor is a
+    view of it (no copy), one spanning tensors is assembled."""
+    rng = np.random.default_rng(0)
+    arrays = [("a", rng.standard_normal(5).astype(np.float32)), ("b", rng.standard_normal(300).astype(np.float32)),
+              ("c", np.arange(7, dtype=np.int32)), ("d", rng.standard_normal((40, 3)).astype(ml_dtypes.bfloat16))]
+    gen = wire.cut_chunks(iter(arrays), chunk_bytes=256)
+    chunks = []
+    while True:
+        try:
+            chunks.append(next(gen))
+        except StopIteration as end:
+            tensors = end.value
+            break
+    stream = np.concatenate([a.reshape(-1).view(np.uint8) for _, a in arrays])
+    assert [len(c) for c in chunks[:-1]] == [256] * (len(chunks) - 1) and np.array_equal(np.concatenate(chunks), stream)
+    assert any(np.shares_memory(c, arrays[1][1]) for c in chunks)  # b's middle travels as a view of b
+    assert [t[0] for t in tensors] == ["a", "b", "c", "d"]
+    assert tensors[1][3] == wire.crc32(arrays[1][1].view(np.uint8))
+
+
 def test_client_timeout_names_what_it_waited_for():
     ctx = zmq.Context.instance()
     silent = ctx.socket(zmq.ROUTER)
