@@ -98,6 +98,16 @@ DRY_RUN=${DRY_RUN:-0}               # 1 = write and print $RUN_DIR/commands.sh, 
 # POLICY (h)).
 export XLA_FLAGS=${XLA_FLAGS:-}
 export PYTHONUNBUFFERED=1
+# JAX's persistent compilation cache, shared by every role and every run on this machine: a role that
+# starts again (restarted after a preemption, or the next run) loads its programs instead of compiling
+# them (measured 2026-12-01: the trainer's first step 6.2 s -> 1.7 s on the embedded model). A hit is the same
+# executable, so no number changes. JAX_CACHE= (empty) turns it off; a JAX_COMPILATION_CACHE_DIR you
+# set is used as it is.
+JAX_CACHE=${JAX_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/rlax/jax}
+if [ -z "${JAX_COMPILATION_CACHE_DIR:-}" ] && [ -n "$JAX_CACHE" ]; then
+  export JAX_COMPILATION_CACHE_DIR=$JAX_CACHE
+  export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}
+fi
 
 # ---------------------------------------------------------------------------------------------------
 # This host's roles and the addresses they use. Everything is checked before anything is written or
