@@ -564,8 +564,8 @@ class Trainer:
 
     def do_push(self, payload: dict) -> None:
         """Each tensor is cut from the (sharded) master and cast on the devices, then gathered to the host
-        (hf_io.iter_hf_tensors): the host holds one tensor plus one chunk beyond the master. Followers
-        take part in the gathers; the leader streams the tensors (wire.push_weights)."""
+        (hf_io.iter_hf_tensors): the host holds one tensor plus wire.PUSH_WINDOW chunks beyond the
+        master. Followers take part in the gathers; the leader streams the tensors (wire.push_weights)."""
         tensors = hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype)
         try:
             if self.leader:

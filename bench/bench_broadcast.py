@@ -13,7 +13,7 @@ bf16 arrays (wire.push_weights, 16 MiB chunks as the trainer does) and measures,
                             get_stats) from the push's start until every member holds the version
   last_worker_s             seconds from the push's start until the last member holds the version
 Both are the mean over --versions pushes; the table also shows how long the push itself took (trainer
-to param server, commit and persist included), which every worker must wait for. Relay uses the param server's default tree (fan-out 2).
+to param server, until its commit is answered), which every worker must wait for. Relay uses the param server's default tree (fan-out 2).
 
 Output: one line per case, `RESULT workers=N mode=relay|direct server_bytes_per_version=B
 last_worker_s=S`, then a table.

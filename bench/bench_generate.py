@@ -49,8 +49,21 @@ def _timed(fn):
     return time.perf_counter() - t0
 
 
+def peak_gflops(n: int = 2048, reps: int = 5) -> float:
+    """This machine's float32 matmul peak: the median GFLOP/s of an n^3 numpy matmul."""
+    a = np.random.default_rng(0).standard_normal((n, n), np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), np.float32)
+    a @ b
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / statistics.median(ts) / 1e9
+
+
 def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: bool, torch_device: str = "cpu",
-          batch: int | None = None, dtype: str = "bfloat16"):
+          batch: int | None = None, dtype: str = "bfloat16", peak: float = 0.0):
     import torch
     import transformers
 
@@ -116,9 +129,18 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
         print(f"  {name:<44s} {med[key]:8.3f} s  {toks / med[key]:10.1f} tok/s   (first call {first[key]:.2f} s)")
     for key, name, _ in sides[1:]:
         print(f"  ratio ours / {name}: {med[key] / med['ours']:.2f}x")
+    # Matmul FLOPs per sampled token: 2 x the parameters that multiply (all but the input embedding,
+    # a lookup; attention over the short cache is left out), as a share of the measured peak: how far
+    # from the machine's ceiling each side is, so whether a ratio is reachable at all.
+    flop_tok = 2 * (n_params - cfg.vocab_size * cfg.hidden_size)
+    frac = {k: toks / med[k] * flop_tok / (peak * 1e9) if peak else 0.0 for k in ("ours", "peer")}
+    if peak:
+        print(f"  share of the float32 matmul peak ({peak:.0f} GFLOP/s): ours {frac['ours']:.0%}, "
+              f"transformers {frac['peer']:.0%}")
     print(f"RESULT name=generation size={size} batch={B} dtype={dtype} params_m={n_params / 1e6:.1f} "
           f"new_tokens={new_tokens} repeats={repeats} ours_tok_s={toks / med['ours']:.1f} "
           f"peer_tok_s={toks / med['peer']:.1f} ratio={med['peer'] / med['ours']:.3f} "
+          f"ours_peak_frac={frac['ours']:.3f} peer_peak_frac={frac['peer']:.3f} peak_gflops={peak:.1f} "
           f"ours_compile_s={first['ours'] - med['ours']:.2f} torch_threads={torch.get_num_threads()}", flush=True)
     return med
 
@@ -137,9 +159,12 @@ if __name__ == "__main__":
     ap.add_argument("--torch-f32", action="store_true", help="also time transformers with f32 weights")
     ap.add_argument("--torch-device", default="cpu", help="where transformers runs: cpu, or cuda on a GPU machine")
     args = ap.parse_args()
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {NPROC} cpus")
+    peak = peak_gflops() if args.torch_device == "cpu" else 0.0
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {NPROC} cpus; float32 matmul peak (numpy "
+          f"2048^3, median of 5) {peak:.1f} GFLOP/s")
     for size in args.sizes:
         reps = args.repeats_100m if size == "100m" and args.repeats_100m else args.repeats
         for batch in args.batches or [None]:
             for dtype in args.dtypes:
-                bench(size, args.prompt_len, args.new_tokens, reps, args.torch_f32, args.torch_device, batch, dtype)
+                bench(size, args.prompt_len, args.new_tokens, reps, args.torch_f32, args.torch_device, batch, dtype,
+                      peak)

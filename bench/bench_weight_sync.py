@@ -4,8 +4,8 @@ the same bytes (the ceiling), measured side by side in one run.
 Run:  python bench/bench_weight_sync.py                       # 256 MiB and 1 GiB, 3 versions each (~2 min)
       python bench/bench_weight_sync.py --sizes-mb 64 --repeats 2
 
-ours:     this process plays the trainer: wire.push_weights (16 MiB chunks, one receipt per chunk, commit
-          with the manifest) into a real param_server.py process; a member process runs the inference
+ours:     this process plays the trainer: wire.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
+          commit with the manifest) into a real param_server.py process; a member process runs the inference
           worker's own weight path (inference_worker.WeightFetcher, --no-relay: one worker fetches from
           the param server; its own thread and sockets, every chunk and tensor CRC-checked) and reports
           when the fetcher offers the complete version (HOLD) and when it has installed it as jax arrays
@@ -16,8 +16,9 @@ ceiling:  two bare processes, ZeroMQ PUSH -> PULL on loopback, the same bytes in
           send(copy=False) / recv(copy=False): no encoding, no checksums, no receipts, one hop.
           Time = from the sender's first send to the receiver's last recv.
 Both sides alternate version by version; medians over --repeats. MiB/s = model MiB / seconds.
-Note: ours is two hops (trainer -> param server -> worker) and the param server also persists the
-newest version to disk (its --state-dir, here a temporary directory), which the ceiling does not.
+Note: ours is two hops (trainer -> param server -> worker), so at the ceiling's speed per hop it would
+score 50%; the param server also writes the newest version to disk (its --state-dir, here a temporary
+directory; from a thread, after the commit is answered), which the ceiling does not.
 
 Prints `RESULT name=weight_sync mb=.. ours_s=.. installed_s=.. ceiling_s=.. ours_mb_s=.. ceiling_mb_s=.. frac=..`.
 """

@@ -3,6 +3,7 @@
 Run:  python bench/run_all.py                        # every part, short settings (~20 min on 2 CPU cores)
       python bench/run_all.py --only generation,verifier
       python bench/run_all.py --only breakdown --runs runs/20250101-120000
+      python bench/run_all.py --table                   # print the table of bench/results.json again
 
 Each part is a subprocess (python bench/<script>.py with short settings); its whole stdout is echoed, every
 `RESULT name=<bench> key=value ...` line it prints is collected into bench/results.json (with the date,
@@ -34,7 +35,7 @@ PARTS = {
     "train_step": (["bench/bench_train_step.py", "--repeats", "2"], 600),
     "weight_sync": (["bench/bench_weight_sync.py", "--sizes-mb", "256", "1024", "--repeats", "2"], 300),
     "verifier": (["bench/bench_verifier.py", "--repeats", "2", "--quick", "--no-micro"], 300),
-    "e2e_trl": (["bench/bench_e2e_trl.py", "--steps", "20", "--trl-timeout", "420"], 780),
+    "e2e_trl": (["bench/bench_e2e_trl.py", "--steps", "20", "--repeats", "2", "--trl-timeout", "420"], 900),
     "asynchrony": (["bench/bench_async.py", "--seconds", "120"], 720),
     "breakdown": (["bench/bench_breakdown.py"], 600),
 }
@@ -154,7 +155,9 @@ def rows_for(name: str, results: list, status: str) -> list:
                          fmt(r.get("ours_tok_s"), "tok/s"), fmt(r.get("peer_tok_s"), "tok/s"),
                          fmt(ratio, "x"), ">= 2x", yes(ratio is not None and ratio >= 2),
                          f"transformers generate use_cache; {r.get('new_tokens')} new tok; "
-                         f"median of {r.get('repeats')}" + ("; SHORTENED repeats" if r.get("repeats", 3) < 3 else "")])
+                         f"median of {r.get('repeats')}" + ("; SHORTENED repeats" if r.get("repeats", 3) < 3 else "")
+                         + (f"; share of the f32 matmul peak: ours {r['ours_peak_frac'] * 100:.0f}%, "
+                            f"transformers {r['peer_peak_frac'] * 100:.0f}%" if r.get("ours_peak_frac") else "")])
     elif name == "train_step":
         for r in by("train_step"):
             ratio = r.get("ratio")
@@ -162,7 +165,10 @@ def rows_for(name: str, results: list, status: str) -> list:
                          fmt(r.get("ours_tok_s"), "tok/s") + f" (MFU {r.get('ours_mfu', 0) * 100:.1f}%)",
                          fmt(r.get("peer_tok_s"), "tok/s") + f" (MFU {r.get('peer_mfu', 0) * 100:.1f}%)",
                          fmt(ratio, "x"), ">= 1.0x", yes(ratio is not None and ratio >= 1.0),
-                         f"torch {r.get('peer_dtype', '')}; peak {fmt(r.get('peak_gflops'))} GFLOP/s measured"])
+                         f"torch {r.get('peer_dtype', '')}; MFU against the f32 matmul peak "
+                         f"{fmt(r.get('peak_gflops'))} GFLOP/s measured"
+                         + "".join(f"; bf16 matmul peak (torch) {fmt(p['bf16_gflops'])} GFLOP/s"
+                                   for p in by("peak")[:1] if p.get("bf16_gflops"))])
             cost = r.get("fix_cost")
             if cost is not None:
                 rows.append([f"bf16 fix cost {r['size']}", fmt(r.get("ours_tok_s"), "tok/s") + " fix on",
@@ -174,7 +180,8 @@ def rows_for(name: str, results: list, status: str) -> list:
             rows.append([f"weight sync {r['mb']} MiB", fmt(r.get("ours_mb_s"), "MiB/s"),
                          fmt(r.get("ceiling_mb_s"), "MiB/s"), f"{frac * 100:.0f}%" if frac is not None else "-",
                          ">= 50% of ceiling", yes(frac is not None and frac >= 0.5),
-                         f"push->param server->worker fetcher holds it ({fmt(r.get('ours_s'), 's')}); "
+                         f"push->param server->worker fetcher holds it ({fmt(r.get('ours_s'), 's')}, of which "
+                         f"the push {fmt(r.get('push_s'), 's')}); "
                          f"installed on device {fmt(r.get('installed_s'), 's')}; ceiling bare zmq PUSH/PULL "
                          f"zero-copy {fmt(r.get('ceiling_s'), 's')}"])
     elif name == "verifier":
@@ -197,8 +204,10 @@ def rows_for(name: str, results: list, status: str) -> list:
                          f"{fmt(r.get('peer_s'), 's')}, reward {fmt(r.get('peer_reward'))}",
                          fmt(ratio, "x"), ">= 3x faster, reward >=", yes(ok),
                          f"TRL {r.get('trl')}; B{r.get('prompts')} G{r.get('group')} L{r.get('new_tokens')}; "
-                         f"reward = mean of last {r.get('reward_window')} steps; time = train loop "
-                         f"(whole command: ours {fmt(r.get('ours_total_s'), 's')}, TRL {fmt(r.get('peer_total_s'), 's')})"])
+                         f"reward = mean of last {r.get('reward_window')} steps; time = train loop, median of "
+                         f"{r.get('repeats', 1)} alternating runs (whole command: ours {fmt(r.get('ours_total_s'), 's')}, "
+                         f"TRL {fmt(r.get('peer_total_s'), 's')}); ours with a warm compilation cache (first "
+                         f"step {fmt(r.get('ours_step1_s'), 's')}; cold {fmt(r.get('ours_cold_step1_s'), 's')})"])
     elif name == "asynchrony":
         for r in by("asynchrony"):
             rows.append([f"asynchrony MAX_STALENESS={r['staleness']}",
@@ -237,7 +246,14 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[], help="part(s) to run: " + ", ".join(ORDER))
     ap.add_argument("--runs", default="", help="run dir for the breakdown part (default: asynchrony's staleness-0 run)")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    ap.add_argument("--table", action="store_true", help="print the table of --out's results again; run nothing")
     args = ap.parse_args()
+    if args.table:
+        with open(args.out) as f:
+            record = json.load(f)
+        print(table([row for name, part in record["parts"].items()
+                     for row in rows_for(name, part.get("results", []), part.get("status", "?"))]))
+        return 0
     only = [p for o in args.only for p in o.split(",") if p]
     bad = [p for p in only if p not in PARTS]
     if bad:
