@@ -166,7 +166,7 @@ class WeightStore:
             if manifest.chunks != received:
                 raise ValueError(f"manifest lists {len(manifest.chunks)} chunks that differ from the "
                                  f"{len(received)} received")
-            manifest.check_tensors(p["chunks"])
+            manifest.check_tensors(p["chunks"], p["crcs"])  # each chunk's CRC was checked on arrival
         except ValueError as e:  # WireError is one too
             self._discard(str(e))
             raise ValueError(f"push {msg.push_id} refused: {e}") from None
@@ -257,10 +257,10 @@ class WeightStore:
                 chunks = []
                 while piece := f.read(wire.CHUNK_BYTES):
                     chunks.append(np.frombuffer(piece, np.uint8))
+            crcs = [zlib.crc32(memoryview(c)) for c in chunks]
             manifest = wire.Manifest.from_dict({"version": int(meta["version"]), "lineage": meta.get("lineage", ""),
-                                                "tensors": tensors,
-                                                "chunks": [[int(c.size), zlib.crc32(memoryview(c))] for c in chunks]})
-            manifest.check_tensors(chunks)
+                                                "tensors": tensors, "chunks": [[int(c.size), crc] for c, crc in zip(chunks, crcs)]})
+            manifest.check_tensors(chunks, crcs)
         except Exception as e:  # a corrupt file must not stop the server: it waits for a push
             print(f"[param_server] ignoring corrupt persisted weights {path}: {e!r}", flush=True)
             return

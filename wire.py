@@ -285,6 +285,58 @@ def crc32(array: np.ndarray) -> int:
     return zlib.crc32(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
 
 
+# CRC-32 is linear over GF(2), so crc(A + B) follows from crc(A), crc(B) and len(B) alone: appending
+# n zero bytes to A's register is a 32x32 bit matrix Z(n), and crc(A + B) = Z(len B) crc(A) ^ crc(B).
+# Z is invertible (the polynomial's constant term is 1), so a part's CRC also follows from the whole's
+# and the other parts'. The weight path uses this so that each process reads a version's bytes about
+# once: the chunk CRCs, checked as chunks arrive, give the tensors' CRCs (Manifest.check_tensors).
+# A matrix is a list of 32 ints, column j being the matrix applied to bit j; _ZEROS[k] = Z(2**k),
+# _UNZEROS[k] its inverse.
+def _gf2_apply(matrix: list, vector: int) -> int:
+    out, j = 0, 0
+    while vector:
+        if vector & 1:
+            out ^= matrix[j]
+        vector, j = vector >> 1, j + 1
+    return out
+
+
+def _byte_powers(one_bit: list) -> list:
+    """[M(2**k bytes) for k in 0..63] from the one-bit matrix M, by squaring (2, 4, 8 bits, ...)."""
+    ops = [one_bit]
+    for _ in range(3 + 63):
+        ops.append([_gf2_apply(ops[-1], col) for col in ops[-1]])
+    return ops[3:]
+
+
+_POLY = 0xEDB88320  # CRC-32's polynomial, bit-reflected as zlib uses it
+_ZEROS = _byte_powers([(r >> 1) ^ (_POLY if r & 1 else 0) for r in (1 << j for j in range(32))])
+# One zero bit undone: the new register's top bit says whether the polynomial was xored in.
+_UNZEROS = _byte_powers([(((r ^ (_POLY if r >> 31 else 0)) << 1) | (r >> 31)) & 0xFFFFFFFF
+                         for r in (1 << j for j in range(32))])
+
+
+def _shift(crc: int, nbytes: int, ops: list) -> int:
+    k = 0
+    while nbytes and crc:
+        if nbytes & 1:
+            crc = _gf2_apply(ops[k], crc)
+        nbytes, k = nbytes >> 1, k + 1
+    return crc
+
+
+def crc32_combine(crc_a: int, crc_b: int, len_b: int) -> int:
+    """CRC-32 of A + B from crc32(A), crc32(B) and len(B) in bytes, without reading the bytes
+    (what zlib's C crc32_combine does; Python's zlib does not expose it). At most ~0.1 ms."""
+    return _shift(crc_a, len_b, _ZEROS) ^ crc_b
+
+
+def crc32_part(crc_whole: int, crc_before: int, crc_after: int, len_part: int, len_after: int) -> int:
+    """CRC-32 of the middle part B of A + B + C from the CRCs of the whole, of A and of C and the
+    lengths of B and C, without reading B (crc32_combine solved for B)."""
+    return _shift(crc_whole ^ crc_after ^ _shift(crc_before, len_part + len_after, _ZEROS), len_after, _UNZEROS)
+
+
 def _check_fields(cls, data) -> dict:
     if not isinstance(data, dict):
         raise WireError(f"{cls.KIND} must be a map, got {type(data).__name__}")
@@ -453,52 +505,89 @@ class Manifest:
             at += n
         return out
 
-    def check_tensors(self, pieces) -> None:
+    def check_tensors(self, pieces, crcs=None) -> None:
         """Check every tensor's CRC32 over the byte stream given as consecutive uint8 `pieces`
-        (the chunks), without joining them. Raises ValueError naming the first bad tensor."""
-        pieces = iter(pieces)
-        piece, at = np.zeros(0, np.uint8), 0
-        for name, dtype, shape, want in self.tensors:
-            left, crc = math.prod(shape) * _DTYPES[dtype].itemsize, 0
-            while left:
-                if at == len(piece):
-                    piece, at = next(pieces), 0
+        (the chunks), without joining them. Raises ValueError naming the first bad tensor.
+        `crcs`, if given, are the pieces' CRCs, already checked against their bytes by the caller:
+        then the largest segment of each piece (its part in one tensor) is not read but solved for
+        (crc32_part), so a piece inside one tensor costs nothing and one that holds a tensor boundary
+        costs its smaller segments."""
+        crcs = list(crcs) if crcs is not None else None
+        sizes = [math.prod(shape) * _DTYPES[dtype].itemsize for _, dtype, shape, _ in self.tensors]
+        tensor_crcs, t, left = [0] * len(sizes), -1, 0
+        for i, piece in enumerate(pieces):
+            segments, at = [], 0  # (tensor index, start in the piece, length)
+            while at < len(piece):
+                while left == 0:
+                    t += 1
+                    if t == len(sizes):
+                        raise ValueError(f"weights v{self.version}: more bytes than the tensors hold")
+                    left = sizes[t]
                 take = min(left, len(piece) - at)
-                crc = zlib.crc32(memoryview(piece[at:at + take]), crc)
+                segments.append((t, at, take))
                 at, left = at + take, left - take
+            skip = max(range(len(segments)), key=lambda s: segments[s][2]) if crcs is not None else -1
+            seg_crcs = [0 if s == skip else zlib.crc32(memoryview(piece[start:start + n]))
+                        for s, (_, start, n) in enumerate(segments)]
+            if skip >= 0:
+                before = after = len_after = 0
+                for s, (_, _, n) in enumerate(segments):
+                    if s < skip:
+                        before = crc32_combine(before, seg_crcs[s], n)
+                    elif s > skip:
+                        after, len_after = crc32_combine(after, seg_crcs[s], n), len_after + n
+                seg_crcs[skip] = crc32_part(crcs[i], before, after, segments[skip][2], len_after)
+            for (t_of, _, n), crc in zip(segments, seg_crcs):
+                tensor_crcs[t_of] = crc32_combine(tensor_crcs[t_of], crc, n)
+        for (name, _, _, want), crc in zip(self.tensors, tensor_crcs):
             if crc != want:
                 raise ValueError(f"weights v{self.version}: checksum mismatch for tensor {name!r}")
 
 
 def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
-    """Cut (name, array) pairs, in order, into chunks of chunk_bytes (the last one shorter). Yields
-    uint8 chunk arrays; when the input is exhausted, the returned `tensors` list (StopIteration value,
-    use `yield from`) holds the manifest's tensor entries. A chunk that lies inside one tensor is a
-    view of it (no copy: most of a big model's bytes); one that spans tensors is assembled in a buffer
-    of its own. Holds the current tensor and the chunk being assembled."""
+    """Cut (name, array) pairs, in order, into chunks of at most chunk_bytes. Yields (uint8 chunk
+    array, its CRC32); when the input is exhausted, the returned `tensors` list (StopIteration
+    value, use `yield from`) holds the manifest's tensor entries. Holds the current tensor and the
+    chunk being assembled.
+
+    A tensor of at least chunk_bytes / 16 starts a chunk of its own and is cut into chunk_bytes
+    pieces (the last shorter), each a view of it: no copy, and no chunk holds a tensor boundary, so
+    the receivers get its tensor CRC from the chunk CRCs without reading it again (check_tensors).
+    Smaller tensors (norms, biases, small projections) are packed together into chunks assembled in
+    buffers of their own. Every byte is checksummed once: each piece's CRC counts toward both its
+    chunk's and its tensor's (crc32_combine)."""
     if not 0 < chunk_bytes <= MAX_CHUNK_BYTES:
         raise ValueError(f"chunk_bytes must be in (0, {MAX_CHUNK_BYTES}]")
-    tensors, buf = [], bytearray()
+    tensors, buf, filled, buf_crc = [], None, 0, 0
     for name, array in named_arrays:
         array = np.ascontiguousarray(array)
         if array.dtype.name not in _DTYPES:
             raise WireError(f"tensor {name}: dtype {array.dtype} cannot travel on the wire")
         flat = array.reshape(-1).view(np.uint8)
-        tensors.append([name, array.dtype.name, list(array.shape), zlib.crc32(memoryview(flat))])
+        tensor_crc, own_chunks = 0, len(flat) >= max(1, chunk_bytes // 16)
+        if own_chunks and filled:
+            yield buf[:filled], buf_crc
+            buf, filled, buf_crc = None, 0, 0
         at = 0
         while at < len(flat):
-            if not buf and len(flat) - at >= chunk_bytes:
-                yield flat[at:at + chunk_bytes]  # a view: the sender must not write the array meanwhile
-                at += chunk_bytes
-                continue
-            take = min(chunk_bytes - len(buf), len(flat) - at)
-            buf += memoryview(flat[at:at + take])
+            take = min(chunk_bytes - filled, len(flat) - at)
+            piece = flat[at:at + take]
+            crc = zlib.crc32(memoryview(piece))
+            tensor_crc = crc32_combine(tensor_crc, crc, take)
             at += take
-            if len(buf) == chunk_bytes:
-                yield np.frombuffer(buf, np.uint8)  # a view: this bytearray is never written again
-                buf = bytearray()
-    if buf:
-        yield np.frombuffer(buf, np.uint8)
+            if own_chunks:
+                yield piece, crc  # a view: the sender must not write the array meanwhile
+                continue
+            if buf is None:
+                buf = np.empty(chunk_bytes, np.uint8)
+            buf[filled:filled + take] = piece
+            filled, buf_crc = filled + take, crc32_combine(buf_crc, crc, take)
+            if filled == chunk_bytes:
+                yield buf, buf_crc  # a buffer of its own, never written again
+                buf, filled, buf_crc = None, 0, 0
+        tensors.append([name, array.dtype.name, list(array.shape), tensor_crc])
+    if filled:
+        yield buf[:filled], buf_crc
     return tensors
 
 
@@ -519,11 +608,10 @@ def push_weights(client, version: int, lineage: str, named_arrays, chunk_bytes: 
         pieces = cut_chunks(named_arrays, chunk_bytes)
         while True:
             try:
-                data = next(pieces)
+                data, crc = next(pieces)
             except StopIteration as end:
                 done["tensors"] = end.value
                 return
-            crc = zlib.crc32(memoryview(data))
             chunks.append([int(data.size), crc])
             yield PushChunk(push_id, len(chunks) - 1, data, crc)
     for _ in client.pipeline(messages(), window, what="receipt of a weight chunk"):

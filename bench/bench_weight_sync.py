@@ -15,7 +15,9 @@ ours:     this process plays the trainer: wire.push_weights (16 MiB chunks, 4 in
 ceiling:  two bare processes, ZeroMQ PUSH -> PULL on loopback, the same bytes in 16 MiB messages,
           send(copy=False) / recv(copy=False): no encoding, no checksums, no receipts, one hop.
           Time = from the sender's first send to the receiver's last recv.
-Both sides alternate version by version; medians over --repeats. MiB/s = model MiB / seconds.
+Both sides alternate version by version, after --warmup versions each that are not timed (the first
+versions fault in fresh memory in every process, which on the VMs measured here costs 5-9x a write to
+recycled memory; a run pushing every step recycles it); medians over --repeats. MiB/s = model MiB / seconds.
 Note: ours is two hops (trainer -> param server -> worker), so at the ceiling's speed per hop it would
 score 50%; the param server also writes the newest version to disk (its --state-dir, here a temporary
 directory; from a thread, after the commit is answered), which the ceiling does not.
@@ -125,7 +127,7 @@ def expect(q, word, timeout=300):
             return parts
 
 
-def bench(mb: int, repeats: int, tmp: str) -> dict:
+def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
     import wire
     from bench_broadcast import model_tensors
     tensors = model_tensors(mb)  # tensors of 1 to 32 MiB, as bench_broadcast's
@@ -158,7 +160,7 @@ def bench(mb: int, repeats: int, tmp: str) -> dict:
         expect(sq, "READY", 120)
         time.sleep(1.0)  # the fetcher long-polling, the PUSH connected
         ours, inst, push, ceil = [], [], [], []
-        for version in range(1, repeats + 2):  # the first of each is a warm-up, not counted
+        for version in range(1, warmup + repeats + 1):  # the first `warmup` of each are not counted
             t0 = time.time()
             wire.push_weights(client, version, "bench", tensors)
             t_push = time.time() - t0
@@ -171,8 +173,8 @@ def bench(mb: int, repeats: int, tmp: str) -> dict:
             t_done = float(expect(rq, "DONE")[1])
             print(f"  {mb} MiB v{version}: push {t_push:.2f} s, worker holds after {hold - t0:.2f} s, installed "
                   f"after {installed - t0:.2f} s; ceiling {t_done - t_sent:.2f} s"
-                  + ("  (warm-up)" if version == 1 else ""), flush=True)
-            if version > 1:
+                  + ("  (warm-up)" if version <= warmup else ""), flush=True)
+            if version > warmup:
                 ours.append(hold - t0)
                 inst.append(installed - t0)
                 push.append(t_push)
@@ -193,14 +195,18 @@ def bench(mb: int, repeats: int, tmp: str) -> dict:
     r["frac"] = r["ours_mb_s"] / r["ceiling_mb_s"]
     r["installed_frac"] = r["installed_mb_s"] / r["ceiling_mb_s"]
     print("RESULT name=weight_sync " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                for k, v in r.items()) + f" repeats={repeats}", flush=True)
+                                                for k, v in r.items()) + f" repeats={repeats} warmup={warmup}", flush=True)
     return r
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes-mb", type=int, nargs="+", default=[256, 1024])
-    ap.add_argument("--repeats", type=int, default=3, help="timed versions per size (after one warm-up)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed versions per size (after the warm-ups)")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="versions per size not timed: the first ones allocate fresh memory in every process (the "
+                         "param server's received chunks, the fetcher's buffers, the sink's); from the third on "
+                         "each process recycles its earlier versions' memory, as in a run that pushes every step")
     ap.add_argument("--member", help=argparse.SUPPRESS)
     ap.add_argument("--sink", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -213,7 +219,7 @@ def main() -> None:
         return source(*args.source)
     with tempfile.TemporaryDirectory() as tmp:
         for mb in args.sizes_mb:
-            bench(mb, args.repeats, tmp)
+            bench(mb, args.repeats, args.warmup, tmp)
 
 
 if __name__ == "__main__":

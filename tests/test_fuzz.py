@@ -86,7 +86,7 @@ def push_frames(push_id: str, version: int, manifest_change: dict | None = None)
     out, chunks, gen = [], [], wire.cut_chunks(tensors(version), 16)
     while True:
         try:
-            data = next(gen)
+            data, _ = next(gen)
         except StopIteration as done:
             entries = done.value
             break

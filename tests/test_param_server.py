@@ -59,7 +59,7 @@ def test_weights_versioned_verified_and_persisted(roles, tmp_path):
     proc, client, port = start(roles, tmp_path)
     assert client.call(wire.GetWeights()).version == -1           # nothing yet: WeightsUnchanged(-1)
     chunks = []
-    for i, data in enumerate(wire.cut_chunks(tensors(1), 8)):
+    for i, (data, _) in enumerate(wire.cut_chunks(tensors(1), 8)):
         client.call(wire.PushChunk("p1", i, data, wire.crc32(data)))
         chunks.append([int(data.size), wire.crc32(data)])
     bad = wire.Manifest(1, "", [["a.weight", "bfloat16", [4, 3], wire.crc32(tensors(1)[0][1])],

@@ -1,5 +1,6 @@
 """Wire format and socket behaviour. Run: python -m pytest -q tests/test_wire.py"""
 import threading
+import zlib
 
 import ml_dtypes
 import numpy as np
@@ -145,12 +146,18 @@ def test_pipeline_keeps_requests_in_flight_and_yields_replies_in_order():
 
 
 def test_cut_chunks_views_big_tensors_and_lays_bytes_end_to_end():
-    """Chunks are the tensors' bytes end to end in chunk_bytes pieces; a piece inside one tensor is a
-    view of it (no copy), one spanning tensors is assembled."""
+    """Chunks are the tensors' bytes end to end, at most chunk_bytes each; a tensor of at least
+    chunk_bytes / 16 has chunks of its own that are views of it (no copy, no tensor boundary inside),
+    smaller ones are packed together into assembled chunks; the chunk and tensor CRCs (combined from
+    the pieces') are zlib's."""
     rng = np.random.default_rng(0)
-    arrays = [("a", rng.standard_normal(5).astype(np.float32)), ("b", rng.standard_normal(300).astype(np.float32)),
-              ("c", np.arange(7, dtype=np.int32)), ("d", rng.standard_normal((40, 3)).astype(ml_dtypes.bfloat16))]
-    gen = wire.cut_chunks(iter(arrays), chunk_bytes=256)
+    arrays = [("a", rng.standard_normal(5).astype(np.float32)),           # 20 B: small (< 1024 / 16)
+              ("b", rng.standard_normal(300).astype(np.float32)),         # 1200 B: 1024 + 176, views
+              ("c", np.arange(7, dtype=np.int32)), ("e", np.zeros(0, np.float32)),
+              ("f", rng.standard_normal(3).astype(np.float32)),           # c + f: 40 B packed
+              ("d", rng.standard_normal((40, 3)).astype(ml_dtypes.bfloat16))]  # 240 B: its own
+    arrays += [(f"s{i}", rng.standard_normal(15).astype(np.float32)) for i in range(30)]  # 60 B each: 1800 B packed
+    gen = wire.cut_chunks(iter(arrays), chunk_bytes=1024)
     chunks = []
     while True:
         try:
@@ -158,11 +165,49 @@ def test_cut_chunks_views_big_tensors_and_lays_bytes_end_to_end():
         except StopIteration as end:
             tensors = end.value
             break
+    chunks, crcs = [c for c, _ in chunks], [crc for _, crc in chunks]
     stream = np.concatenate([a.reshape(-1).view(np.uint8) for _, a in arrays])
-    assert [len(c) for c in chunks[:-1]] == [256] * (len(chunks) - 1) and np.array_equal(np.concatenate(chunks), stream)
-    assert any(np.shares_memory(c, arrays[1][1]) for c in chunks)  # b's middle travels as a view of b
-    assert [t[0] for t in tensors] == ["a", "b", "c", "d"]
-    assert tensors[1][3] == wire.crc32(arrays[1][1].view(np.uint8))
+    assert np.array_equal(np.concatenate(chunks), stream)
+    assert [len(c) for c in chunks] == [20, 1024, 176, 40, 240, 1024, 776]
+    assert np.shares_memory(chunks[1], arrays[1][1]) and np.shares_memory(chunks[2], arrays[1][1])
+    assert np.shares_memory(chunks[4], arrays[5][1]) and not np.shares_memory(chunks[3], arrays[2][1])
+    assert crcs == [zlib.crc32(c.tobytes()) for c in chunks]
+    assert [t[0] for t in tensors] == [name for name, _ in arrays]
+    assert [t[3] for t in tensors] == [zlib.crc32(a.tobytes()) for _, a in arrays]
+
+
+def test_crc32_combine_is_zlibs_crc_of_the_joined_bytes():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        a, b = (rng.integers(0, 256, int(rng.choice([0, 1, 3, rng.integers(0, 4000)])), np.uint8).tobytes()
+                for _ in range(2))
+        assert wire.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_check_tensors_from_known_chunk_crcs_agrees_with_reading_the_bytes():
+    """Given the chunks' CRCs, check_tensors solves each chunk's largest segment instead of reading
+    it: for chunk sizes that put the tensor boundaries anywhere, it accepts the true manifest and
+    names a tensor whose CRC is wrong, as reading every byte does."""
+    rng = np.random.default_rng(2)
+    arrays = [("a", rng.standard_normal(1000).astype(np.float32)), ("b", rng.standard_normal(10).astype(np.float32)),
+              ("e", np.zeros(0, np.float32)), ("c", rng.standard_normal(700).astype(np.float32))]
+    for chunk_bytes in (16, 100, 512, 4000, 4040, 8192):
+        gen, pieces = wire.cut_chunks(iter(arrays), chunk_bytes=chunk_bytes), []
+        while True:
+            try:
+                pieces.append(next(gen))
+            except StopIteration as end:
+                tensors = end.value
+                break
+        chunks, crcs = [c for c, _ in pieces], [crc for _, crc in pieces]
+        m = wire.Manifest(1, "", tensors, [[int(c.size), crc] for c, crc in pieces])
+        m.check_tensors(chunks)
+        m.check_tensors(chunks, crcs)
+        for wrong in ("a", "b", "c"):
+            bad = wire.Manifest(1, "", [t[:3] + [t[3] ^ 1] if t[0] == wrong else t for t in tensors], m.chunks)
+            for given in (None, crcs):
+                with pytest.raises(ValueError, match=f"checksum mismatch for tensor '{wrong}'"):
+                    bad.check_tensors(chunks, given)
 
 
 def test_client_timeout_names_what_it_waited_for():
