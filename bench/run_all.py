@@ -33,7 +33,7 @@ PARTS = {
     "generation": (["bench/bench_generate.py", "--sizes", "3m", "100m", "--batches", "64", "16",
                     "--dtypes", "float32", "bfloat16", "--repeats", "2", "--repeats-100m", "1"], 600),
     "train_step": (["bench/bench_train_step.py", "--repeats", "2"], 600),
-    "weight_sync": (["bench/bench_weight_sync.py", "--sizes-mb", "256", "1024", "--repeats", "2"], 300),
+    "weight_sync": (["bench/bench_weight_sync.py", "--sizes-mb", "256", "1024", "--repeats", "4"], 400),
     "verifier": (["bench/bench_verifier.py", "--repeats", "2", "--quick", "--no-micro"], 300),
     "e2e_trl": (["bench/bench_e2e_trl.py", "--steps", "20", "--repeats", "2", "--trl-timeout", "420"], 900),
     "asynchrony": (["bench/bench_async.py", "--seconds", "120"], 720),
