@@ -564,8 +564,9 @@ class Trainer:
 
     def do_push(self, payload: dict) -> None:
         """Each tensor is cut from the (sharded) master and cast on the devices, then gathered to the host
-        (hf_io.iter_hf_tensors): the host holds one tensor plus wire.PUSH_WINDOW chunks beyond the
-        master. Followers take part in the gathers; the leader streams the tensors (wire.push_weights)."""
+        (hf_io.iter_hf_tensors). Beyond the master the host holds the tensor being sent and what the
+        wire.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
+        chunks). Followers take part in the gathers; the leader streams the tensors (wire.push_weights)."""
         tensors = hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype)
         try:
             if self.leader:

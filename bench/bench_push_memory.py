@@ -1,4 +1,4 @@
-"""Host memory of one weight push from a sharded trainer: tensor by tensor (trainer.Trainer.push) against
+"""Host memory of one weight push from a sharded trainer: tensor by tensor (trainer.Trainer.do_push) against
 the whole-model way (cast everything, convert everything, then send).
 
 Run:  python bench/bench_push_memory.py                      # 100m model, 8 simulated CPU devices
@@ -8,7 +8,7 @@ The f32 master is made directly in its shards (sharding.param_shardings) on a (d
 Trainer holds it. Each variant then runs in a fresh child process (so one variant's freed memory does
 not hide the other's) and streams the push the param server receives (wire.push_weights: chunks, then
 the manifest), each message encoded for the wire (wire.encode; a stand-in client, no socket):
-  per_tensor  trainer.Trainer.push itself: hf_io.iter_hf_tensors cuts, casts and gathers one tensor at a
+  per_tensor  trainer.Trainer.do_push itself: hf_io.iter_hf_tensors cuts, casts and gathers one tensor at a
               time and wire.push_weights sends it in chunks, so the host never holds the whole model.
   whole       the whole-model way: hf_io.to_hf_tensors(cast_params(master, bf16)): the whole bf16 model
               cast on the devices, every stacked leaf copied to the host, then transposed copies.
@@ -20,13 +20,15 @@ Caveats: after the warm-up push the allocator reuses freed pages, so rss_peak un
 measures a first push, compilations included); with --devices 1 a CPU array reaches numpy without a
 copy, which tracemalloc does not see, so there host_peak undercounts and rss_peak is the number to read.
 
-Measured (2026-12-01, 2-core CPU, 100m: 237.8 MB in bf16, largest tensor 46.9 MB; 8 devices): host_peak
-per_tensor 126.5 MB, whole 428.9 MB; rss_peak 127 vs 526 MB.
+Measured (2026-12-02, 2-core CPU, 100m: 237.8 MB in bf16, largest tensor 46.9 MB; 8 devices): host_peak
+per_tensor 156.6 MB, whole 428.9 MB; rss_peak 153 vs 447 MB. per_tensor holds the tensor being cut and,
+while its chunks are in flight (wire.PUSH_WINDOW of them, sent as views), the one before it.
 
 Last lines: `RESULT name=push_memory variant=<v> devices=<n> model_bf16_mb=<m> largest_tensor_mb=<t>
 host_peak_mb=<p> host_extra_mb=<p - m> rss_peak_delta_mb=<r> push_s=<s>`, one per variant.
 """
 import argparse
+import collections
 import os
 import subprocess
 import sys
@@ -95,12 +97,22 @@ def child(args) -> None:
             sent["bytes"] = sent.get("bytes", 0) + sum(len(f) for f in frames[1:])
             return wire.Ok({})
 
-    def push_whole(self):  # Trainer.push before it went tensor by tensor
+        def pipeline(self, msgs, window, **_):  # holds `window` messages in flight, as wire.Client does
+            inflight = collections.deque()
+            for msg in msgs:
+                inflight.append(msg)
+                if len(inflight) == window:
+                    yield self.call(inflight.popleft())
+            while inflight:
+                yield self.call(inflight.popleft())
+
+    def push_whole(self):  # the alternative: the whole model cast and converted at once, then pushed
         tensors = hf_io.to_hf_tensors(trainer.cast_params(self.master, self.mcfg.jdtype), self.mcfg)
         wire.push_weights(self.ps, self.step_n, self.lineage, tensors.items())
 
-    fake = types.SimpleNamespace(master=master, mcfg=cfg, ps=Client(), step_n=1, lineage="bench")
-    push = {"per_tensor": lambda: trainer.Trainer.push(fake), "whole": lambda: push_whole(fake)}[args.variant]
+    fake = types.SimpleNamespace(master=master, mcfg=cfg, ps=Client(), step_n=1, lineage="bench", leader=True)
+    push = {"per_tensor": lambda: trainer.Trainer.do_push(fake, {"version": 1, "lineage": "bench"}),
+            "whole": lambda: push_whole(fake)}[args.variant]
     if args.warm:  # compile the slicing kernels first: the steady state of a run
         push()
     sent.clear()
