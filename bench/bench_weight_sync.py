@@ -16,7 +16,7 @@ ceiling:  two bare processes, ZeroMQ PUSH -> PULL on loopback, the same bytes in
           send(copy=False) / recv(copy=False): no encoding, no checksums, no receipts, one hop.
           Time = from the sender's first send to the receiver's last recv.
 Both sides alternate version by version, after --warmup versions each that are not timed (the first
-versions fault in fresh memory in every process, which on the VMs measured here costs 5-9x a write to
+versions fault in fresh memory in every process, which on the VMs measured here costs 5-7x a write to
 recycled memory; a run pushing every step recycles it); medians over --repeats. MiB/s = model MiB / seconds.
 Note: ours is two hops (trainer -> param server -> worker), so at the ceiling's speed per hop it would
 score 50%; the param server also writes the newest version to disk (its --state-dir, here a temporary

@@ -145,6 +145,16 @@ def test_pipeline_keeps_requests_in_flight_and_yields_replies_in_order():
         router.close(0)
 
 
+def cut_all(arrays, chunk_bytes):
+    """wire.cut_chunks run to its end: (chunks, their CRCs, the manifest's tensor entries)."""
+    gen, pieces = wire.cut_chunks(iter(arrays), chunk_bytes=chunk_bytes), []
+    while True:
+        try:
+            pieces.append(next(gen))
+        except StopIteration as end:
+            return [c for c, _ in pieces], [crc for _, crc in pieces], end.value
+
+
 def test_cut_chunks_views_big_tensors_and_lays_bytes_end_to_end():
     """Chunks are the tensors' bytes end to end, at most chunk_bytes each; a tensor of at least
     chunk_bytes / 16 has chunks of its own that are views of it (no copy, no tensor boundary inside),
@@ -157,15 +167,7 @@ def test_cut_chunks_views_big_tensors_and_lays_bytes_end_to_end():
               ("f", rng.standard_normal(3).astype(np.float32)),           # c + f: 40 B packed
               ("d", rng.standard_normal((40, 3)).astype(ml_dtypes.bfloat16))]  # 240 B: its own
     arrays += [(f"s{i}", rng.standard_normal(15).astype(np.float32)) for i in range(30)]  # 60 B each: 1800 B packed
-    gen = wire.cut_chunks(iter(arrays), chunk_bytes=1024)
-    chunks = []
-    while True:
-        try:
-            chunks.append(next(gen))
-        except StopIteration as end:
-            tensors = end.value
-            break
-    chunks, crcs = [c for c, _ in chunks], [crc for _, crc in chunks]
+    chunks, crcs, tensors = cut_all(arrays, chunk_bytes=1024)
     stream = np.concatenate([a.reshape(-1).view(np.uint8) for _, a in arrays])
     assert np.array_equal(np.concatenate(chunks), stream)
     assert [len(c) for c in chunks] == [20, 1024, 176, 40, 240, 1024, 776]
@@ -192,15 +194,8 @@ def test_check_tensors_from_known_chunk_crcs_agrees_with_reading_the_bytes():
     arrays = [("a", rng.standard_normal(1000).astype(np.float32)), ("b", rng.standard_normal(10).astype(np.float32)),
               ("e", np.zeros(0, np.float32)), ("c", rng.standard_normal(700).astype(np.float32))]
     for chunk_bytes in (16, 100, 512, 4000, 4040, 8192):
-        gen, pieces = wire.cut_chunks(iter(arrays), chunk_bytes=chunk_bytes), []
-        while True:
-            try:
-                pieces.append(next(gen))
-            except StopIteration as end:
-                tensors = end.value
-                break
-        chunks, crcs = [c for c, _ in pieces], [crc for _, crc in pieces]
-        m = wire.Manifest(1, "", tensors, [[int(c.size), crc] for c, crc in pieces])
+        chunks, crcs, tensors = cut_all(arrays, chunk_bytes=chunk_bytes)
+        m = wire.Manifest(1, "", tensors, [[int(c.size), crc] for c, crc in zip(chunks, crcs)])
         m.check_tensors(chunks)
         m.check_tensors(chunks, crcs)
         for wrong in ("a", "b", "c"):
