@@ -2,10 +2,12 @@
 
 verifier.py is the role (API, executor pool, ZeroMQ service); this module is what runs inside each
 executor, a fresh pre-imported interpreter started by the pool as
-`python -E -s sandbox.py --executor CONFIG`, talking length-prefixed msgpack on its stdin/stdout.
-Sections: kernel primitives (namespaces, uids, rlimits, cgroup, kill sweeps); limits and verdicts
-(Verdict's docstring is the list of statuses); values across the boundary (plain data and handles);
-the candidate (untrusted program); the judge (tests); the executor.
+`python -E -s sandbox.py --executor CONFIG` with a minimal environment, talking length-prefixed
+msgpack on its stdin/stdout.
+Sections: kernel primitives (namespaces, uids, rlimits, seccomp, cgroup, kill sweeps); limits and
+verdicts (Verdict's docstring is the list of statuses); values across the boundary (plain data and
+handles); the candidate (untrusted program); the judge (tests); the executor, its launcher (the clean
+process every candidate is forked from) and its judge.
 verifier.py's docstring explains why a verdict cannot be forged. Linux-specific.
 
 Two levels, chosen by name once per executor at start-up (`enter_sandbox`). Nothing falls back from
@@ -33,8 +35,11 @@ is missing), and the verifier refuses to start: it fails closed.
 
 Why a uid per executor rather than per execution: RLIMIT_NPROC counts processes per real uid, so a
 uid shared by two concurrent executions would let one fork bomb starve the other, and the uid-wide
-kill would hit the neighbour. Executors run one job at a time, so a uid pair per executor is enough.
-uids are derived from the executor's pid (unique among live processes): base + 2*pid (+1).
+kill would hit the neighbour. Executors run one job at a time, so uids per executor are enough.
+uids are derived from the executor's pid (unique among live processes): base + 3*pid, +1, +2 for the
+candidate, the judge and the kill sweep (role_uids). What a uid could carry from one job to the next
+is closed per execution: kernel objects (an IPC namespace each, seccomp for keyrings and AF_UNIX),
+files (a tmpfs each), processes (killed and proved gone).
 """
 
 import builtins
@@ -62,16 +67,16 @@ import msgpack
 # ============================================================================ kernel primitives
 
 # Linux constants (include/uapi/linux/sched.h, mount.h, prctl.h).
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
+MNT_DETACH = 2
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 36, 38
+SECCOMP_MODE_FILTER = 2
 
-UID_BASE = 3_000_000  # far above any uid a distribution hands out; 2*pid_max (4M) + base < 2^31
+UID_BASE = 3_000_000  # far above any uid a distribution hands out; 3*pid_max (4M) + base < 2^31
 ROOT_DIR = "/mnt"     # mount point of the private root inside the new mount namespace
-SANDBOX_TMP_MB = 256  # size of the private /tmp tmpfs that holds the per-execution scratch dirs
-SANDBOX_TMP_INODES = 65536  # files + dirs on it: removing a scratch dir stays fast (it is our time)
+SCRATCH_INODES = 16384  # files + dirs in one execution's scratch tmpfs (its size: Limits.memory_mb)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -120,38 +125,93 @@ def _exposed_paths() -> list[str]:
     return [p for p in paths if os.path.lexists(p)]
 
 
-class PidsCgroup:
-    """A pids cgroup per executor: counts (and caps) every process of the current execution.
+def _cgroup_base(controller: str) -> str | None:
+    """Where a child cgroup with `controller` can be made: its cgroup v1 hierarchy, else a v2
+    hierarchy that offers it (enabled for children here if it is not yet), else None."""
+    v1 = f"/sys/fs/cgroup/{controller}"
+    if os.path.exists(f"{v1}/cgroup.procs"):
+        return v1
+    for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        if controller in _read(f"{base}/cgroup.controllers").split():
+            if controller not in _read(f"{base}/cgroup.subtree_control").split():
+                try:
+                    with open(f"{base}/cgroup.subtree_control", "w") as f:
+                        f.write(f"+{controller}")
+                except OSError:
+                    continue
+            return base
+    return None
 
-    Its only jobs: pids.max bounds the execution's processes and threads even across uids, and
-    pids.current == 0 after the candidate is reaped proves nothing else is left, so the uid-wide
-    kill sweep (a fork, the costliest step of cleanup) runs only when something was left. We never
-    kill by a pid read from cgroup.procs (a pid can be reused between read and kill); the sweep
-    kills by uid. The fds are opened before chroot hides /sys. Works with cgroup v1 or v2.
+
+class JobCgroup:
+    """A cgroup per executor that holds the current execution's processes (the candidate joins it).
+
+    pids: pids.max bounds the execution's processes and threads across uids, and pids.current == 0
+    after the candidate is reaped proves nothing else is left, so the uid-wide kill sweep runs only
+    when something was left. memory (where the controller exists): the limit caps the whole
+    execution, every process plus the files it wrote to its scratch tmpfs, at Limits.memory_mb,
+    and the count of OOM kills says when that limit ended it. We never kill by a pid read from
+    cgroup.procs (a pid can be reused between read and kill); the sweep kills by uid. The fds are
+    opened before chroot hides /sys. cgroup v1 (a directory per controller) or v2.
     """
 
     def __init__(self):
-        for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-            if os.path.exists(f"{base}/cgroup.procs") and (
-                    base.endswith("pids") or "pids" in _read(f"{base}/cgroup.controllers")):
-                break
-        else:
+        pids = _cgroup_base("pids")
+        if pids is None:
             raise OSError(errno.ENOENT, "no pids cgroup controller")
-        self.path = f"{base}/oubliette-{os.getpid()}"
-        os.mkdir(self.path)
-        self.join_fd = os.open(f"{self.path}/cgroup.procs", os.O_WRONLY)
+        memory = _cgroup_base("memory")
+        self.dirs, name = [], f"oubliette-{os.getpid()}"
+        for base in dict.fromkeys(b for b in (pids, memory) if b):  # v2: one directory for both
+            os.mkdir(f"{base}/{name}")
+            self.dirs.append(f"{base}/{name}")
+        self.path = self.dirs[0]
+        self.join_fds = [os.open(f"{d}/cgroup.procs", os.O_WRONLY) for d in self.dirs]
         self.max_fd = os.open(f"{self.path}/pids.max", os.O_WRONLY)
         self.current_fd = os.open(f"{self.path}/pids.current", os.O_RDONLY)
+        self.mem_fds, self.oom_fd, self.swap_v2 = [], None, False
+        if memory:
+            d = f"{memory}/{name}"
+            v1 = os.path.exists(f"{d}/memory.limit_in_bytes")
+            limits = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes") if v1 else \
+                ("memory.max", "memory.swap.max")
+            self.mem_fds = [os.open(f"{d}/{f}", os.O_WRONLY) for f in limits if os.path.exists(f"{d}/{f}")]
+            self.oom_fd = os.open(f"{d}/{'memory.oom_control' if v1 else 'memory.events'}", os.O_RDONLY)
+            self.swap_v2 = not v1
+        self.memory_mb = None
 
-    def set_max(self, n: int) -> None:
-        os.pwrite(self.max_fd, str(n).encode(), 0)
+    def fds(self) -> set[int]:
+        return {*self.join_fds, self.max_fd, self.current_fd, *self.mem_fds} | (
+            {self.oom_fd} if self.oom_fd is not None else set())
+
+    def set_limits(self, max_procs: int, memory_mb: int) -> None:
+        os.pwrite(self.max_fd, str(max_procs).encode(), 0)
+        if self.mem_fds and memory_mb != self.memory_mb:
+            values = [memory_mb << 20, 0 if self.swap_v2 else memory_mb << 20][:len(self.mem_fds)]
+            # v1 wants memory <= memory+swap at every moment: raising, set memory+swap first
+            order = list(zip(self.mem_fds, values))
+            if not self.swap_v2 and self.memory_mb is not None and memory_mb > self.memory_mb:
+                order.reverse()
+            for fd, v in order:
+                os.pwrite(fd, str(v).encode(), 0)
+            self.memory_mb = memory_mb
 
     def join(self) -> None:
         """Move the calling process (a fresh child, still root) into the cgroup."""
-        os.write(self.join_fd, b"0")
+        for fd in self.join_fds:
+            os.write(fd, b"0")
 
     def current(self) -> int:
         return int(os.pread(self.current_fd, 64, 0))
+
+    def oom_kills(self) -> int:
+        """Processes the memory limit has killed so far (0 without a memory controller)."""
+        if self.oom_fd is None:
+            return 0
+        for line in os.pread(self.oom_fd, 4096, 0).decode().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
 
 
 def _read(path: str) -> str:
@@ -163,12 +223,44 @@ def _read(path: str) -> str:
 
 
 def remove_cgroup(executor_pid: int) -> None:
-    """Parent side: remove a dead executor's (empty) cgroup directory."""
-    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+    """Parent side: remove a dead executor's (empty) cgroup directories."""
+    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
         try:
             os.rmdir(f"{base}/oubliette-{executor_pid}")
         except OSError:
             pass
+
+
+def remove_tree(path: str) -> None:
+    """Remove a directory tree without recursion and without any path longer than one name: a
+    program can leave thousands of nested directories (shutil.rmtree recurses and builds whole
+    paths) or take away its own permissions. Everything that could write in it must be dead."""
+    names: list[str] = []
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        while True:
+            sub = None
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        sub = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=fd)
+            if sub is not None:
+                os.chmod(sub, 0o700, dir_fd=fd, follow_symlinks=False)
+                child = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd, names = child, names + [sub]
+                continue
+            if not names:
+                break
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
 
 
 ISOLATION_MODES = ("namespaces", "rlimits")
@@ -212,7 +304,7 @@ def _write_minimal_etc(etc: str, uids: tuple[int, int]) -> None:
     """The sandbox's own /etc: what Python and libc look up, describing the sandbox, not the host.
     Files on the private root's tmpfs, owned by root, mode 644 (the sandboxed uids cannot change
     them); the loader's cache is bound read-only (it lists /lib and /usr/lib paths only)."""
-    cand, judge = uids
+    cand, judge = uids[:2]
     files = {
         "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
@@ -277,9 +369,9 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
                 _mount("tmpfs", ROOT_DIR + h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
         for dev in ("null", "zero", "urandom", "random"):
             _bind_ro(f"/dev/{dev}", f"{ROOT_DIR}/dev/{dev}", nodev=False)
-        os.makedirs(ROOT_DIR + "/tmp", exist_ok=True)
+        os.makedirs(ROOT_DIR + "/tmp", exist_ok=True)  # holds only the mount points of the scratches
         _mount("tmpfs", ROOT_DIR + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-               f"size={SANDBOX_TMP_MB}m,nr_inodes={SANDBOX_TMP_INODES},mode=711")
+               "size=1m,nr_inodes=4096,mode=711")
         os.chroot(ROOT_DIR)
         os.chdir("/")
     except OSError as e:
@@ -293,9 +385,12 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
             "uid": "one uid per executor role", "uids": list(uids)}
 
 
-def role_uids(executor_pid: int) -> tuple[int, int]:
-    """(candidate uid, judge uid) for an executor; unique while that pid is alive."""
-    return UID_BASE + 2 * executor_pid, UID_BASE + 2 * executor_pid + 1
+def role_uids(executor_pid: int) -> tuple[int, int, int]:
+    """(candidate, judge, reaper) uids of an executor; unique while that pid is alive.
+    The reaper uid is held by no process: kill_uid's helper uses it as its real and saved uid, so
+    the processes it kills cannot signal it back (see kill_uid)."""
+    base = UID_BASE + 3 * executor_pid
+    return base, base + 1, base + 2
 
 
 def close_fds_except(keep: set[int]) -> None:
@@ -307,14 +402,85 @@ def close_fds_except(keep: set[int]) -> None:
     os.closerange(lo, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
+# --- seccomp: the system calls that would let state outlive a job, refused in every candidate.
+# A classic-BPF filter over seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (linux/seccomp.h).
+# Refused with EPERM: the kernel keyrings (add_key, request_key, keyctl: a uid's keyring outlives its
+# processes), AF_UNIX sockets (an abstract name, or descriptors kept in flight, can outlive the job),
+# new namespaces (unshare, setns, clone with CLONE_NEW*: a user namespace is a large kernel surface),
+# bpf, perf_event_open and io_uring. clone3 answers ENOSYS (its flags sit behind a pointer the
+# filter cannot read; the C library then falls back to clone). Other architectures: the filter kills.
+_SYSCALLS = {  # arch: (AUDIT_ARCH, {name: nr})  (asm/unistd_64.h; asm-generic/unistd.h)
+    "x86_64": (0xC000003E, dict(socket=41, socketpair=53, clone=56, add_key=248, request_key=249,
+                                keyctl=250, unshare=272, perf_event_open=298, setns=308, bpf=321,
+                                io_uring_setup=425, clone3=435)),
+    "aarch64": (0xC00000B7, dict(socket=198, socketpair=199, clone=220, add_key=217, request_key=218,
+                                 keyctl=219, unshare=97, perf_event_open=241, setns=268, bpf=280,
+                                 io_uring_setup=425, clone3=435)),
+}
+_CLONE_NEW_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+_AF_UNIX = 1
+_RET_ALLOW, _RET_KILL = 0x7FFF0000, 0x80000000
+_RET_ERRNO = lambda err: 0x00050000 | err  # noqa: E731
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """The candidate's filter as (code, jt, jf, k) instructions, None for an unknown architecture."""
+    if machine not in _SYSCALLS:
+        return None
+    arch, nr = _SYSCALLS[machine]
+    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, ..., BPF_RET|K
+    prog: list = [(LD, 0, 0, 4), (JEQ, 0, "kill", arch), (LD, 0, 0, 0)]
+    if machine == "x86_64":
+        prog.append((JGE, "deny", 0, 0x40000000))  # the x32 ABI's numbers
+    for name in ("add_key", "request_key", "keyctl", "unshare", "setns", "bpf", "perf_event_open",
+                 "io_uring_setup"):
+        prog.append((JEQ, "deny", 0, nr[name]))
+    prog += [(JEQ, "nosys", 0, nr["clone3"]), (JEQ, "sock", 0, nr["socket"]),
+             (JEQ, "sock", 0, nr["socketpair"]), (JEQ, "clone", 0, nr["clone"]), (RET, 0, 0, _RET_ALLOW)]
+    labels = {"sock": len(prog)}
+    prog += [(LD, 0, 0, 16), (JEQ, "deny", 0, _AF_UNIX), (RET, 0, 0, _RET_ALLOW)]  # args[0]: domain
+    labels["clone"] = len(prog)
+    prog += [(LD, 0, 0, 16), (JSET, "deny", 0, _CLONE_NEW_FLAGS), (RET, 0, 0, _RET_ALLOW)]  # flags
+    labels.update(deny=len(prog), nosys=len(prog) + 1, kill=len(prog) + 2)
+    prog += [(RET, 0, 0, _RET_ERRNO(errno.EPERM)), (RET, 0, 0, _RET_ERRNO(errno.ENOSYS)),
+             (RET, 0, 0, _RET_KILL)]
+    jump = lambda i, t: labels[t] - i - 1 if isinstance(t, str) else t  # noqa: E731
+    return [(c, jump(i, jt), jump(i, jf), k) for i, (c, jt, jf, k) in enumerate(prog)]
+
+
+def install_seccomp() -> None:
+    """Install the candidate's filter on the calling thread (needs PR_SET_NO_NEW_PRIVS first);
+    inherited by every child, never removable."""
+    prog = seccomp_program(os.uname().machine)
+    if prog is None:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {os.uname().machine}")
+    insns = (_SockFilter * len(prog))(*[_SockFilter(*i) for i in prog])
+    fprog = _SockFprog(len(prog), insns)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
 def confine(*, uid: int | None, cwd: str, cpu_s: int | None, memory_mb: int, max_procs: int,
-            max_file_mb: int, max_open_files: int, dumpable: bool) -> None:
-    """In a freshly forked child: limits, scrubbed environment, dropped privileges, parent-death kill."""
+            max_file_mb: int, max_open_files: int, dumpable: bool, new_ipc: bool = False,
+            seccomp: bool = False) -> None:
+    """In a freshly forked child: limits, scrubbed environment, dropped privileges, parent-death kill;
+    new_ipc: a SysV/POSIX IPC namespace of its own (gone with its last process); seccomp: the
+    candidate's filter (install_seccomp), last, so nothing of ours runs under it."""
     os.setsid()  # own session and process group: killpg reaches all of it, no controlling tty
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(PATH="/usr/bin:/bin", HOME=cwd, TMPDIR=cwd, LANG="C.UTF-8")
     os.umask(0o077)
+    if new_ipc:
+        _check(_libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
     lim = lambda r, v: resource.setrlimit(r, (v, v))
     if cpu_s is not None:
         # soft limit: SIGXCPU (reported as timeout); the hard limit a second later is SIGKILL
@@ -334,23 +500,48 @@ def confine(*, uid: int | None, cwd: str, cpu_s: int | None, memory_mb: int, max
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
     if not dumpable:
         prctl(PR_SET_DUMPABLE, 0)
+    if seccomp:
+        install_seccomp()
 
 
-def kill_uid(uid: int) -> None:
+def _wait_child(pid: int, timeout_s: float) -> int | None:
+    """Wait status of our child pid, or None if it is still alive after timeout_s (never blocks longer)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not select.select([pidfd], [], [], timeout_s)[0]:
+            return None
+        return os.waitpid(pid, 0)[1]
+    finally:
+        os.close(pidfd)
+
+
+def sweeper_credentials(uid: int, reaper_uid: int) -> None:
+    """Become a process that may signal uid's processes and that none of them may signal: real and
+    saved ids reaper_uid, effective ids uid (the kernel's rule: the sender's real or effective uid
+    must equal the target's real or saved uid). Drops every capability."""
+    os.setgroups([])
+    os.setresgid(reaper_uid, uid, reaper_uid)
+    os.setresuid(reaper_uid, uid, reaper_uid)
+
+
+def kill_uid(uid: int, reaper_uid: int, timeout_s: float = 5.0) -> None:
     """SIGKILL every process owned by uid (including setsid'd and double-forked ones).
 
-    kill(-1, sig) signals every process the caller may signal except itself; a child that has
-    become uid may signal exactly the processes of uid. One sweep is enough: the kernel walks the
-    task list under its lock, and a fork racing it either finished first (its child is in the list)
-    or sees the fatal signal pending and is aborted (copy_process). A second sweep is cheap insurance.
-    Zombies still count as signalable, so we cannot loop "until ESRCH".
+    kill(-1, sig) signals every process the caller may signal except itself. The helper child takes
+    real and saved uid reaper_uid (held by no process) and effective uid `uid`: the kernel lets it
+    signal exactly the processes whose real or saved uid is `uid` (or reaper_uid: none), and lets
+    none of them signal it back (their uids match neither its real nor its saved uid), so a
+    leftover cannot stop the helper between its uid switch and its kill. One sweep is enough: the
+    kernel walks the task list under its lock, and a fork racing it either finished first (its
+    child is in the list) or sees the fatal signal pending and is aborted (copy_process). A second
+    sweep is cheap insurance. Zombies still count as signalable, so we cannot loop "until ESRCH".
+    SandboxBreach if the helper does not finish within timeout_s.
     """
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
+            sweeper_credentials(uid, reaper_uid)
             for _ in range(2):
                 try:
                     os.kill(-1, signal.SIGKILL)
@@ -359,7 +550,10 @@ def kill_uid(uid: int) -> None:
         except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
             code = 2
         os._exit(code)
-    os.waitpid(pid, 0)
+    if _wait_child(pid, timeout_s) is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise SandboxBreach(f"the kill sweep of uid {uid} did not finish within {timeout_s:.0f} s")
 
 
 def kill_children() -> None:
@@ -583,28 +777,51 @@ def _pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def from_bytes(data: bytes, on_handle=None):
-    """msgpack bytes -> builtin values. A handle's payload goes to on_handle (the judge makes a
-    Handle of it, the candidate looks its object up); without on_handle a handle is malformed."""
+def from_bytes(data: bytes, on_handle=None, _depth: int = 0):
+    """msgpack bytes -> builtin values, nested at most MAX_DEPTH deep (BoundaryError otherwise). A
+    handle's payload goes to on_handle (the judge makes a Handle of it, the candidate looks its
+    object up); without on_handle a handle is malformed.
+
+    The depth is bounded while decoding, not after: a tagged value (tuple, set, handle) is decoded
+    by a nested call, and each nested call holds a msgpack unpacker on the C stack, so bytes nesting
+    a few hundred tuples would overflow the decoding process's stack (a crash, not an exception)."""
+    if _depth > MAX_DEPTH:
+        raise BoundaryError(f"value nested deeper than {MAX_DEPTH}")
+
     def ext(code, payload):
         if code == _TUPLE:
-            return tuple(from_bytes(payload, on_handle))
+            return tuple(from_bytes(payload, on_handle, _depth + 1))
         if code in (_SET, _FROZENSET):
-            items = from_bytes(payload, on_handle)
+            items = from_bytes(payload, on_handle, _depth + 1)
             return set(items) if code == _SET else frozenset(items)
         if code == _BIGINT:
             return int(payload.decode("ascii"), 16)
         if code == _COMPLEX:
             return complex(*struct.unpack("<dd", payload))
         if code == _HANDLE and on_handle is not None:
-            return on_handle(from_bytes(payload))
+            return on_handle(from_bytes(payload, None, _depth + 1))
         raise BoundaryError(f"unknown value tag {code}")
     try:
-        return msgpack.unpackb(data, ext_hook=ext, strict_map_key=False, raw=False)
+        value = msgpack.unpackb(data, ext_hook=ext, strict_map_key=False, raw=False)
     except (BoundaryError, MemoryError):
         raise
     except Exception as e:  # msgpack raises many types on malformed input
         raise BoundaryError(f"malformed value: {type(e).__name__}: {e}") from None
+    if _depth == 0:
+        _check_depth(value)
+    return value
+
+
+def _check_depth(value) -> None:
+    """BoundaryError if containers nest deeper than MAX_DEPTH (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if type(v) in (list, tuple, set, frozenset, dict):
+            if d >= MAX_DEPTH:
+                raise BoundaryError(f"value nested deeper than {MAX_DEPTH}")
+            items = [*v.keys(), *v.values()] if type(v) is dict else v
+            stack.extend((x, d + 1) for x in items if type(x) in (list, tuple, set, frozenset, dict))
 
 
 def send_frame(fd: int, obj) -> None:
@@ -709,6 +926,29 @@ def _serve(call, objects: _Objects) -> dict:
     return {"ok": True, "value": value}
 
 
+def _stdlib_origin(value) -> list[str] | None:
+    """[module, qualified name] of a standard-library module, function or class the program
+    imported (`import math`, `from math import sqrt`), so the judge can bind its own copy for tests
+    that use it without importing it; None for anything else. ("" names the module itself.)"""
+    try:
+        if isinstance(value, types.ModuleType):
+            module, qualname = value.__name__, ""
+        else:
+            module, qualname = value.__module__, value.__qualname__
+            if not (isinstance(module, str) and isinstance(qualname, str)):
+                return None
+            obj = sys.modules.get(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part, None)
+            if obj is not value:
+                return None
+        if module.partition(".")[0] in sys.stdlib_module_names and not module.startswith("_"):
+            return [module, qualname]
+    except Exception:  # noqa: BLE001 - the program's objects can raise on any attribute
+        pass
+    return None
+
+
 def candidate_main(program: str, fd: int) -> None:
     """Runs in the sandboxed candidate: load the program, say hello (its names: plain values or
     handles), then answer the judge's requests until EOF."""
@@ -725,9 +965,14 @@ def candidate_main(program: str, fd: int) -> None:
         send_frame(fd, {"ok": False, "status": "memory" if isinstance(e, MemoryError) else "runtime_error",
                         "error": _describe(e)})
         return
-    objects, names = _Objects(), {}
+    objects, names, imports = _Objects(), {}, {}
     for name, value in list(ns.items()):
-        if name.startswith("__") or name in _SKIP_NAMES or isinstance(value, types.ModuleType):
+        if name.startswith("__") or name in _SKIP_NAMES:
+            continue
+        if (origin := _stdlib_origin(value)) is not None:
+            imports[name] = origin  # the judge binds its own copy of it
+            continue
+        if isinstance(value, types.ModuleType):
             continue
         try:
             packed = _pack(to_plain(value, objects.handle, budget=[HELLO_VALUE_NODES]))
@@ -738,7 +983,7 @@ def candidate_main(program: str, fd: int) -> None:
         except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError):
             continue
         names[name] = packed
-    send_frame(fd, {"ok": True, "names": names})
+    send_frame(fd, {"ok": True, "names": names, "imports": imports})
     while (raw := recv_frame(fd)) is not None:
         send_frame(fd, _serve(from_bytes(raw), objects))
 
@@ -1000,6 +1245,38 @@ def _failure_report(e: BaseException) -> dict:
     return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
 
 
+_NO_JUDGE_IMPORT = {"antigravity", "this", "tkinter", "turtle", "turtledemo", "idlelib", "webbrowser",
+                    "ensurepip", "venv", "pydoc"}  # side effects (a browser, a window, printing)
+
+
+def _judge_imports(imports) -> dict:
+    """The judge's own copies of the standard-library modules, functions and classes the program
+    imported ({name: [module, qualname]} from its hello), so tests may use `math` or `re` the way
+    the program's namespace has them, as the usual harnesses allow. Only standard-library names
+    are imported, by the judge's own import system; a name the program bound to anything else
+    (a class called `math`) is never what a test gets under a standard-library module's name (see
+    judge_main). Entries that are malformed, not standard-library or not importable are skipped."""
+    out = {}
+    if type(imports) is not dict:
+        return out
+    for name, origin in list(imports.items())[:256]:
+        if type(name) is not str or name in _SKIP_NAMES or not name.isidentifier() or type(origin) is not list \
+                or len(origin) != 2 or not all(type(s) is str and len(s) < 200 for s in origin):
+            continue
+        module, qualname = origin
+        top = module.partition(".")[0]
+        if top not in sys.stdlib_module_names or top in _NO_JUDGE_IMPORT or module.startswith("_"):
+            continue
+        try:
+            obj = importlib.import_module(module)
+            for part in filter(None, qualname.split(".")):
+                obj = getattr(obj, part)
+        except Exception:  # noqa: BLE001 - not importable here (no tk, say): the test will say NameError
+            continue
+        out[name] = obj
+    return out
+
+
 def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
     """Runs in the judge process: build the namespace from the program's hello, run the tests,
     return the report {"status", "detail"} (status in _JUDGE_STATUSES)."""
@@ -1021,8 +1298,10 @@ def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
         if type(names) is not dict:
             raise BoundaryError("malformed hello from the program")
         for name, packed in names.items():
-            if type(name) is str and name not in _SKIP_NAMES and type(packed) is bytes:
+            if type(name) is str and name not in _SKIP_NAMES and type(packed) is bytes and (
+                    name == entry_point or name not in sys.stdlib_module_names):
                 ns[name] = from_bytes(packed, chan.handle)
+        ns.update(_judge_imports(hello.get("imports")))
         if entry_point is not None and not isinstance(ns.get(entry_point), Handle):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         exec(code, ns)
@@ -1042,6 +1321,17 @@ _JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD
 
 
 # ============================================================================ executor (one job at a time)
+# Three processes per executor, so that no process a program runs in ever held a job:
+#   executor  holds the job: starts the judge, hands it the tests, reads the program's stdout (io),
+#             decides the verdict; talks to the pool on its stdin/stdout.
+#   launcher  forked by the executor at start-up, before any job, and never told one: it receives
+#             the program and the stdin as memfds it does not read, the candidate's ends of its
+#             pipes and the limits; forks, confines and cleans up after every candidate.
+#   judge     forked by the executor, persistent, a uid of its own: runs the tests (judge_main).
+# A candidate is forked from the launcher, so its address space holds the launcher's memory: the
+# interpreter, the pre-imported modules and numbers, never a test, an expected output, a job's raw
+# bytes, freed memory of an earlier job or the verifier's environment (the pool starts executors
+# with a minimal one).
 
 _PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "functools", "heapq",
               "bisect", "copy", "hashlib", "fractions", "statistics", "typing", "decimal", "json",
@@ -1051,6 +1341,8 @@ _PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "fun
 JUDGE_RECYCLE_JOBS = 200  # a persistent judge is replaced after this many jobs (bounds drift)
 JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=4, max_file_mb=0, max_open_files=64)
 STDERR_TAIL = 4096        # io-style: bytes of stderr kept (the rest is read and dropped)
+LAUNCHER_REPLY_S = 60.0   # the launcher answers within this (its own cleanup gives up after ~20 s)
+CLEANUP_S = 10.0          # a job's processes must be gone this long after the first kill
 
 
 def judge_server(ctrl_fd: int) -> None:
@@ -1075,7 +1367,7 @@ def _judge_safely(tests: str, entry_point: str | None, fd: int) -> dict:
     as the program's. Anything else is a bug of ours: infra_error."""
     try:
         return judge_main(tests, entry_point, fd)
-    except (MemoryError, CandidateGone, BoundaryError) as e:
+    except (MemoryError, CandidateGone, BoundaryError, RecursionError) as e:
         return _failure_report(e)
     except BaseException as e:  # noqa: BLE001
         return {"status": INFRA_ERROR, "detail": f"the judge failed: {_describe(e)}"}
@@ -1085,25 +1377,300 @@ class InfraFailure(Exception):
     """The verifier could not judge this job, through no doing of the program: infra_error."""
 
 
+class SandboxBreach(RuntimeError):
+    """A job's processes or files could not be cleaned up. Only a program gets there (everything it
+    can start is killable and its files are its own), so its verdict is the program's failure, and
+    the executor retires after it (the pool starts a fresh one, which sweeps the uids again)."""
+
+
+class ProgramBreach(Exception):
+    """The launcher reported a SandboxBreach for the current execution (the message says what)."""
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # real-time signals other than SIGRTMIN/SIGRTMAX have no name
+        return f"signal {sig}"
+
+
+def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, dumpable: bool,
+           cgroup: "JobCgroup | None" = None, cpu_s: int | None = -1, new_ipc: bool = False,
+           seccomp: bool = False) -> tuple[int, int]:
+    """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open; it runs
+    body(marks_fd). Returns (pid, marks_r).
+
+    The marks pipe says what our code did in the child before anything untrusted ran: b"1" once
+    confine() succeeded (b"0" + the error if it failed: exit 71), then whatever body writes
+    before it closes marks_fd and hands over to the program. The program never holds the pipe,
+    so it cannot forge a mark, and a child that dies without b"1" died of our failure, not the
+    program's (read by _marks after the child is gone)."""
+    marks_r, marks_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(marks_w)
+        return pid, marks_r
+    code = 71
+    try:
+        if cgroup is not None:
+            cgroup.join()
+        for target, src in fds.items():
+            os.dup2(src, target)
+        close_fds_except(keep | {marks_w})
+        confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
+                cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
+                max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
+                max_open_files=lim.max_open_files, dumpable=dumpable, new_ipc=new_ipc, seccomp=seccomp)
+        os.write(marks_w, b"1")
+    except BaseException as e:  # noqa: BLE001 - never unwind into the parent's loop in a child
+        try:
+            os.write(marks_w, b"0" + _describe(e).encode("utf-8", "replace"))
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(code)
+    try:
+        body(marks_w)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the bodies report their own failures
+        code = 70
+    os._exit(code)
+
+
+def _marks(marks_r: int) -> bytes:
+    """Everything on a child's marks pipe (see _child); call once the child is dead."""
+    os.set_blocking(marks_r, False)
+    data = bytearray()
+    try:
+        while chunk := os.read(marks_r, 4096):
+            data += chunk
+    except BlockingIOError:  # the write end is still open somewhere: take what is there
+        pass
+    os.close(marks_r)
+    return bytes(data)
+
+
+def _read_fd(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = bytearray()
+    while chunk := os.read(fd, 1 << 20):
+        data += chunk
+    return bytes(data)
+
+
+def _recv_frame_within(fd: int, timeout_s: float):
+    """recv_frame, or None if nothing starts arriving within timeout_s (a trusted peer's frames)."""
+    return recv_frame(fd) if select.select([fd], [], [], timeout_s)[0] else None
+
+
+class Launcher:
+    """The launcher process: forks, confines and cleans up after every candidate (see the section
+    comment). Root, non-dumpable, subreaper of everything a job starts; no sandboxed uid can signal
+    it. Per execution, over its socket with the executor:
+      executor -> b"R" + fds [program memfd, stdin, stdout, stderr, *extra], then {"kind", "limits"}
+      launcher -> forks the candidate, b"S" + fds [a pidfd of the candidate]
+      executor -> {"grace": s}   once the judge reported, the output was read, or the deadline passed
+      launcher -> waits up to grace_s for the candidate to end by itself, kills everything of the
+                  job, waits for the job's cgroup to empty, removes the scratch, answers
+                  {"status": wait status, "killed", "marks", "oom", "breach": None | why}
+    """
+
+    def __init__(self, uids: tuple, cgroup: "JobCgroup | None", isolated: bool, seccomp: bool):
+        self.uids, self.cgroup, self.isolated, self.seccomp = uids, cgroup, isolated, seccomp
+        self.counter = 0
+
+    def serve(self, sock: socket.socket) -> None:
+        while True:
+            _, fds, _, _ = socket.recv_fds(sock, 1, 16)
+            if not fds:
+                return  # the executor is gone
+            raw = recv_frame(sock.fileno())
+            if raw is None:
+                return
+            self.execute(sock, from_bytes(raw), fds)
+
+    def execute(self, sock: socket.socket, req: dict, fds: list[int]) -> None:
+        lim = Limits(**req["limits"])
+        program_fd, stdio, extra = fds[0], fds[1:4], fds[4:]
+        scratch = self._scratch(lim)
+        if self.cgroup is not None:
+            self.cgroup.set_limits(lim.max_procs, lim.memory_mb)
+        oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
+
+        def candidate(marks_fd):
+            program = _read_fd(program_fd).decode("utf-8")
+            os.close(program_fd)
+            if req["kind"] == "io":
+                io_candidate_main(program, marks_fd)
+            else:
+                os.close(marks_fd)
+                candidate_main(program, extra[0])
+        pid, marks_r = _child(candidate, fds=dict(zip((0, 1, 2), stdio)), keep={program_fd, *extra},
+                              uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True, cgroup=self.cgroup,
+                              new_ipc=self.isolated, seccomp=self.seccomp)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        socket.send_fds(sock, [b"S"], [pidfd])
+        raw = _recv_frame_within(sock.fileno(), lim.timeout_s + LAUNCHER_REPLY_S)
+        grace = from_bytes(raw).get("grace", 0.0) if raw else 0.0
+        if grace:  # the candidate is finishing by itself: its status says how it ended
+            select.select([pidfd], [], [], min(float(grace), 1.0))
+        os.close(pidfd)
+        status, killed, breach = self._cleanup(pid, scratch)
+        send_frame(sock.fileno(), {"status": status, "killed": killed, "marks": _marks(marks_r),
+                                   "breach": breach, "oom": self.cgroup is not None
+                                   and self.cgroup.oom_kills() > oom_before})
+
+    def _scratch(self, lim: Limits) -> str:
+        """A fresh scratch directory: in the sandbox a tmpfs of its own (its size is the job's
+        memory limit), so removing it is one unmount whatever the program left in it."""
+        self.counter += 1
+        if self.isolated:
+            path = f"/tmp/job{self.counter}"
+            os.mkdir(path, 0o700)
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   f"size={lim.memory_mb}m,nr_inodes={SCRATCH_INODES},mode=700,"
+                   f"uid={self.uids[0]},gid={self.uids[0]}")
+            return path
+        import tempfile
+        path = tempfile.mkdtemp(prefix="oubliette-")
+        if self.uids[0] is not None:
+            os.chown(path, self.uids[0], self.uids[0])
+        return path
+
+    def _remove_scratch(self, path: str) -> None:
+        if self.isolated:
+            _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+            os.rmdir(path)
+        else:
+            remove_tree(path)
+
+    def _kill_all(self) -> None:
+        """Everything the candidate left: by uid, or without one by parentage (we are subreaper).
+        Never by a pid or group read back later: those can be reused."""
+        if self.uids[0] is not None:
+            kill_uid(self.uids[0], self.uids[2])
+        else:
+            kill_children()
+
+    def _cleanup(self, pid: int, scratch: str) -> tuple[int, bool, str | None]:
+        """Kill everything the execution started, reap, remove the scratch; return (the candidate's
+        wait status, whether we had to kill it, None or why cleanup failed).
+
+        pid is our own unreaped child, so killing it by pid is safe (no reuse). If the cgroup then
+        counts zero processes, nothing else exists. Otherwise sweep the uid; we are the subreaper of
+        every process a job starts and have no other children, so "no child left" (ECHILD) proves
+        nothing survived; the loop re-kills in case something raced a sweep. Every wait is bounded.
+        """
+        killed, breach = False, None
+        status = _wait_child(pid, 0.0)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+            status = _wait_child(pid, CLEANUP_S)
+            if status is None:
+                status, breach = signal.SIGKILL, f"the program's process {pid} did not die"
+        try:
+            if self.cgroup is None or self.cgroup.current() != 0:
+                self._kill_all()
+                deadline, next_kill = time.monotonic() + CLEANUP_S, time.monotonic() + 0.1
+                while True:
+                    try:
+                        if os.waitpid(-1, os.WNOHANG)[0]:
+                            continue
+                    except ChildProcessError:
+                        break
+                    if self.cgroup is not None and self.cgroup.current() == 0:
+                        break
+                    if time.monotonic() > next_kill:
+                        if time.monotonic() > deadline:
+                            raise SandboxBreach(f"a sandboxed process could not be killed within {CLEANUP_S:.0f} s")
+                        self._kill_all()
+                        next_kill = time.monotonic() + 0.1
+                    time.sleep(0.0002)
+        except SandboxBreach as e:
+            breach = breach or str(e)
+        try:
+            self._remove_scratch(scratch)
+        except Exception as e:  # noqa: BLE001 - whatever the program left there, it is its doing
+            breach = breach or f"its scratch directory could not be removed: {_describe(e)}"
+        return status, killed, breach
+
+
+class _LauncherClient:
+    """The executor's handle on its launcher (see Launcher for the protocol). Every wait is bounded;
+    a launcher that dies or stops answering is an InfraFailure (the executor retires)."""
+
+    def __init__(self, ex: "Executor"):
+        self.sock, child = socket.socketpair()
+        keep = {child.fileno()} | (ex.cgroup.fds() if ex.cgroup is not None else set())
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                close_fds_except(keep)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # it goes with its executor
+                prctl(PR_SET_CHILD_SUBREAPER, 1)         # every orphan of a job comes back to it
+                Launcher(ex.uids, ex.cgroup, ex.isolated, ex.seccomp).serve(child)
+                code = 0
+            except BaseException:  # noqa: BLE001 - a bug of ours: say where (the executor retires)
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        child.close()
+        self.pid = pid
+
+    def start(self, kind: str, program: str, lim: Limits, stdio: tuple, extra: tuple = ()) -> int:
+        """Start a candidate running `program`; returns a pidfd of it (readable once it has exited)."""
+        memfd = os.memfd_create("program")
+        try:
+            data = memoryview(program.encode("utf-8"))
+            while data:
+                data = data[os.write(memfd, data):]
+            socket.send_fds(self.sock, [b"R"], [memfd, *stdio, *extra])
+            send_frame(self.sock.fileno(), {"kind": kind, "limits": dataclasses.asdict(lim)})
+            if not select.select([self.sock], [], [], LAUNCHER_REPLY_S)[0]:
+                raise InfraFailure("the launcher did not start the candidate")
+            _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+        except OSError as e:
+            raise InfraFailure(f"the launcher is gone: {e}") from None
+        finally:
+            os.close(memfd)
+        if not fds:
+            raise InfraFailure("the launcher exited")
+        return fds[0]
+
+    def finish(self, grace_s: float = 0.0) -> dict:
+        """Kill and clean up the current execution; its {"status", "killed", "marks", "oom", "breach"}."""
+        try:
+            send_frame(self.sock.fileno(), {"grace": grace_s})
+            raw = _recv_frame_within(self.sock.fileno(), LAUNCHER_REPLY_S)
+        except OSError as e:
+            raise InfraFailure(f"the launcher is gone: {e}") from None
+        if raw is None:
+            raise InfraFailure("the launcher did not finish the execution")
+        return from_bytes(raw)
+
+
 class _Judge:
     """Executor-side handle on a persistent judge process (uid of its own, non-dumpable)."""
 
     def __init__(self, ex: "Executor"):
         self.sock, child = socket.socketpair()
-        null = os.open("/dev/null", os.O_RDWR)
         cfd = child.fileno()
 
         def body(marks_fd):
             os.close(marks_fd)
             judge_server(cfd)
         # RLIMIT_CPU would be a lifetime total here: none; the executor's wall deadline bounds each job.
-        self.pid, marks_fd = ex._fork(body, fds={0: null, 1: null, 2: null}, keep={cfd},
-                                      uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False,
-                                      cpu_s=None)
-        os.close(null)
+        self.pid, marks_fd = _child(body, fds={0: ex.null, 1: ex.null, 2: ex.null}, keep={cfd},
+                                    uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False, cpu_s=None)
         child.close()
         self.jobs = 0
-        marks = os.read(marks_fd, 1024)  # "1" as soon as it is confined (a few ms)
+        if not select.select([marks_fd], [], [], LAUNCHER_REPLY_S)[0]:
+            marks = b"0it did not start"
+        else:
+            marks = os.read(marks_fd, 1024)  # "1" as soon as it is confined (a few ms)
         os.close(marks_fd)
         if not marks.startswith(b"1"):
             self.kill()
@@ -1119,161 +1686,44 @@ class _Judge:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        _wait_child(self.pid, CLEANUP_S)
         self.sock.close()
 
 
-class SandboxBreach(RuntimeError):
-    """Cleanup failed: the executor must not run another job (it exits; the pool replaces it)."""
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:  # real-time signals other than SIGRTMIN/SIGRTMAX have no name
-        return f"signal {sig}"
-
-
 class Executor:
-    """Lives in the executor process: holds the sandbox report and runs jobs by forking."""
+    """Lives in the executor process: holds the sandbox report, the judge and the launcher, and
+    turns each job into a verdict."""
 
     def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
         try:  # before enter_sandbox: the chroot hides /sys
-            self.cgroup = PidsCgroup() if os.geteuid() == 0 and use_cgroup else None
+            self.cgroup = JobCgroup() if os.geteuid() == 0 and use_cgroup else None
             why = "" if self.cgroup else ("not root" if use_cgroup else "not requested")
         except OSError as e:
             self.cgroup, why = None, str(e)
         self.report = enter_sandbox(isolation, hide)
         uids = self.report.pop("uids")
-        self.uids = tuple(uids) if uids else (None, None)
-        self.report["cgroup"] = self.cgroup.path if self.cgroup else f"none ({why}): always sweep"
+        self.uids = tuple(uids) if uids else (None, None, None)
         self.isolated = self.report["mode"] == "namespaces"
-        self.counter = self.sweeps = 0
-        self.judge = None
+        self.seccomp = seccomp_program(os.uname().machine) is not None
+        if self.isolated and not self.seccomp:
+            raise _refuse(f"no system-call filter for {os.uname().machine} (x86_64 and aarch64 have one)")
+        self.report["cgroup"] = self.cgroup.path if self.cgroup else f"none ({why}): always sweep"
+        self.report["memory"] = (
+            "per execution: a memory cgroup caps all its processes and its scratch at memory_mb"
+            if self.cgroup is not None and self.cgroup.mem_fds else
+            "per process only (no memory cgroup): an execution may hold up to max_procs x memory_mb")
+        self.report["ipc"] = "a new IPC namespace per execution" if self.isolated else "host's (NOT isolated)"
+        self.report["syscalls"] = ("seccomp: keyrings, AF_UNIX sockets, new namespaces refused"
+                                   if self.seccomp else "no filter (unknown architecture)")
+        self.judge, self.retire = None, False
+        self.null = os.open("/dev/null", os.O_RDWR)
         for m in _PREIMPORT:
             __import__(m)
         import gc
         gc.freeze()  # children's collections skip these objects: fewer copy-on-write page faults
+        self.launcher = _LauncherClient(self)  # before any job: see the section comment
 
     # --- plumbing ---------------------------------------------------------------------------
-
-    def _scratch(self) -> str:
-        self.counter += 1
-        if self.isolated:
-            path = f"/tmp/job{self.counter}"  # /tmp is the sandbox's private tmpfs
-            os.mkdir(path, 0o700)
-        else:
-            import tempfile
-            path = tempfile.mkdtemp(prefix="oubliette-")
-        if self.uids[0] is not None:
-            os.chown(path, self.uids[0], self.uids[0])
-        return path
-
-    def _fork(self, body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits,
-              dumpable: bool, join_cgroup: bool = False, cpu_s: int | None = -1) -> tuple[int, int]:
-        """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open; it runs
-        body(marks_fd). Returns (pid, marks_r).
-
-        The marks pipe says what our code did in the child before anything untrusted ran: b"1" once
-        confine() succeeded (b"0" + the error if it failed: exit 71), then whatever body writes
-        before it closes marks_fd and hands over to the program. The program never holds the pipe,
-        so it cannot forge a mark, and a child that dies without b"1" died of our failure, not the
-        program's (read by _marks after the child is gone)."""
-        marks_r, marks_w = os.pipe()
-        pid = os.fork()
-        if pid:
-            os.close(marks_w)
-            return pid, marks_r
-        code = 71
-        try:
-            if join_cgroup and self.cgroup:
-                self.cgroup.join()
-            for target, src in fds.items():
-                os.dup2(src, target)
-            close_fds_except(keep | {marks_w})
-            confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
-                    cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
-                    max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
-                    max_open_files=lim.max_open_files, dumpable=dumpable)
-            os.write(marks_w, b"1")
-        except BaseException as e:  # noqa: BLE001 - never unwind into the executor's loop in a child
-            try:
-                os.write(marks_w, b"0" + _describe(e).encode("utf-8", "replace"))
-            except BaseException:  # noqa: BLE001
-                pass
-            os._exit(code)
-        try:
-            body(marks_w)
-            code = 0
-        except BaseException:  # noqa: BLE001 - the bodies report their own failures
-            code = 70
-        os._exit(code)
-
-    @staticmethod
-    def _marks(marks_r: int) -> bytes:
-        """Everything on a child's marks pipe (see _fork); call once the child is dead."""
-        os.set_blocking(marks_r, False)
-        data = bytearray()
-        try:
-            while chunk := os.read(marks_r, 4096):
-                data += chunk
-        except BlockingIOError:  # the write end is still open somewhere: take what is there
-            pass
-        os.close(marks_r)
-        return bytes(data)
-
-    def _kill_all(self) -> None:
-        """Everything the candidate left: by uid, or without one by parentage (we are subreaper).
-        Never by a pid or group read back later: those can be reused. The judge runs trusted tests
-        and does not fork."""
-        if self.uids[0] is not None:
-            kill_uid(self.uids[0])
-        else:
-            kill_children()
-
-    def _cleanup(self, pids: list[int], scratch: str) -> tuple[dict[int, int], set[int]]:
-        """Kill everything the job started, reap, remove scratch; return ({pid: wait status},
-        {pids we had to kill}).
-
-        pids are our own unreaped children, so killing them by pid is safe (no reuse). If the
-        cgroup then counts zero processes, nothing else exists. Otherwise sweep the uid; we are the
-        subreaper of every process a job starts, so "no child left" (ECHILD) proves nothing
-        survived; the loop re-kills in case something raced a sweep.
-        """
-        statuses, killed = {}, set()
-        for pid in pids:  # statuses of those that ended on their own, before we kill
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                statuses[pid] = status
-        for pid in pids:
-            if pid not in statuses:
-                os.kill(pid, signal.SIGKILL)
-                statuses[pid] = os.waitpid(pid, 0)[1]
-                killed.add(pid)
-        if self.cgroup is None or self.cgroup.current() != 0:
-            self._kill_all()
-            deadline, next_kill = time.monotonic() + 10.0, time.monotonic() + 0.1
-            while True:  # cgroup: until it is empty (a persistent judge is a live child)
-                try:
-                    pid, _ = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid:
-                    continue
-                if self.cgroup and self.cgroup.current() == 0:
-                    break
-                if time.monotonic() > next_kill:
-                    if time.monotonic() > deadline:
-                        raise SandboxBreach("a sandboxed process could not be killed within 10 s")
-                    self._kill_all()
-                    next_kill = time.monotonic() + 0.1
-                time.sleep(0.0002)
-            self.sweeps += 1
-        shutil.rmtree(scratch, ignore_errors=True)
-        return statuses, killed
 
     @staticmethod
     def _pump(out_fd: int, out: bytearray, out_cap: int, err_fd: int, err: bytearray,
@@ -1342,6 +1792,17 @@ class Executor:
             return "crashed"
         return None
 
+    @staticmethod
+    def _finished(res: dict) -> dict:
+        """The launcher's account of an execution, checked: our failures first, then the program's."""
+        marks = res["marks"]
+        if not marks.startswith(b"1"):
+            raise InfraFailure("the candidate process could not be confined: "
+                               + (marks[1:].decode("utf-8", "replace") or "it died first"))
+        if res["breach"]:
+            raise ProgramBreach(res["breach"])
+        return res
+
     # --- jobs -------------------------------------------------------------------------------
 
     def _judge_process(self) -> "_Judge":
@@ -1357,77 +1818,47 @@ class Executor:
             self.judge = None
 
     def run_assert(self, job: dict, lim: Limits) -> Verdict:
-        """Candidate: a fresh confined child. Judge: a persistent unprivileged child when a cgroup
-        tells us when a job's processes are gone, else a fresh one per job (see _cleanup)."""
-        scratch = self._scratch()
+        """Candidate: started by the launcher, holding one end of the call channel. Judge: the
+        persistent one, holding the other end and the tests."""
         s_judge, s_cand = socket.socketpair()  # the call channel; the only fd the candidate keeps
-        null = os.open("/dev/null", os.O_RDWR)
-        cfd, jfd = s_cand.fileno(), s_judge.fileno()
-
-        def candidate(marks_fd):
-            os.close(marks_fd)
-            candidate_main(job["program"], cfd)
-        # stdout and stderr to /dev/null: the tests see return values only, so any amount of
-        # output is fine, costs no memory here and is never a failure.
-        cand, cand_marks = self._fork(candidate, fds={0: null, 1: null, 2: null}, keep={cfd},
-                                      uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True,
-                                      join_cgroup=True)
-        s_cand.close()
-        judge_pid = judge_marks = None
-        if self.cgroup:
-            judge = self._judge_process()
-            judge.start(job, jfd)
-            report_fd = judge.sock.fileno()
-        else:
-            ver_r, ver_w = os.pipe()  # judge -> executor report; the candidate never holds it
-
-            def run_judge(marks_fd):
-                os.close(marks_fd)
-                send_frame(ver_w, _judge_safely(job["tests"], job.get("entry_point"), jfd))
-            judge_pid, judge_marks = self._fork(run_judge, fds={0: null, 1: null, 2: null},
-                                                keep={jfd, ver_w}, uid=self.uids[1], cwd="/",
-                                                lim=JUDGE_LIMITS, dumpable=False, cpu_s=None)
-            os.close(ver_w)
-            report_fd = ver_r
+        try:
+            # stdout and stderr to /dev/null: the tests see return values only, so any amount of
+            # output is fine, costs no memory here and is never a failure.
+            os.close(self.launcher.start("assert", job["program"], lim, (self.null,) * 3, (s_cand.fileno(),)))
+        finally:
+            s_cand.close()
+        judge = self._judge_process()
+        judge.start(job, s_judge.fileno())
         s_judge.close()
-        os.close(null)
-        cand_fd = os.pidfd_open(cand)
-        raw, outcome = self._read_report(report_fd, time.monotonic() + lim.timeout_s)
+        raw, outcome = self._read_report(judge.sock.fileno(), time.monotonic() + lim.timeout_s)
         report = self._parse_report(raw) if outcome == "report" else None
         if report is None or report["status"] == "memory":
             self._drop_judge()  # mid-test, dead, or its heap full of the program's values
-        elif report["status"] == "crashed":  # let the candidate finish dying: its status says how
-            select.select([cand_fd], [], [], 0.5)
-        os.close(cand_fd)
-        statuses, killed = self._cleanup([cand] + ([judge_pid] if judge_pid else []), scratch)
-        if not self.cgroup:
-            os.close(report_fd)
-            self._marks(judge_marks)  # a judge that failed to start sent no report: infra_error below
-        marks = self._marks(cand_marks)
-        if not marks.startswith(b"1"):
-            raise InfraFailure("the candidate process could not be confined: "
-                               + (marks[1:].decode("utf-8", "replace") or "it died first"))
+        crashed = report is not None and report["status"] == "crashed"
+        res = self._finished(self.launcher.finish(0.5 if crashed else 0.0))
         if outcome == "timeout":
-            return _verdict("timeout", f"timeout after {lim.timeout_s}s")
+            return _verdict("memory" if res["oom"] else "timeout",
+                            "killed by the job's memory limit" if res["oom"] else f"timeout after {lim.timeout_s}s")
         if report is None:
             raise InfraFailure("the judge did not report (" + (
                 "it exited" if outcome == "eof" else "malformed report") + ")")
         status, detail = report["status"], report["detail"]
-        if status == "crashed" and cand in killed:
+        if crashed and res["killed"]:
             detail += " (it had closed its channel and was still running: killed)"
-        elif status == "crashed":  # refine with how the candidate died
-            cstat = statuses[cand]
+        elif crashed:  # refine with how the candidate died
+            cstat = res["status"]
             status = self._signal_status(cstat) or "crashed"
             if os.WIFSIGNALED(cstat):
                 detail += f" ({_signal_name(os.WTERMSIG(cstat))})"
             else:
                 detail += f" (exit status {os.WEXITSTATUS(cstat)})"
+        if res["oom"] and status in ("crashed", "timeout"):
+            status, detail = "memory", detail + " (killed by the job's memory limit)"
         return _verdict(status, detail)
 
     def run_io_case(self, program: str, stdin: str, expected: str, lim: Limits) -> tuple[str, bytes, bytes]:
         """One stdin/stdout execution -> (outcome, stdout, stderr tail); outcome is "ok" or the
         program's status for this case."""
-        scratch = self._scratch()
         memfd = os.memfd_create("stdin")
         data = memoryview(stdin.encode())
         while data:
@@ -1435,12 +1866,11 @@ class Executor:
         os.lseek(memfd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        pid, marks_r = self._fork(lambda marks_fd: io_candidate_main(program, marks_fd),
-                                  fds={0: memfd, 1: out_w, 2: err_w}, keep=set(), uid=self.uids[0],
-                                  cwd=scratch, lim=lim, dumpable=True, join_cgroup=True)
-        for fd in (memfd, out_w, err_w):
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
+        try:
+            pidfd = self.launcher.start("io", program, lim, (memfd, out_w, err_w))
+        finally:
+            for fd in (memfd, out_w, err_w):
+                os.close(fd)
         out, err = bytearray(), bytearray()
         # stdout is the answer: kept up to its cap; a longer one cannot match (see Limits)
         cap = max(lim.max_output_kb << 10, 2 * len(expected.encode()))
@@ -1449,24 +1879,23 @@ class Executor:
         if outcome == "eof":  # it closed its output; it still has to exit in time
             outcome = "stop" if select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0] \
                 else "timeout"
-        statuses, _ = self._cleanup([pid], scratch)
+        os.close(pidfd)
+        res = self.launcher.finish()
         if outcome == "stop":  # everyone is dead now: drain what is left in the pipes
             outcome = self._pump(out_r, out, cap, err_r, err, None, time.monotonic() + 1.0)
-        for fd in (out_r, err_r, pidfd):
+        for fd in (out_r, err_r):
             os.close(fd)
-        marks = self._marks(marks_r)
-        if not marks.startswith(b"1"):
-            raise InfraFailure("the candidate process could not be confined: "
-                               + (marks[1:].decode("utf-8", "replace") or "it died first"))
+        res = self._finished(res)
+        marks = res["marks"]
         if marks[1:2] == b"S":
             return "syntax_error", bytes(out), marks[2:]
         if marks[1:2] == b"M":
             return "memory", bytes(out), b"MemoryError while compiling"
         if outcome != "eof":
-            return outcome, bytes(out), bytes(err)
-        status = statuses[pid]
+            return ("memory" if res["oom"] and outcome == "timeout" else outcome), bytes(out), bytes(err)
+        status = res["status"]
         if sig := self._signal_status(status):
-            if sig == "timeout" and b"MemoryError" in err:
+            if sig in ("timeout", "crashed") and (res["oom"] or b"MemoryError" in err):
                 sig = "memory"
             return sig, bytes(out), bytes(err)
         if os.WEXITSTATUS(status) != 0:
@@ -1500,17 +1929,19 @@ class Executor:
 
     def run(self, job: dict) -> Verdict:
         lim = Limits(**{k: job[k] for k in LIMIT_KEYS if k in job})
-        if self.cgroup:
-            self.cgroup.set_max(lim.max_procs)
-        return self.run_io(job, lim) if job["kind"] == "io" else self.run_assert(job, lim)
+        try:
+            return self.run_io(job, lim) if job["kind"] == "io" else self.run_assert(job, lim)
+        except ProgramBreach as e:  # the program's doing; this executor is in doubt: retire it
+            self.retire = True
+            return _verdict("failed", f"the program left what cleanup could not remove: {e}")
 
 
 def executor_main(config_json: str) -> None:
     """Entry point of an executor process: serve jobs from stdin, verdicts to stdout, until EOF.
 
     Frames out: {"ready": report} or {"refused": why} once, then per job {"verdict": {...},
-    "retire": bool}; retire = an infra failure left this executor in doubt, so it exits after the
-    reply and the pool starts a fresh one."""
+    "retire": bool}; retire = this executor is in doubt (an infra failure, or a program left what
+    cleanup could not remove), so it exits after the reply and the pool starts a fresh one."""
     cfg = json.loads(config_json)
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)
@@ -1520,9 +1951,7 @@ def executor_main(config_json: str) -> None:
     except OSError:  # keep 0-2 taken, so no pipe of ours ever lands on a child's stdio number
         os.dup2(null, 2)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop (EOF or kill)
-    # Scrub the inherited environment once (it may hold the caller's secrets); each child then only
-    # sets HOME/TMPDIR, which keeps confine() cheap.
-    os.environ.clear()
+    os.environ.clear()  # the pool started us with a minimal environment already; keep it so
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     try:
         ex = Executor(cfg["isolation"], cfg["hide"], cfg.get("use_cgroup", True))
@@ -1533,8 +1962,9 @@ def executor_main(config_json: str) -> None:
     while (raw := recv_frame(rfd)) is not None:
         retire = True
         try:
-            verdict, retire = ex.run(from_bytes(raw)), False
-        except (InfraFailure, SandboxBreach) as e:
+            verdict = ex.run(from_bytes(raw))
+            retire = ex.retire
+        except InfraFailure as e:
             verdict = _verdict(INFRA_ERROR, f"verifier error: {e}")
         except Exception as e:  # noqa: BLE001 - a bug of ours: report it, then start afresh
             verdict = _verdict(INFRA_ERROR, f"verifier error: {_describe(e)}")

@@ -5,17 +5,21 @@ programs come from a policy optimised to get reward, so this role assumes every 
 and inventive about *looking* correct, and that the verifier must fail closed.
 
 How a verdict is reached (why it cannot be forged):
-  * assert-style (HumanEval): two processes. The CANDIDATE, forked fresh for each execution, runs
-    the program under a uid of its own; the JUDGE, under another uid, runs the tests (one judge per
-    executor, reused across jobs and replaced after any timeout or failure and every
-    JUDGE_RECYCLE_JOBS jobs; forked per job when there is no cgroup, see _cleanup). The judge never
+  * assert-style (HumanEval): two processes. The CANDIDATE, forked fresh for each execution from a
+    launcher process that never held a job (so no test, expected output or environment is in its
+    memory), runs the program under a uid of its own; the JUDGE, under another uid, runs the tests
+    (one judge per executor, reused across jobs and replaced after any timeout or failure and every
+    JUDGE_RECYCLE_JOBS jobs). The judge never
     executes a line of the program: every name the program defines appears in the judge as a proxy
     that sends the call's arguments to the candidate and gets back the result as *bytes*
     (msgpack with a few tagged types), decoded into genuine int/str/list/... objects. So the
     program cannot see the tests or their expected values, patch the judge's builtins or assert
     helpers, hand over an object whose __eq__ lies, or exit/print its way to success: only the
     judge's report, on a pipe the candidate does not hold, says "passed". Names that shadow
-    builtins (abs, len, ...) are never exported, so a program cannot redefine what tests use.
+    builtins (abs, len, ...) are never exported, so a program cannot redefine what tests use;
+    standard-library modules, functions and classes the program imported are bound in the judge
+    as the judge's own copies, and no program object is bound under a standard-library module's
+    name.
     Objects that are not plain data (instances of the program's classes, closures, generators)
     stay in the candidate; the judge holds a handle it can call, read attributes of and pass back,
     and decides `==` itself (a handle equals only itself, never a plain value): sandbox.Handle
@@ -28,7 +32,8 @@ Statuses: sandbox.Verdict's docstring is the list. All but one are the program's
 infra_error says the verifier could not judge (an executor died twice or could not start, the
 sandbox could not be set up, a protocol broke, a bad job). It says nothing about the program: a
 caller must not score it (the trainer drops every group that holds one), and a program cannot
-cause it.
+cause it: every byte it controls is decoded with bounds on the trusted side, whatever cleanup
+cannot undo is its failure, and every wait is bounded (docs/verifier.md, "Threat model").
 
 Isolation fails closed: `--isolation namespaces` (the default) or the verifier refuses to start,
 saying what is missing; `--isolation rlimits` (no network or filesystem isolation) only when asked
@@ -43,9 +48,10 @@ Processes and sockets:
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
 
-Cost per execution (bench/bench_verifier.py): one fork of a small pre-imported process, rlimits and
-setuid in the child, a cgroup join, a tmpfs scratch dir, and a msgpack round trip per call of the
-program; the uid-wide kill sweep (another fork) runs only when the cgroup shows something was left.
+Cost per execution (bench/bench_verifier.py): one fork of a small pre-imported process, rlimits,
+setuid, an IPC namespace and a seccomp filter in the child, a cgroup join, a tmpfs scratch mount,
+and a msgpack round trip per call of the program; the uid-wide kill sweep (another fork) runs only
+when the cgroup shows something was left.
 
 Known limits: plain data (None, bool, int, float, complex, str, bytes, list, tuple, dict, set,
 frozenset) crosses by value, a subclass of one of them as its builtin value (its methods stay
@@ -179,6 +185,9 @@ def program_verdict(job: dict) -> Verdict | None:
 # ============================================================================ pool (parent side)
 
 
+EXECUTOR_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
 class ExecutorDied(RuntimeError):
     """The executor process ended or stopped answering."""
 
@@ -189,7 +198,10 @@ class _ExecutorProcess:
     def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
         cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup})
         command = [sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg]
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        # A minimal environment: the verifier's own (its secrets included) never enters an
+        # executor's memory, so no program can find it there.
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+                                     env=EXECUTOR_ENV)
         try:
             hello = from_bytes(self._read(30.0))
             if type(hello) is dict and "refused" in hello:
@@ -237,8 +249,12 @@ class _ExecutorProcess:
             except OSError:
                 pass
         if os.geteuid() == 0:
-            for uid in sandbox.role_uids(self.proc.pid):
-                sandbox.kill_uid(uid)
+            cand, judge, reaper = sandbox.role_uids(self.proc.pid)
+            for uid in (cand, judge):
+                try:
+                    sandbox.kill_uid(uid, reaper)
+                except sandbox.SandboxBreach as e:  # logged; the uid is never reused while we run
+                    print(f"verifier: {e}", file=sys.stderr, flush=True)
             sandbox.remove_cgroup(self.proc.pid)
 
 
@@ -250,8 +266,8 @@ class ExecutorPool:
     def __init__(self, executors: int = 2, isolation: str = "namespaces", hide: list[str] | None = None,
                  use_cgroup: bool = True):
         """Raises IsolationUnavailable if `isolation` cannot be had (nothing falls back).
-        use_cgroup=False: no pids cgroup (as on a machine without one): a judge per job and a
-        kill sweep after every job. For tests and the benchmark."""
+        use_cgroup=False: no cgroup (as on a machine without one): a kill sweep after every
+        execution, and memory limited per process only. For tests and the benchmark."""
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be {'|'.join(ISOLATION_MODES)}, got {isolation!r}")
         self.isolation, self.hide = isolation, (hide or []) + sandbox.default_hidden_paths()

