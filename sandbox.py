@@ -222,13 +222,24 @@ def _read(path: str) -> str:
         return ""
 
 
-def remove_cgroup(executor_pid: int) -> None:
-    """Parent side: remove a dead executor's (empty) cgroup directories."""
-    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-        try:
-            os.rmdir(f"{base}/oubliette-{executor_pid}")
-        except OSError:
-            pass
+def remove_cgroup(executor_pid: int, timeout_s: float = 2.0) -> None:
+    """Parent side: remove a dead executor's cgroup directories, once its last process is gone (its
+    launcher and candidate die with it, a moment later: parent-death signals)."""
+    paths = [f"{base}/oubliette-{executor_pid}" for base in
+             ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup")]
+    deadline = time.monotonic() + timeout_s
+    while paths:
+        for path in list(paths):
+            try:
+                os.rmdir(path)
+                paths.remove(path)
+            except FileNotFoundError:
+                paths.remove(path)
+            except OSError:  # EBUSY: a process is still in it
+                pass
+        if paths and time.monotonic() > deadline:
+            return
+        time.sleep(0.01 if paths else 0)
 
 
 def remove_tree(path: str) -> None:
@@ -405,15 +416,17 @@ def close_fds_except(keep: set[int]) -> None:
 # --- seccomp: the system calls that would let state outlive a job, refused in every candidate.
 # A classic-BPF filter over seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (linux/seccomp.h).
 # Refused with EPERM: the kernel keyrings (add_key, request_key, keyctl: a uid's keyring outlives its
-# processes), AF_UNIX sockets (an abstract name, or descriptors kept in flight, can outlive the job),
-# new namespaces (unshare, setns, clone with CLONE_NEW*: a user namespace is a large kernel surface),
-# bpf, perf_event_open and io_uring. clone3 answers ENOSYS (its flags sit behind a pointer the
-# filter cannot read; the C library then falls back to clone). Other architectures: the filter kills.
+# processes); sendmsg and sendmmsg (the only way to put descriptors in flight, where a socket, and
+# the abstract name bound to it, outlives every process of the job) and socket(AF_UNIX) (nothing in
+# the sandbox to talk to; socketpair stays, for asyncio and multiprocessing); new namespaces
+# (unshare, setns, clone with CLONE_NEW*: a user namespace is a large kernel surface); bpf,
+# perf_event_open and io_uring. clone3 answers ENOSYS (its flags sit behind a pointer the filter
+# cannot read; the C library then falls back to clone). Other architectures: the filter kills.
 _SYSCALLS = {  # arch: (AUDIT_ARCH, {name: nr})  (asm/unistd_64.h; asm-generic/unistd.h)
-    "x86_64": (0xC000003E, dict(socket=41, socketpair=53, clone=56, add_key=248, request_key=249,
+    "x86_64": (0xC000003E, dict(socket=41, sendmsg=46, clone=56, add_key=248, request_key=249, sendmmsg=307,
                                 keyctl=250, unshare=272, perf_event_open=298, setns=308, bpf=321,
                                 io_uring_setup=425, clone3=435)),
-    "aarch64": (0xC00000B7, dict(socket=198, socketpair=199, clone=220, add_key=217, request_key=218,
+    "aarch64": (0xC00000B7, dict(socket=198, sendmsg=211, clone=220, add_key=217, request_key=218, sendmmsg=269,
                                  keyctl=219, unshare=97, perf_event_open=241, setns=268, bpf=280,
                                  io_uring_setup=425, clone3=435)),
 }
@@ -441,11 +454,11 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     prog: list = [(LD, 0, 0, 4), (JEQ, 0, "kill", arch), (LD, 0, 0, 0)]
     if machine == "x86_64":
         prog.append((JGE, "deny", 0, 0x40000000))  # the x32 ABI's numbers
-    for name in ("add_key", "request_key", "keyctl", "unshare", "setns", "bpf", "perf_event_open",
-                 "io_uring_setup"):
+    for name in ("add_key", "request_key", "keyctl", "sendmsg", "sendmmsg", "unshare", "setns", "bpf",
+                 "perf_event_open", "io_uring_setup"):
         prog.append((JEQ, "deny", 0, nr[name]))
     prog += [(JEQ, "nosys", 0, nr["clone3"]), (JEQ, "sock", 0, nr["socket"]),
-             (JEQ, "sock", 0, nr["socketpair"]), (JEQ, "clone", 0, nr["clone"]), (RET, 0, 0, _RET_ALLOW)]
+             (JEQ, "clone", 0, nr["clone"]), (RET, 0, 0, _RET_ALLOW)]
     labels = {"sock": len(prog)}
     prog += [(LD, 0, 0, 16), (JEQ, "deny", 0, _AF_UNIX), (RET, 0, 0, _RET_ALLOW)]  # args[0]: domain
     labels["clone"] = len(prog)
@@ -1713,7 +1726,8 @@ class Executor:
             if self.cgroup is not None and self.cgroup.mem_fds else
             "per process only (no memory cgroup): an execution may hold up to max_procs x memory_mb")
         self.report["ipc"] = "a new IPC namespace per execution" if self.isolated else "host's (NOT isolated)"
-        self.report["syscalls"] = ("seccomp: keyrings, AF_UNIX sockets, new namespaces refused"
+        self.report["syscalls"] = ("seccomp: keyrings, descriptors in flight, AF_UNIX sockets, new "
+                                   "namespaces refused"
                                    if self.seccomp else "no filter (unknown architecture)")
         self.judge, self.retire = None, False
         self.null = os.open("/dev/null", os.O_RDWR)
