@@ -16,6 +16,10 @@ The plan (pure, no jax; launch.sh calls this file once and starts exactly the li
     examples/run_mpmd_toy.sh: two JAX processes on chips 0,1 and 2,3 of one host); JAX's own CI runs
     one test process per chip with TPU_VISIBLE_CHIPS and ALLOW_MULTIPLE_LIBTPU_LOAD
     (jax-ml/jax build/parallel_accelerator_execute.sh, ci/run_bazel_test_tpu.sh).
+    A trainer across TPU hosts (--multihost-trainer: launch.sh's TRAINER_HOSTS > 1 or
+    TRAINER_COORDINATOR=auto) is the exception: one process of a slice-wide JAX program, it takes every
+    chip of its host and gets none of those variables (they would make each host a cluster of its own,
+    and libtpu could not form the slice), so no worker can share its host.
   * gpu: CUDA_VISIBLE_DEVICES, the same split. With too few GPUs for a worker of its own (one GPU)
     the workers share the trainer's GPU(s). Every GPU role gets XLA_PYTHON_CLIENT_MEM_FRACTION, sized
     so the roles on one GPU fit together: JAX preallocates 75% of a GPU per process otherwise ("GPU
@@ -88,6 +92,10 @@ class Config:
     """the chip-using roles this host runs (launch.sh's ROLES without param_server and verifier):
     trainer, workers, both or neither. Without workers the trainer takes every chip (unless
     TRAINER_CHIPS); without the trainer the workers share them all"""
+    multihost_trainer: bool = False
+    """the trainer is one process of several on several hosts (launch.sh: TRAINER_HOSTS > 1 or
+    TRAINER_COORDINATOR=auto): on a TPU it takes every chip of this host and gets none of the
+    one-process libtpu variables, so libtpu forms one slice of all its hosts' chips"""
 
     def __post_init__(self):
         if self.accelerator not in ("auto",) + PLATFORMS:
@@ -137,12 +145,13 @@ def detect() -> tuple[str, int, str]:
 
 def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: int = 1, workers: int = -1,
          trainer_tp: int = 1, tpu_port_base: int = 8476, gpu_mem_budget: float = 0.9,
-         reserved_ports=(), host_roles=("trainer", "workers")) -> list[Role]:
+         reserved_ports=(), host_roles=("trainer", "workers"), multihost_trainer: bool = False) -> list[Role]:
     """Every role's placement, in launch.sh's start order: param_server, verifier, worker-0.., trainer.
     chip_ids: the chips' names for the visibility variable (0..N-1, or the entries of a
     CUDA_VISIBLE_DEVICES that launch.sh was given). host_roles: which of trainer and workers this host
     runs (a multi-host run, docs/multihost.md); a role not here is left out and its chips go to the
-    other. Raises PlacementError on a split that cannot work."""
+    other. multihost_trainer: the trainer is one process of a multi-host slice (Config.multihost_trainer).
+    Raises PlacementError on a split that cannot work."""
     with_trainer, with_workers = "trainer" in host_roles, "workers" in host_roles
     if not with_workers:
         workers = 0
@@ -172,6 +181,10 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
         raise PlacementError(f"TRAINER_CHIPS={T} but there are only {n} chips")
     if T % trainer_tp:
         raise PlacementError(f"TRAINER_TP={trainer_tp} must divide the trainer's {T} chips")
+    if platform == "tpu" and multihost_trainer and with_trainer and T != n:
+        raise PlacementError(f"a trainer across TPU hosts takes every chip of its host (libtpu makes one slice "
+                             f"of all its hosts' chips), but here it would get {T} of {n}: run its host's "
+                             f"workers on other hosts (ROLES without workers) and leave TRAINER_CHIPS unset")
     left = list(chip_ids[T:])
     groups = [tuple(left[i:i + W]) for i in range(0, len(left) - W + 1, W)]  # one worker's chips each
     why = f"{n} chip(s), {T} for the trainer, {W} per worker"
@@ -197,12 +210,17 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
     roles = {}
     if platform == "tpu":
         # the trainer's libtpu port is tpu_port_base, worker i's tpu_port_base + 1 + i (on every host)
+        # (a trainer across hosts has no port of ours: libtpu takes the slice's own)
         ports = [tpu_port_base + (0 if name == "trainer" else 1 + int(name.split("-")[1])) for name, _ in placed]
-        if clash := sorted(set(ports) & {int(p) for p in reserved_ports}):
-            raise PlacementError(f"libtpu ports {ports[0]}-{ports[-1]} clash with port(s) {clash} of the "
+        used = [p for (name, _), p in zip(placed, ports) if not (name == "trainer" and multihost_trainer)]
+        if clash := sorted(set(used) & {int(p) for p in reserved_ports}):
+            raise PlacementError(f"libtpu ports {used[0]}-{used[-1]} clash with port(s) {clash} of the "
                                  f"parameter server / verifier: set TPU_PORT_BASE or PORT")
         position = {c: i for i, c in enumerate(chip_ids)}
         for (name, chips), port in zip(placed, ports):
+            if name == "trainer" and multihost_trainer:  # every chip of the host; the slice's topology
+                roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["tpu"]}
+                continue
             first = position[chips[0]]
             if len(chips) not in TPU_BOUNDS or first % len(chips):
                 raise PlacementError(
@@ -275,7 +293,7 @@ def main(argv=None) -> int:
         roles = plan(platform, chip_ids, cfg.trainer_chips, cfg.worker_chips, cfg.workers, cfg.trainer_tp,
                      cfg.tpu_port_base, cfg.gpu_mem_budget,
                      [p for p in cfg.reserved_ports.split(",") if p.strip()],
-                     tuple(filter(None, cfg.roles.split(","))))
+                     tuple(filter(None, cfg.roles.split(","))), cfg.multihost_trainer)
     except PlacementError as e:
         print(f"launch.sh: cannot place the roles: {e}", file=sys.stderr)
         return 2

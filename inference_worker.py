@@ -538,6 +538,8 @@ class ChunkServer:
 
 
 class Worker:
+    WAIT_S = 10.0  # how long one pull of wait_for_weights waits for the weights a leased item needs
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         with open(os.path.join(cfg.model, "config.json")) as f:
@@ -695,12 +697,31 @@ class Worker:
             self.heartbeat.drop(items)
 
     def wait_for_weights(self, items: list) -> str:
-        """lifecycle.worker_action for a group of one lineage: pull until we may sample or must abandon."""
+        """lifecycle.worker_action for a group of one lineage: pull until we may sample or must abandon.
+        Our weights count as the newest only when the param server, asked after the pull, says so
+        (holds_newest): a pull that brought nothing (the server down, restarting, slow) says nothing
+        about the server, so an item of a trainer newer than our weights waits instead of being
+        abandoned."""
         need, lineage, newest = max(i.min_version for i in items), items[0].lineage, False
         while (action := lifecycle.worker_action(need, lineage, self.version, self.lineage, newest)) == lifecycle.WAIT:
-            self.pull(min_version=need, wait_s=10.0)
-            newest = True
+            self.pull(min_version=need, wait_s=self.WAIT_S)
+            newest = self.holds_newest()
         return action
+
+    def holds_newest(self) -> bool:
+        """Ask the param server now: are the weights we hold (version, lineage) its newest? False when
+        it does not answer. (GetWeights naming ours: WeightsUnchanged if they are its newest, else the
+        manifest of its newest, which the fetcher is getting or will get.)"""
+        if self.version < 0:
+            return False
+        try:
+            reply = self.ps.call(wire.GetWeights(have_version=self.version, min_version=0, wait_s=0.0,
+                                                 have_lineage=self.lineage, worker=self.cfg.name),
+                                 what="the newest weight version")
+        except (TimeoutError, wire.RemoteError, wire.WireError) as e:
+            log(self.cfg, f"newest weights unknown: {e}")
+            return False
+        return isinstance(reply, wire.WeightsUnchanged) and (reply.version, reply.lineage) == (self.version, self.lineage)
 
     def sample_and_submit(self, items: list) -> int:
         cfg, first = self.cfg, items[0]
@@ -745,8 +766,11 @@ class Worker:
                 finished_G=np.array(finished[rows_G], bool),
                 statuses=[str(v["status"]) for v in verdicts[rows_G]],
                 texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s)
-            status = self.ps.call(wire.SubmitRollout(cfg.name, item.item_id, item.lease, rollout.to_dict()),
-                                  what="rollout receipt").info.get("status")
+            try:
+                status = self.ps.call(wire.SubmitRollout(cfg.name, item.item_id, item.lease, rollout.to_dict()),
+                                      what="rollout receipt").info.get("status")
+            except wire.RemoteError as e:  # refused (not what the item asked for): it is sampled again
+                status = f"refused: {e}"
             if status != "accepted":
                 log(cfg, f"rollout {item.item_id} was {status}")
             r += item.group_size

@@ -62,7 +62,8 @@ TRAINER_HOSTS=${TRAINER_HOSTS:-1}   # trainer processes (hosts) in the trainer's
 TRAINER_HOST_ID=${TRAINER_HOST_ID:-0}   # this host's trainer process
 TRAINER_COORDINATOR=${TRAINER_COORDINATOR:-}   # host:port on trainer host 0 for jax.distributed ("auto" on a
                                     # Cloud TPU slice: JAX reads the slice from the VMs)
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python3}           # the interpreter of every role (and of devices.py here): give a venv's
+                                    # python when it is not the first python3 on PATH
 # The GRPO recipe of the default run: grpo.py's defaults (GRPO advantages, token-mean loss, TIS) plus
 # a k3 KL term (beta 0.2) to the cold-start policy and DAPO dynamic sampling. The KL term is what keeps
 # held-out pass@8: measured, beta 0.05 lost 7.8 points of it, 0.1 up to 4.7, 0.2 gained 2.4-4.7 (docs/results.md,
@@ -127,7 +128,10 @@ done
 [[ $TRAINER_HOST_ID =~ ^[0-9]+$ ]] && [ "$TRAINER_HOST_ID" -lt "$TRAINER_HOSTS" ] \
   || refuse "TRAINER_HOST_ID=$TRAINER_HOST_ID: must be in 0 .. TRAINER_HOSTS-1 ($((TRAINER_HOSTS - 1)))"
 trainer_follows=""   # this host's trainer process only follows trainer host 0 (no sockets, no files)
+multihost_trainer="" # the trainer is one process of several hosts': across TPU hosts it gets every chip
+                     # of this host and none of devices.py's one-process libtpu variables (the slice's own)
 if [ "$TRAINER_HOSTS" -gt 1 ] || [ "$TRAINER_COORDINATOR" = auto ]; then
+  multihost_trainer=1
   [ -n "${HERE[trainer]:-}" ] || refuse "TRAINER_HOSTS=$TRAINER_HOSTS but ROLES=$ROLES has no trainer"
   [ "$TRAINER_COORDINATOR" = auto ] || [[ $TRAINER_COORDINATOR =~ ^[A-Za-z0-9._-]+:[0-9]+$ ]] \
     || refuse "TRAINER_HOSTS=$TRAINER_HOSTS needs TRAINER_COORDINATOR=host:port (trainer host 0's address and a free port) or auto"
@@ -190,7 +194,6 @@ for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
   if [ -n "${!v:-}" ] && [ ! -r "${!v}" ]; then refuse "$v=${!v}: no such readable file or directory"; fi
 done
 
-mkdir -p "$RUN_DIR"
 fix_flag=$([ "$BF16_FIX" = 1 ] && echo --bf16-fix || echo --no-bf16-fix)
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
@@ -200,7 +203,8 @@ jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+=
 placement=$($PYTHON devices.py --accelerator "$ACCELERATOR" --chips "$CHIPS" --trainer-chips "$TRAINER_CHIPS" \
   --trainer-tp "$TRAINER_TP" --worker-chips "$WORKER_CHIPS" --workers "$WORKERS" \
   --tpu-port-base "$TPU_PORT_BASE" --gpu-mem-budget "$GPU_MEM_BUDGET" --reserved-ports "$reserved" \
-  --roles "$jax_roles") || exit 2
+  --roles "$jax_roles" ${multihost_trainer:+--multihost-trainer}) || exit 2
+mkdir -p "$RUN_DIR"
 declare -A CMD ENVS FLAGS
 ORDER=(); summary=""
 while IFS='|' read -r role envs flags; do   # "# placement: ..." then "role|VAR=value ...|flags", in start order
@@ -230,8 +234,6 @@ for role in "${ORDER[@]}"; do
     trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
         cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"
-        # across TPU hosts libtpu takes the slice's own topology, not devices.py's one-process cluster
-        [ "$TRAINER_COORDINATOR" != auto ] || ENVS[$role]=$(tr ' ' '\n' <<< "${ENVS[$role]}" | grep -v '^TPU_\|^CLOUD_TPU_' | tr '\n' ' ')
       fi ;;
     *) echo "launch.sh: devices.py placed an unknown role: $role" >&2; exit 2 ;;
   esac

@@ -23,7 +23,10 @@ It holds three things and nothing else:
      sample, so a slow live worker keeps its items and a dead one loses them within `lease_s`; a
      restarted worker's hello releases its predecessor's leases at once. A released or expired
      item goes back to the front of the queue, so no item is lost (invariant 3). A submission must
-     carry a lease the server issued for that item.
+     carry a lease the server issued for that item, and be what the item asked for (its lineage, a
+     version >= its min_version, G x T = group_size x seq_len, its eval flag): any other is refused
+     with an Error and the item stays out for sampling, so the trainer only ever sees rollouts it
+     can batch.
   3. Finished rollouts, buffered until the trainer takes them and acknowledges them: a reply that
      is lost on the way is sent again with the next one. The first completed group for an item
      wins; a second one (a slow original worker after a re-issue) is a duplicate: counted and
@@ -415,6 +418,25 @@ class WorkQueue:
                 self._requeue(item_id)
                 self.counts["lease_expired"] += 1
 
+    def check_against_item(self, rollout: wire.Rollout, data: dict) -> None:
+        """A rollout must be what its item asked for, or the trainer could not batch it (or would
+        break the staleness bound): ValueError (an Error reply, counted) naming the first mismatch.
+        Nothing changes: the item stays leased or queued, to be sampled again."""
+        G, T = rollout.tokens_GT.shape
+        checks = [
+            (rollout.lineage == data["lineage"] or not data["lineage"],  # none named: the server's (submit)
+             f"lineage {rollout.lineage!r}, the item's is {data['lineage']!r}"),
+            (rollout.version >= data["min_version"],
+             f"version {rollout.version} is older than the item's min_version {data['min_version']}"),
+            (G == data["group_size"], f"{G} completions, the item's group_size is {data['group_size']}"),
+            (T == data["seq_len"], f"{T} tokens per row, the item's seq_len is {data['seq_len']}"),
+            (rollout.eval == data["eval"], f"eval={rollout.eval}, the item's is eval={data['eval']}"),
+        ]
+        why = next((text for ok, text in checks if not ok), "")
+        if why:
+            self.counts["refused"] += 1
+            raise ValueError(f"item {rollout.item_id}: rollout refused: {why}")
+
     def submit(self, msg: wire.SubmitRollout, lineage: str) -> str:
         rollout = wire.Rollout.from_dict(msg.rollout)
         if rollout.item_id != msg.item_id:
@@ -425,6 +447,8 @@ class WorkQueue:
         item = self.items.get(msg.item_id)
         if item is not None and msg.lease not in item.leases:
             raise ValueError(f"item {msg.item_id}: lease {msg.lease[:16]!r} was never issued for it")
+        if item is not None:
+            self.check_against_item(rollout, item.data)
         if item is None or item.state not in ("queued", "leased"):
             # Finished already (a slow worker after a re-issue) or never enqueued here.
             status = "duplicate" if item or msg.item_id in self.delivered else "unknown"

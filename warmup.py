@@ -167,12 +167,63 @@ def sft_batch(tok, problems: list, seq_len: int, prompt_loss_weight: float):
 
 # ----------------------------------------------------------------------------- evaluation
 
-def score(problems: list, completions: list[str]) -> np.ndarray:
-    """Reward 1.0/0.0 per (problem, completion), executed in the verifier sandbox (verifier.py)."""
+_verifier = None  # score()'s verifier.VerifierClient, once verifier_service() started it
+VERIFY_CHUNK = 1024  # jobs per VerifyBatch (the service takes at most 4096 in one)
+
+
+def verifier_service():
+    """score()'s verifier: `verifier.py` (2 executors, its default isolation) in a process of its own,
+    started on first use and stopped at exit; a client of it. Not verifier.verify_batch's pool in this
+    process: that pool forks to clean up after its executors (sandbox.kill_uid, as root), and a fork
+    in a process where JAX runs may deadlock (JAX warns "os.fork() was called ..."). subprocess.Popen
+    starts the service without a Python-level fork of this process."""
+    global _verifier
+    if _verifier is not None:
+        return _verifier
+    import atexit
+    import socket
+    import subprocess
+    import sys
     import verifier
+    import wire
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen([sys.executable, os.path.join(here, "verifier.py"), "--bind", addr, "--executors", "2"],
+                            cwd=here, env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.DEVNULL)
+
+    def stop():
+        proc.terminate()  # the service closes its pool (and cleans up after it) on SIGTERM
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    atexit.register(stop)
+    probe, deadline = wire.Client("warmup", addr, timeout_s=1.0), time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the verifier service did not start (exit status {proc.returncode}; "
+                               f"its reason is on stderr above)")
+        try:
+            probe.call(wire.Ping(), what="verifier start")
+            break
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the verifier service at {addr} did not answer within 120 s") from None
+    probe.close()
+    _verifier = verifier.VerifierClient(addr, timeout_s=600.0)
+    return _verifier
+
+
+def score(problems: list, completions: list[str]) -> np.ndarray:
+    """Reward 1.0/0.0 per (problem, completion), executed in the verifier sandbox (verifier_service)."""
     jobs = [{"kind": "assert", "program": p.program(c), "tests": p.tests, "timeout_s": 2.0}
             for p, c in zip(problems, completions)]
-    return np.array([float(v.passed) for v in verifier.verify_batch(jobs)], np.float32)
+    client = verifier_service()
+    verdicts = [v for s in range(0, len(jobs), VERIFY_CHUNK) for v in client.verify_batch(jobs[s:s + VERIFY_CHUNK])]
+    return np.array([float(v.passed) for v in verdicts], np.float32)
 
 
 def sample(params, mcfg, tok, problems: list, key, n: int, prompt_len: int, max_new_tokens: int,

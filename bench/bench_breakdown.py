@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import timeline  # noqa: E402
-from bench_e2e_trl import metrics, run_launch  # noqa: E402
+from bench_e2e_trl import log_tail, metrics, run_launch  # noqa: E402
 
 
 def breakdown(run_dir: str) -> None:
@@ -78,7 +78,8 @@ def grid(steps: int) -> None:
                                 f"--max-new-tokens {p['L']} --checkpoint-every 1000"}, timeout_s=400)
             rows = [r for r in metrics(run_dir) if r.get("step", 0) >= 2 and "time/step_s" in r]
             if not rows:
-                print(f"grid point {name} {p}: no steps after step 1 (see {run_dir}.log)")
+                print(f"grid point {name} {p}: no steps after step 1; the end of {run_dir}.log:\n"
+                      f"{log_tail(run_dir + '.log')}", flush=True)
                 continue
             res[name] = statistics.median(r["time/step_s"] for r in rows)
             print(f"grid {name:4s} B={p['B']:2d} G={p['G']} L={p['L']}: step {res[name]:.2f} s "

@@ -86,10 +86,24 @@ def stop_trainer(run_dir: str, p, wait_s: float = 90.0) -> None:
         time.sleep(0.5)
 
 
+def log_tail(path: str, lines: int = 40) -> str:
+    """The last lines of a log (launch.sh's own output names the role that stopped a run and shows
+    that role's last lines), or a note that there is none."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read().splitlines()[-lines:]
+    except OSError as e:
+        return f"(no log {path}: {e})"
+    return "\n".join(f"  | {line}" for line in text) or f"(the log {path} is empty)"
+
+
 def run_launch(run_dir: str, steps: int, env_extra: dict, timeout_s: float, stop_after_s: float | None = None) -> float:
     """bash launch.sh in its own process group; returns wall seconds (until the stop was asked, for a
-    stopped run). stop_after_s: then SIGTERM the trainer (it checkpoints), then launch.sh's group."""
-    env = {**os.environ, "RUN_DIR": run_dir, "STEPS": str(steps), "PORT": str(free_base_port()),
+    stopped run). stop_after_s: then SIGTERM the trainer (it checkpoints), then launch.sh's group.
+    Every role runs with this interpreter (PYTHON=sys.executable: launch.sh's own default is the first
+    python3 on PATH, which may be another one, without our packages). A launch.sh that ends by itself
+    with a failure gets the tail of its log ({run_dir}.log) printed."""
+    env = {**os.environ, "PYTHON": sys.executable, "RUN_DIR": run_dir, "STEPS": str(steps), "PORT": str(free_base_port()),
            "EVAL": "--heldout 8 --eval-every 0", "RECIPE": f"--kl-beta {BETA} --lr {LR}",
            "TRAINER_ARGS": "--eval-samples 1 --no-eval-greedy --checkpoint-every 1000", **env_extra}
     t0 = time.monotonic()
@@ -114,6 +128,10 @@ def run_launch(run_dir: str, steps: int, env_extra: dict, timeout_s: float, stop
         except ProcessLookupError:
             pass
         p.wait()
+        log.close()
+    if wall is None and p.returncode != 0:
+        print(f"launch.sh ({run_dir}) exited with status {p.returncode}; the end of {run_dir}.log:\n"
+              f"{log_tail(run_dir + '.log')}", flush=True)
     return wall if wall is not None else time.monotonic() - t0
 
 
@@ -142,7 +160,7 @@ def ours(steps: int, tmp: str) -> dict:
     rows = metrics(run_dir)
     by = {r["step"]: r for r in rows}
     if steps not in by:
-        raise RuntimeError(f"our run did not reach step {steps}; see {run_dir}.log")
+        raise RuntimeError(f"our run did not reach step {steps}; the end of {run_dir}.log:\n{log_tail(run_dir + '.log')}")
     start = by[0]["time_s"]
     train_s = by[steps]["time_s"] - start - by[steps].get("wait/eval_s", 0.0)
     rewards = [by[s]["reward/mean"] for s in range(1, steps + 1) if "reward/mean" in by[s]]

@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     run_dir = os.path.abspath(args.run_dir or tempfile.mkdtemp(prefix="bench_preemption_"))
     if args.run_dir:
         os.makedirs(os.path.dirname(run_dir), exist_ok=True)
-    env = {**os.environ, "RUN_DIR": run_dir, "STEPS": str(args.steps), "WORKERS": "2", "MAX_STALENESS": "0",
+    # PYTHON: every role runs with this interpreter (launch.sh's default is the first python3 on PATH)
+    env = {**os.environ, "PYTHON": sys.executable, "RUN_DIR": run_dir, "STEPS": str(args.steps), "WORKERS": "2", "MAX_STALENESS": "0",
            "MODEL": args.model, "PORT": str(free_port()), "EVAL": "--heldout 16 --eval-every 0",
            "WORKER_ARGS": args.worker_args, "MAX_RESTARTS": "20"}
     command = "python bench/bench_preemption.py " + " ".join(argv if argv is not None else sys.argv[1:])

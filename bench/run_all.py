@@ -5,15 +5,19 @@ Run:  python bench/run_all.py                        # every part, short setting
       python bench/run_all.py --only breakdown --runs runs/20250101-120000
       python bench/run_all.py --table                   # print the table of bench/results.json again
 
-Each part is a subprocess (python bench/<script>.py with short settings); its whole stdout is echoed, every
+Each part is a subprocess (bench/<script>.py with short settings, run by this interpreter, which is also
+the PYTHON of any launch.sh it starts); its whole stdout is echoed, every
 `RESULT name=<bench> key=value ...` line it prints is collected into bench/results.json (with the date,
 the machine and the command), and a markdown table is printed: one row per goal (stage, ours, peer,
-ratio, goal, met). A part that fails or times out is a row saying so; the exit status is 0 either way.
+ratio, goal, met). A part that fails or times out is a row saying so, and its last lines of output (a
+failed launch.sh run's log tail among them) are kept in results.json and printed after the table; the
+exit status is 0 either way.
 bench/README.md says what each part measures and which settings each peer runs with.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import os
@@ -27,6 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PY = sys.executable
+TAIL_LINES = 40  # of a failed part's output, kept in results.json and shown after the table
 
 # name -> (argv after python, timeout seconds). The short settings of the full run; README says why.
 PARTS = {
@@ -61,14 +66,16 @@ def parse_result(line: str) -> dict | None:
     return out
 
 
-def run_part(name: str, argv: list, timeout: int) -> tuple[list, str, float]:
-    """Run one part, echoing its stdout line by line; return (results, status, seconds)."""
+def run_part(name: str, argv: list, timeout: int) -> tuple[list, str, float, list]:
+    """Run one part, echoing its stdout line by line; return (results, status, seconds, its last
+    TAIL_LINES lines of output). The part, and any launch.sh it starts, runs with this interpreter
+    (PYTHON: launch.sh's default is the first python3 on PATH)."""
     cmd = [PY, "-u"] + argv
     print(f"\n===== part {name}: {' '.join(shlex.quote(a) for a in cmd)} (limit {timeout} s)", flush=True)
     t0 = time.monotonic()
-    results, status = [], "ok"
+    results, status, tail = [], "ok", collections.deque(maxlen=TAIL_LINES)
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHON": PY})
     deadline = t0 + timeout
     import selectors
     sel = selectors.DefaultSelector()
@@ -87,6 +94,7 @@ def run_part(name: str, argv: list, timeout: int) -> tuple[list, str, float]:
             if not line:
                 break
             print(line, end="", flush=True)
+            tail.append(line.rstrip("\n"))
             r = parse_result(line.strip())
             if r is not None:
                 results.append(r)
@@ -110,7 +118,7 @@ def run_part(name: str, argv: list, timeout: int) -> tuple[list, str, float]:
         p.wait()
     if status == "ok" and p.returncode != 0:
         status = f"exit_{p.returncode}"
-    return results, status, time.monotonic() - t0
+    return results, status, time.monotonic() - t0, list(tail)
 
 
 def machine() -> dict:
@@ -274,11 +282,13 @@ def main() -> int:
             runs = args.runs or os.path.join(keep, "staleness-0")
             argv += ["--runs", runs]
         try:
-            results, status, secs = run_part(name, argv, timeout)
+            results, status, secs, tail = run_part(name, argv, timeout)
         except Exception as e:  # the runner itself must not die on a part
-            results, status, secs = [], f"runner_error_{type(e).__name__}", 0.0
+            results, status, secs, tail = [], f"runner_error_{type(e).__name__}", 0.0, [repr(e)]
         record["parts"][name] = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                                  "status": status, "seconds": round(secs, 1), "argv": argv, "results": results}
+        if status != "ok" or not results:  # what it said last (a bench's launch.sh log tail among it)
+            record["parts"][name]["tail"] = tail
         record["total_seconds"] = round(time.monotonic() - t_all, 1)
         final = write(args, only, record)
     m = record["machine"]
@@ -288,6 +298,10 @@ def main() -> int:
         print(f"(rows of {', '.join(final['parts_from_earlier_runs'])}: from the earlier run(s) recorded in "
               f"{args.out}, at the dates given there)\n")
     print(final["table"])
+    for name, part in record["parts"].items():
+        if "tail" in part:
+            print(f"\npart {name} ended {part['status']} with {len(part['results'])} results; its last lines:\n"
+                  + "\n".join(f"  | {line}" for line in part["tail"]))
     print(f"\n(results in {args.out})")
     return 0
 

@@ -6,7 +6,8 @@ The param server refuses a push with a corrupt chunk, never shows a push that st
 trainer killed) and shows a version only once it is complete; relaying workers (inference_worker.py
 --relay) make the server send about one model per version whatever their number, a relay killed in
 the middle of a version costs its children nothing but a detour, and malformed chunk requests get
-an Error from every chunk server, which keeps serving.
+an Error from every chunk server, which keeps serving. A worker whose pulls bring nothing (the server
+down) keeps a leased item of a trainer newer than its weights instead of abandoning it.
 """
 import time
 
@@ -181,3 +182,58 @@ def test_a_relay_killed_midway_costs_its_children_nothing(roles, tmp_path, tiny)
     wait_until(lambda: "weights v1 in" in roles.log(b2), 120, "the restarted b to hold v1")
     wire.push_weights(client, 2, "", tensors, chunk_bytes=4096)
     wait_until(lambda: all(holds(roles, w, 2) for w in (a, c, b2)), 90, "a, c and the restarted b to hold v2")
+
+
+def test_a_worker_that_heard_nothing_new_keeps_a_live_item(roles, tmp_path, tiny):
+    """inference_worker.Worker.wait_for_weights: a worker holding v3 of trainer lineage "old" leases
+    an item of the newer trainer "new". While the param server is down its pulls bring nothing, and
+    that says nothing about the server's newest weights: the worker waits (the item is live) rather
+    than abandon it. Once the server is back with the new trainer's weights it samples the item; and
+    an item of the old lineage is abandoned only after the server itself named another lineage."""
+    import threading
+
+    import inference_worker
+    model_path, tensors = tiny
+    port = free_port()
+    addr = f"tcp://127.0.0.1:{port}"
+    proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps1"))
+    client = wire.Client("test", addr, timeout_s=10)
+    client.call(wire.Ping(), timeout_s=30, what="param server start")
+    wire.push_weights(client, 3, "old", tensors, chunk_bytes=CHUNK)
+    worker = inference_worker.Worker(inference_worker.Config(
+        param_server=addr, verifier=f"tcp://127.0.0.1:{free_port()}", model=model_path, name="w-live",
+        relay=False, timeout_s=1.0))
+    worker.WAIT_S = 0.5
+    wait_until(lambda: worker.pull(wait_s=0.2) or worker.version == 3, 60, "the worker to hold v3")
+
+    def item(lineage):
+        return wire.WorkItem.from_dict({"item_id": f"train/0|{lineage}", "prompt": "x", "group_size": 2,
+                                        "seq_len": 16, "max_new_tokens": 4, "min_version": 0,
+                                        "lineage": lineage})
+
+    def decide(lineage):
+        done = {}
+        t = threading.Thread(target=lambda: done.setdefault("action", worker.wait_for_weights([item(lineage)])),
+                             daemon=True)
+        t.start()
+        return t, done
+
+    roles.kill(proc)                                  # the server is gone: pulls time out
+    t, done = decide("new")
+    t.join(timeout=12)  # pulls that bring nothing (WAIT_S each; over 10 s: Worker's default too) and unanswered questions
+    assert "action" not in done, f"the live item was decided without the server: {done}"
+    assert (worker.version, worker.lineage) == (3, "old")
+
+    # The server comes back, serving the new trainer's weights: the worker takes them and samples.
+    roles.start("param_server2", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps2"))
+    client = wire.Client("test2", addr, timeout_s=10)
+    client.call(wire.Ping(), timeout_s=30, what="param server restart")
+    wire.push_weights(client, 0, "new", tensors, chunk_bytes=CHUNK)
+    t.join(timeout=60)
+    assert done.get("action") == "sample" and (worker.version, worker.lineage) == (0, "new")
+
+    # An item of the old trainer, whose lineage the server no longer serves: abandoned, and only
+    # because the server said so.
+    t, done = decide("old")
+    t.join(timeout=30)
+    assert done.get("action") == "abandon"

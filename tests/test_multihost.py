@@ -133,6 +133,31 @@ def test_trainer_hosts_lines(tmp_path):
     assert "--coordinator" not in launch_text(tmp_path, ACCELERATOR="cpu")  # one host: one process
 
 
+ONE_PROCESS_TPU = ("TPU_VISIBLE_CHIPS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_BOUNDS", "TPU_PROCESS_PORT",
+                   "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "ALLOW_MULTIPLE_LIBTPU_LOAD")
+
+
+@pytest.mark.parametrize("hosts,coordinator", [(2, "10.130.0.2:8470"), (2, "auto"), (1, "auto")])
+def test_a_trainer_across_tpu_hosts_gets_none_of_the_one_process_variables(tmp_path, no_jax, hosts, coordinator):  # noqa: F811
+    """devices.py makes each TPU role a one-process libtpu cluster on its chips; a trainer whose
+    processes span hosts (TRAINER_HOSTS > 1, whatever the coordinator, or auto: the slice decides) must
+    get none of those variables on any host, or libtpu cannot form one slice of every host's chips.
+    It takes all of its host's chips, so workers on a trainer host of the slice are refused."""
+    for host_id, roles in [(0, "trainer,param_server,verifier")] + [(hosts - 1, "trainer")] * (hosts > 1):
+        got = dry_run(tmp_path / f"host{host_id}-{roles}", no_jax, ACCELERATOR="tpu", CHIPS=4, ROLES=roles,
+                      TRAINER_HOSTS=hosts, TRAINER_HOST_ID=host_id, TRAINER_COORDINATOR=coordinator)
+        env, argv = got["trainer"]
+        assert not set(ONE_PROCESS_TPU) & set(env), env
+        assert env == {"JAX_PLATFORMS": "tpu,cpu", "RLAX_ACCELERATOR": "tpu", "RLAX_CHIPS": "4"}
+        assert argv[-6:] == ["--coordinator", coordinator, "--num-processes", str(hosts), "--process-id", str(host_id)]
+    err = refused(tmp_path, ACCELERATOR="tpu", CHIPS=4, TRAINER_HOSTS=hosts, TRAINER_COORDINATOR=coordinator)
+    assert "a trainer across TPU hosts takes every chip of its host" in err, err
+    # One host, even with a coordinator of its own: the one-process cluster on the trainer's chips.
+    env, _ = dry_run(tmp_path / "one", no_jax, ACCELERATOR="tpu", CHIPS=4,
+                     TRAINER_COORDINATOR="10.130.0.2:8470")["trainer"]
+    assert env["TPU_VISIBLE_CHIPS"] == "0,1" and env["TPU_PROCESS_BOUNDS"] == "1,1,1"
+
+
 def test_off_loopback_needs_curve_keys(tmp_path, curve_key):
     remote = dict(ACCELERATOR="cpu", ROLES="workers", PARAM_SERVER="tcp://10.1.2.3:5555",
                   VERIFIER="tcp://10.1.2.3:5557")

@@ -1,4 +1,5 @@
 """The parameter server as a real process on loopback. Run: python -m pytest -q tests/test_param_server.py"""
+import re
 import threading
 import time
 
@@ -210,3 +211,53 @@ def test_a_resumed_trainer_can_reuse_item_ids_already_delivered(roles, tmp_path)
     assert len(client.call(wire.GetRollouts(5)).rollouts) == 1       # delivered; queue now empty
     push(client, 1, lineage="B")
     assert client.call(wire.EnqueueWork([item(0)])).info["added"] == 1
+
+
+def refused(proc, client, lease, bad, reason):
+    """Submitting `bad` under `lease` is answered with an Error naming `reason`, the server keeps
+    serving, the item stays leased, and the trainer's GetRollouts gets nothing."""
+    with pytest.raises(wire.RemoteError, match=re.escape(f"item {bad['item_id']}: rollout refused: {reason}")):
+        client.call(wire.SubmitRollout("w", bad["item_id"], lease, bad))
+    assert proc.poll() is None
+    stats = client.call(wire.GetStats()).info
+    assert [stats.get(k, 0) for k in ("leased", "finished", "submitted", "refused")] == [1, 0, 0, 1]
+    assert client.call(wire.GetRollouts(max_items=10)).rollouts == []
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"version": 2}, "version 2 is older than the item's min_version 3"),
+    ({"G": 3}, "3 completions, the item's group_size is 2"),
+    ({"T": 16}, "16 tokens per row, the item's seq_len is 8"),
+    ({"eval": True}, "eval=True, the item's is eval=False"),
+])
+def test_a_rollout_that_is_not_what_its_item_asked_for_is_refused(roles, tmp_path, change, reason):
+    """WorkQueue.check_against_item: refused at submit with an Error naming the mismatch; the server
+    keeps serving, the item stays leased (and leasable again when its lease runs out), and the
+    trainer's GetRollouts never returns the refused rollout, only the good one submitted after."""
+    proc, client, _ = start(roles, tmp_path)
+    push(client, 3, lineage="L")
+    client.call(wire.EnqueueWork([item(0, min_version=3, lineage="L")]))
+    first = client.call(wire.LeaseWork("w", max_items=1, lease_s=0.5)).items[0]
+    shape = {"G": change.pop("G", 2), "T": change.pop("T", 8)}
+    bad = {**rollout("it0", version=3, **shape), "lineage": "L", **change}
+    if shape["G"] != 2:
+        bad.update(rewards_G=np.zeros(shape["G"], np.float32), statuses=["failed"] * shape["G"])
+    refused(proc, client, first["lease"], bad, reason)
+    time.sleep(0.7)                                                              # the lease runs out
+    again = client.call(wire.LeaseWork("w2", max_items=1, lease_s=30)).items     # the item is sampled again
+    assert [i["item_id"] for i in again] == ["it0"]
+    good = {**rollout("it0", version=4), "lineage": "L"}
+    assert client.call(wire.SubmitRollout("w2", "it0", again[0]["lease"], good)).info["status"] == "accepted"
+    got = client.call(wire.GetRollouts(max_items=10)).rollouts
+    assert [(r["item_id"], r["version"]) for r in got] == [("it0", 4)]
+
+
+def test_a_rollout_of_another_lineage_than_its_item_is_refused(roles, tmp_path):
+    """The server's lineage is L but the item was enqueued for trainer K: a rollout sampled with L's
+    weights is not K's, so it is refused like any other mismatch (one of a dead lineage, neither the
+    server's nor the item's, is the status "old_lineage" instead)."""
+    proc, client, _ = start(roles, tmp_path)
+    push(client, 3, lineage="L")
+    client.call(wire.EnqueueWork([item(0, lineage="K")]))
+    lease = client.call(wire.LeaseWork("w", max_items=1)).items[0]["lease"]
+    refused(proc, client, lease, {**rollout("it0", version=3), "lineage": "L"}, "lineage 'L', the item's is 'K'")

@@ -251,6 +251,34 @@ exec sleep 60
                                                                     "worker-1", "trainer"]}
 
 
+def test_benches_start_launch_with_their_own_interpreter(tmp_path, monkeypatch, capsys):
+    """bench_e2e_trl.run_launch (bench_async and bench_breakdown start launch.sh through it; run_all runs
+    them with its own interpreter) passes PYTHON=sys.executable: with another python3 first on PATH,
+    one that fails, launch.sh alone cannot even place the roles, but the bench's DRY_RUN writes every
+    role's line with the bench's interpreter. A launch.sh that fails has its log tail printed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 'not the bench interpreter' >&2\nexit 7\n")
+    (bin_dir / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("PYTHON", raising=False)
+    proc, _, _ = launch(tmp_path / "plain", DRY_RUN=1, ACCELERATOR="cpu")
+    assert proc.returncode != 0 and "not the bench interpreter" in proc.stderr
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+    import bench_e2e_trl
+    run_dir = tmp_path / "bench"
+    bench_e2e_trl.run_launch(str(run_dir), 1, {"DRY_RUN": "1", "ACCELERATOR": "cpu", "WORKERS": "2"}, timeout_s=60)
+    lines = [line.rsplit("  # ", 1)[0] for line in (run_dir / "commands.sh").read_text().splitlines()
+             if not line.startswith(("#", "export "))]
+    assert len(lines) == 5 and {split_line(line)[1][0] for line in lines} == {sys.executable}
+
+    capsys.readouterr()
+    bench_e2e_trl.run_launch(str(tmp_path / "bad"), 1, {"DRY_RUN": "1", "ROLES": "trainer,gpu"}, timeout_s=60)
+    out = capsys.readouterr().out
+    assert "exited with status 2" in out and "unknown role 'gpu'" in out, out
+
+
 # ----------------------------------------------------------------------------- the plan, directly
 
 @pytest.mark.parametrize("n_gpus", [1, 2, 3, 8])

