@@ -465,21 +465,8 @@ def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
     return jnp.where(m_BT, w_BT, 1.0)
 
 
-def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
-                logp_ref_BT=None):
-    """The policy-gradient loss (to MINIMISE) and an aux dict; see the module docstring for the steps.
-
-    logp_BT: log pi_theta of the sampled tokens (differentiated). logp_old_BT: the proximal policy pi_old
-    (stop-gradient; at the first step on-policy it equals logp_BT, so the ratio is exactly 1).
-    logp_behav_BT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_BT: the
-    reference policy, read only when kl_beta > 0. adv_B: one advantage per completion row (flatten the
-    B x G advantages). Masked positions may hold anything, -inf and NaN included.
-
-    aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
-    (fraction of tokens whose clip is active, i.e. zero gradient: A<0 & r<1-eps_low / A>0 & r>1+eps_high),
-    dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis or rejected by a mask),
-    num_tokens, and the arrays ratio_BT and is_weight_BT (1 on padding).
-    """
+def _loss_inputs(logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg: GRPOConfig):
+    """policy_loss's arguments as arrays, their shapes checked (ValueError says which is wrong)."""
     logp_BT = jnp.asarray(logp_BT)
     shape_BT = logp_BT.shape
     if logp_BT.ndim != 2:
@@ -498,7 +485,37 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
             raise ValueError("kl_beta > 0 needs logp_ref_BT (the reference policy's log-probs)")
         logp_ref_BT = jnp.asarray(logp_ref_BT)
         _check_BT("logp_ref_BT", logp_ref_BT, shape_BT)
+    return logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT
 
+
+def _is_modified(logp_old_BT, logp_behav_BT, w_BT, m_BT, cfg: GRPOConfig):
+    """Tokens whose off-policy weight the correction changed: truncated by tis, rejected by a mask."""
+    if logp_behav_BT is None or cfg.is_correction == "none":
+        return jnp.zeros_like(m_BT)
+    old_BT = jnp.where(m_BT, logp_old_BT.astype(jnp.float32), 0.0)
+    behav_BT = jnp.where(m_BT, logp_behav_BT.astype(jnp.float32), 0.0)
+    if cfg.is_correction == "tis":  # truncated
+        return m_BT & (old_BT - behav_BT > math.log(cfg.is_cap))
+    return m_BT & (w_BT == 0)  # rejected
+
+
+def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
+                logp_ref_BT=None):
+    """The policy-gradient loss (to MINIMISE) and an aux dict; see the module docstring for the steps.
+
+    logp_BT: log pi_theta of the sampled tokens (differentiated). logp_old_BT: the proximal policy pi_old
+    (stop-gradient; at the first step on-policy it equals logp_BT, so the ratio is exactly 1).
+    logp_behav_BT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_BT: the
+    reference policy, read only when kl_beta > 0. adv_B: one advantage per completion row (flatten the
+    B x G advantages). Masked positions may hold anything, -inf and NaN included.
+
+    aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
+    (fraction of tokens whose clip is active, i.e. zero gradient: A<0 & r<1-eps_low / A>0 & r>1+eps_high),
+    dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis or rejected by a mask),
+    num_tokens, and the arrays ratio_BT and is_weight_BT (1 on padding).
+    """
+    logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT = _loss_inputs(
+        logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg)
     s = _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg)  # Steps 1-4
     m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
 
@@ -515,15 +532,7 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
     # Step 7 happened in aggregate(); both terms are reduced the same way, so the sum is too.
     loss = pg_loss + cfg.kl_beta * kl_loss
 
-    if logp_behav_BT is None or cfg.is_correction == "none":
-        modified_BT = jnp.zeros_like(m_BT)
-    else:
-        old_BT = jnp.where(m_BT, logp_old_BT.astype(jnp.float32), 0.0)
-        behav_BT = jnp.where(m_BT, logp_behav_BT.astype(jnp.float32), 0.0)
-        if cfg.is_correction == "tis":  # truncated
-            modified_BT = m_BT & (old_BT - behav_BT > math.log(cfg.is_cap))
-        else:  # rejected
-            modified_BT = m_BT & (w_BT == 0)
+    modified_BT = _is_modified(logp_old_BT, logp_behav_BT, w_BT, m_BT, cfg)
     aux = dict(pg_loss=pg_loss, kl_loss=kl_loss,
                clip_frac_low=_masked_mean(s["clip_low_BT"], mf_BT),
                clip_frac_high=_masked_mean(s["clip_high_BT"], mf_BT),

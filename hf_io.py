@@ -1,9 +1,11 @@
-"""hf_io.py: model.py's weights and text in the Hugging Face formats.
+"""hf_io.py: model.py's config, weights and text in the Hugging Face formats.
 
-  1. The 1:1 mapping between our parameter pytree (model.py section 3 draws it) and the HF safetensors
+  1. config.json <-> model.ModelConfig: config_from_hf (transformers 4.x or 5.x layout; refuses what
+     the decoder does not implement, naming it), config_to_hf.
+  2. The 1:1 mapping between our parameter pytree (model.py section 3 draws it) and the HF safetensors
      names of Qwen2 / Llama / Qwen3: to_hf_tensors, from_hf_tensors (which names every mismatch).
-  2. Checkpoint folders: load_hf / save_hf (config.json + model.safetensors, or shards with an index).
-  3. Tokenizers: the built-in ByteTokenizer, or the HF `tokenizers` package when tokenizer.json exists.
+  3. Checkpoint folders: load_hf / save_hf (config.json + model.safetensors, or shards with an index).
+  4. Tokenizers: the built-in ByteTokenizer, or the HF `tokenizers` package when tokenizer.json exists.
 
 Kept apart from model.py so that file is the model's math only. Tested in tests/test_model.py and
 tests/test_hf_checkpoints.py (Qwen3, Llama 3 RoPE scaling).
@@ -20,10 +22,122 @@ import jax.numpy as jnp
 import numpy as np
 
 import multihost
-from model import ModelConfig, _param_shapes
+from model import _DTYPES, _MODEL_TYPES, Llama3RopeScaling, ModelConfig, _param_shapes
 
 # =====================================================================================================
-# 1. Our pytree <-> Hugging Face tensor names
+# 1. config.json <-> ModelConfig
+# =====================================================================================================
+
+_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+def _read_hf_rope(d: dict) -> tuple[float, Llama3RopeScaling | None]:
+    """(rope_theta, scaling) from a config.json. transformers 4.x writes rope_theta at the top level and
+    the scaling as rope_scaling (rope_type or the older key type); 5.x writes both into rope_parameters.
+    Like transformers 5.x, rope_scaling wins when both are present."""
+    scaling, params = d.get("rope_scaling") or {}, d.get("rope_parameters") or {}
+    rope = scaling or params
+    if any(isinstance(v, dict) for v in rope.values()):
+        raise ValueError(f"per-layer-type RoPE parameters {sorted(rope)} are not implemented")
+    theta = rope.get("rope_theta", params.get("rope_theta", d.get("rope_theta", 10000.0)))
+    rotary = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+    if rotary is not None and float(rotary) != 1.0:
+        raise ValueError(f"partial_rotary_factor {rotary} is not implemented; only RoPE over the whole head")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type == "default":
+        return float(theta), None
+    if rope_type != "llama3":  # linear, dynamic, yarn, longrope, ...: refused rather than run with wrong angles
+        raise ValueError(f"RoPE scaling rope_type {rope_type!r} is not implemented; only 'default' and 'llama3' are")
+    missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor") if rope.get(k) is None]
+    if missing:
+        raise ValueError(f"llama3 RoPE scaling is missing {', '.join(missing)}")
+    # transformers gives a top-level original_max_position_embeddings priority, then the scaling's own,
+    # then max_position_embeddings
+    original = d.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") \
+        or d.get("max_position_embeddings")
+    if original is None:
+        raise ValueError("llama3 RoPE scaling needs original_max_position_embeddings")
+    return float(theta), Llama3RopeScaling(
+        factor=float(rope["factor"]), low_freq_factor=float(rope["low_freq_factor"]),
+        high_freq_factor=float(rope["high_freq_factor"]), original_max_position_embeddings=int(original))
+
+
+def _rope_to_hf(scaling: Llama3RopeScaling | None) -> dict:
+    """The RoPE scaling as config.json's rope_parameters / rope_scaling hold it (without rope_theta)."""
+    if scaling is None:
+        return {"rope_type": "default"}
+    return {"rope_type": "llama3", "factor": scaling.factor, "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position_embeddings}
+
+
+def config_from_hf(d: dict, **overrides) -> ModelConfig:
+    """The ModelConfig of a Hugging Face config.json dict (transformers 4.x or 5.x layout); overrides
+    replace fields of the result (dtype, bf16_fix, ...)."""
+    model_type = d.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"config.json model_type {model_type!r} is not supported; "
+                         f"expected one of {_MODEL_TYPES}")
+    try:
+        rope_theta, rope_scaling = _read_hf_rope(d)
+        if d.get("use_sliding_window"):
+            raise ValueError("sliding-window attention (use_sliding_window) is not implemented")
+        if d.get("mlp_bias"):
+            raise ValueError("Llama mlp_bias=True is not implemented")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act {d.get('hidden_act')!r} is not implemented; only silu")
+        heads = d["num_attention_heads"]
+        # head_dim may differ from hidden_size // heads (Qwen3 does that); a config.json without it
+        # means what transformers' config class defaults to: 128 for Qwen3Config, hidden // heads else
+        default_head_dim = 128 if model_type == "qwen3" else d["hidden_size"] // heads
+        kw = dict(
+            vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], num_layers=d["num_hidden_layers"],
+            num_heads=heads, num_kv_heads=d.get("num_key_value_heads") or heads,
+            head_dim=d.get("head_dim") or default_head_dim,
+            intermediate_size=d["intermediate_size"], max_seq_len=d.get("max_position_embeddings", 2048),
+            rope_theta=rope_theta, rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            qkv_bias=True if model_type == "qwen2" else bool(d.get("attention_bias", False)),
+            tie_embeddings=bool(d.get("tie_word_embeddings", False)), model_type=model_type,
+            rope_scaling=rope_scaling)
+    except KeyError as e:
+        raise ValueError(f"config.json is missing the required field {e.args[0]!r}") from None
+    hf_dtype = d.get("dtype") or d.get("torch_dtype")
+    if hf_dtype in _DTYPES:
+        kw["dtype"] = hf_dtype
+    kw.update(overrides)
+    return ModelConfig(**kw)
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    """A config.json dict that transformers (4.x and 5.x) loads as Qwen2ForCausalLM / LlamaForCausalLM /
+    Qwen3ForCausalLM. RoPE scaling is written twice: rope_parameters (5.x) and rope_scaling with
+    rope_theta at the top level (4.x; 5.x reads rope_scaling first and adds rope_theta to it)."""
+    rope = _rope_to_hf(cfg.rope_scaling)
+    d = {
+        "architectures": [_ARCHITECTURES[cfg.model_type]],
+        "model_type": cfg.model_type, "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size, "max_position_embeddings": cfg.max_seq_len,
+        "rope_theta": cfg.rope_theta, "rope_parameters": {**rope, "rope_theta": cfg.rope_theta},
+        "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": cfg.tie_embeddings,
+        "hidden_act": "silu", "dtype": cfg.dtype, "torch_dtype": cfg.dtype,
+    }
+    if cfg.rope_scaling is not None:
+        d["rope_scaling"] = rope
+    if cfg.model_type == "llama":
+        d["attention_bias"] = cfg.qkv_bias
+        d["mlp_bias"] = False
+    elif cfg.model_type == "qwen3":
+        d["attention_bias"] = cfg.qkv_bias
+        d["use_sliding_window"] = False
+    elif not cfg.qkv_bias:
+        raise ValueError("a qwen2 checkpoint always has q/k/v biases; use model_type='llama' for qkv_bias=False")
+    return d
+
+
+# =====================================================================================================
+# 2. Our pytree <-> Hugging Face tensor names
 # =====================================================================================================
 
 def _hf_layer_map(cfg: ModelConfig):
@@ -150,7 +264,7 @@ def from_hf_tensors(tensors: dict, cfg: ModelConfig, host: bool = False) -> dict
 
 
 # =====================================================================================================
-# 2. Checkpoint folders in the Hugging Face layout
+# 3. Checkpoint folders in the Hugging Face layout
 # =====================================================================================================
 
 
@@ -172,7 +286,7 @@ def save_hf(path: str, cfg: ModelConfig, params: dict, max_shard_bytes: int | No
         if name in TOKENIZER_FILES or name.startswith("tokenizer"):
             shutil.copy2(os.path.join(tokenizer_from, name), path)
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(cfg.to_hf_dict(), f, indent=2)
+        json.dump(config_to_hf(cfg), f, indent=2)
     tensors = to_hf_tensors(params, cfg)
     if max_shard_bytes is None or sum(t.nbytes for t in tensors.values()) <= max_shard_bytes:
         save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
@@ -208,7 +322,7 @@ def load_hf(path: str, dtype: str | None = None, host: bool = False, **overrides
         hf = json.load(f)
     if dtype is not None:
         overrides["dtype"] = dtype
-    cfg = ModelConfig.from_hf_dict(hf, **overrides)
+    cfg = config_from_hf(hf, **overrides)
     single, index = os.path.join(path, "model.safetensors"), os.path.join(path, "model.safetensors.index.json")
     tensors = {}
     if os.path.isfile(index):
@@ -224,7 +338,7 @@ def load_hf(path: str, dtype: str | None = None, host: bool = False, **overrides
 
 
 # =====================================================================================================
-# 3. Tokenizers
+# 4. Tokenizers
 # =====================================================================================================
 
 

@@ -6,18 +6,19 @@
 Sockets (all requests, see wire.py):
   -> param server   hello (once), lease_work, renew_leases (from a heartbeat thread with a socket of
                     its own), submit_rollout; get_weights and get_chunk from the weight-fetching
-                    thread (WeightFetcher, its own sockets)
+                    thread (weights.WeightFetcher, its own sockets)
   -> other workers  get_chunk (relay mode: from our parent in the relay tree, or one step up)
-  <- other workers  get_chunk, served by our ChunkServer (relay mode; its own thread and socket)
+  <- other workers  get_chunk, served by our weights.ChunkServer (relay mode; its own thread and socket)
   -> verifiers      verify_batch (and ping, while a batch is out), spread over every verifier named
 
 The loop, one batch at a time:
-  1. Pull. A thread of ours (WeightFetcher) fetches every new version in the background as a
-     manifest and chunks, each CRC-checked, from the param server or, in relay mode (the default),
-     from another worker the param server names, while it serves the chunks it holds on to the
-     workers below it (param_server.RelayTree: the server sends each version about once, whatever
-     the fleet size). Every `pull_every` batches we swap in the newest version it holds complete (a
-     cheap look when nothing changed); a partial version is never used. Independently of that, a work item carries `min_version` = the
+  1. Pull. A thread of ours (weights.WeightFetcher, made by weight_fetcher; weights.py tells a
+     version's whole way here) fetches every new version in the background as a manifest and
+     chunks, each CRC-checked, from the param server or, in relay mode (the default), from another
+     worker the param server names, while it serves the chunks it holds on to the workers below it
+     (the server sends each version about once, whatever the fleet size). Every `pull_every`
+     batches we swap in the newest version it holds complete (a cheap look when nothing changed); a
+     partial version is never used. Independently of that, a work item carries `min_version` = the
      trainer's version when it enqueued it: we never sample an item with older weights than that,
      waiting for them if needed (lifecycle.worker_action: sample, wait, or abandon an item whose
      trainer is gone). Together with the trainer's check when a rollout enters a batch this is the
@@ -46,19 +47,16 @@ sampler and trainer cannot disagree on them.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import signal
 import threading
 import time
-import traceback
 import zlib
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import zmq
 
 import cli
 import hf_io
@@ -67,6 +65,7 @@ import model
 import prompts
 import sharding
 import timeline
+import weights
 import wire
 
 
@@ -108,7 +107,7 @@ class Config:
     """a verifier that failed is skipped for this long (tried again only when every other one failed)"""
     relay: bool = True
     """weights by relay broadcast: fetch each version's chunks from the worker the param server names
-    as our parent and serve them on to our own children (param_server.RelayTree), so the server sends
+    as our parent and serve them on to our own children (weights.RelayTree), so the server sends
     each version about once; --no-relay: fetch every chunk from the param server"""
     relay_bind: str = "tcp://127.0.0.1:*"
     """where our chunk server listens in relay mode (port *: any free one); its address is what the
@@ -143,6 +142,14 @@ class Config:
 
 def log(cfg: Config, text: str) -> None:
     print(f"[{cfg.name}] {time.strftime('%H:%M:%S')} {text}", flush=True)
+
+
+def weight_fetcher(cfg: Config, incarnation: str) -> weights.WeightFetcher:
+    """The worker's weight path (weights.WeightFetcher, and its ChunkServer in relay mode) with this
+    worker's settings, fetching from now on in a thread of its own."""
+    return weights.WeightFetcher(cfg.name, cfg.param_server, incarnation, log=lambda text: log(cfg, text),
+                                 timeout_s=cfg.timeout_s, relay_bind=cfg.relay_bind if cfg.relay else None,
+                                 relay_timeout_s=cfg.relay_timeout_s, fetch_delay_s=cfg.fetch_delay_s)
 
 
 # ----------------------------------------------------------------------------- sampling (pure)
@@ -280,270 +287,13 @@ class Heartbeat:
                     log(self.cfg, f"lease renewal failed: {e}")
 
 
-class VersionBuffer:
-    """One weight version on the host, being received or complete: its manifest and one contiguous
-    buffer of its bytes, into which chunk i is written at its offset as it arrives (so the finished
-    tensors are views of it, no copy)."""
-
-    def __init__(self, manifest: wire.Manifest, memory: mmap.mmap):
-        self.manifest, self.key, self.memory = manifest, (manifest.version, manifest.lineage), memory
-        self.stream = np.frombuffer(memory, np.uint8)[:manifest.nbytes]
-        self.offsets = manifest.offsets()
-        self.have = [False] * len(manifest.chunks)
-        self.complete = self.installed = False
-
-    def chunk(self, i: int) -> np.ndarray:
-        return self.stream[self.offsets[i]:self.offsets[i] + self.manifest.chunks[i][0]]
-
-    def put(self, i: int, data: np.ndarray, crc: int) -> None:
-        """Write chunk i and check its CRC where it now lies (so a misplaced or torn copy is caught too);
-        ValueError if it does not match."""
-        slot = self.chunk(i)
-        slot[:] = data
-        if zlib.crc32(memoryview(slot)) != crc:
-            raise ValueError(f"chunk {i} is corrupt")
-        self.have[i] = True  # after the bytes: a reader that sees True sees them
-
-
-class WeightFetcher:
-    """Fetches weight versions in a thread of its own (its own sockets), so a version arrives while
-    the main thread samples; the main thread swaps it in between batches (Worker.pull).
-
-    Loop: long-poll the param server for a manifest newer than the one we hold (get_weights), fetch
-    its chunks in order (several requests in flight), check each chunk's CRC as it arrives and every tensor's once all are in, then
-    offer the version to the main thread (`wait_newer`). A version is never offered incomplete.
-
-    Relay mode (the default): we tell the param server our chunk server's address, and its answer
-    names our `sources`, nearest first: our parent in the relay tree, its parent, ..., the param
-    server (""). Each chunk is asked of the nearest source still trusted; a relay that has not got it
-    yet holds the request until it has (so chunks flow down the tree pipelined: a child fetches chunk
-    i while its parent fetches chunk i + 1). A relay that does not produce the chunk within
-    relay_timeout_s (dead, or stuck) is skipped for SHUN_S, and the chunk is asked one step up; the
-    param server, last, holds every version it announced (keep_versions), so no version is lost.
-    Our ChunkServer serves the version we are receiving and the newest complete one: a relaying
-    worker keeps one host copy of the newest version (beside its params on the accelerator) until the
-    next one starts arriving. With --no-relay the host copy is dropped once installed."""
-
-    POLL_S = 5.0     # long poll for a new version
-    SHUN_S = 30.0    # a relay that failed us is not asked again for this long
-    FETCH_WINDOW = 4  # chunk requests in flight per fetch (the source never idles between chunks)
-
-    def __init__(self, cfg: Config, incarnation: str):
-        self.cfg, self.incarnation = cfg, incarnation
-        self.cond = threading.Condition()
-        self.ready: VersionBuffer | None = None      # newest complete version
-        self.receiving: VersionBuffer | None = None  # the one on its way
-        self.spare: list[mmap.mmap] = []             # memory of retired versions (memory_for)
-        self.ps = wire.Client(cfg.name + "-weights", cfg.param_server, timeout_s=cfg.timeout_s)
-        self.peers: dict[str, wire.Client] = {}
-        self.shunned: dict[str, float] = {}
-        self.server = ChunkServer(self, cfg.relay_bind) if cfg.relay else None
-        threading.Thread(target=self.run, name="weights", daemon=True).start()
-
-    # --- the main thread's side
-    def wait_newer(self, min_version: int, lineage: str, wait_s: float) -> VersionBuffer | None:
-        """A complete version not yet offered, of at least min_version or of a lineage other than
-        `lineage`, waiting up to wait_s for one; None if there is none."""
-        def newer():
-            r = self.ready
-            return r is not None and not r.installed and (r.key[0] >= min_version or r.key[1] != lineage)
-        with self.cond:
-            return self.ready if self.cond.wait_for(newer, timeout=wait_s) else None
-
-    def done(self, buf: VersionBuffer) -> None:
-        """The main thread has installed `buf` (or refused it): never offer it again. Without relay
-        nobody needs its bytes any more."""
-        with self.cond:
-            buf.installed = True
-            if self.server is None:
-                self.retire(buf)
-
-    # --- host memory for versions
-    def retire(self, buf: VersionBuffer) -> None:
-        """`buf`'s bytes are no longer served: its memory may hold a later version (call with cond held)."""
-        if buf.stream is not None:
-            buf.stream = None
-            self.spare = [buf.memory] + self.spare[:1]
-
-    def memory_for(self, nbytes: int) -> mmap.mmap:
-        """Host memory for a version of nbytes: a retired version's if one fits and nothing views it
-        any more, else fresh. Reusing matters: a fresh page costs a fault on first write, which on
-        the 2-core VMs we measure on made writing 256 MiB of fresh memory 5-9x slower than reused
-        memory. "Nothing views it": on a CPU device jax.device_put may keep the numpy array it was
-        given as the device buffer (no copy), so the installed params can be views of this memory
-        until the next version replaces them; mmap refuses to resize while any view of it exists,
-        which is the test."""
-        with self.cond:
-            for memory in self.spare:
-                if nbytes <= len(memory) <= 2 * max(nbytes, 1):
-                    try:
-                        memory.resize(len(memory))
-                    except BufferError:
-                        continue
-                    self.spare.remove(memory)
-                    return memory
-        # Private anonymous memory, not np.empty: numpy asks for transparent huge pages on big arrays,
-        # and where THP defrag is "madvise" a first touch may stall compacting memory (seen: 256 MiB
-        # first written in 0.56-0.86 s that way, 0.13-0.17 s this way).
-        return mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-
-    # --- the fetching thread
-    def run(self) -> None:
-        cfg = self.cfg
-        while True:
-            have = self.ready.key if self.ready is not None else (-1, "")
-            try:
-                reply = self.ps.call(wire.GetWeights(have[0], have[0] + 1, self.POLL_S, have[1], cfg.name,
-                                                     self.incarnation, self.server.addr if self.server else ""),
-                                     timeout_s=self.POLL_S + cfg.timeout_s, what="weight manifest")
-                if isinstance(reply, wire.WeightManifest):
-                    # The param server is always the last resort, whatever the reply says.
-                    sources = [s for s in reply.sources if isinstance(s, str) and s] + [""]
-                    self.fetch(wire.Manifest.from_dict(reply.manifest), sources)
-            except (TimeoutError, wire.RemoteError, wire.WireError) as e:  # the server restarting
-                log(cfg, f"weights: {type(e).__name__}: {e}; retrying")
-                time.sleep(0.5)
-            except Exception as e:  # a bug of ours: say so loudly, but keep fetching
-                log(cfg, f"weights: unexpected {type(e).__name__}: {e}; retrying")
-                traceback.print_exc()
-                time.sleep(0.5)
-
-    def fetch(self, manifest: wire.Manifest, sources: list) -> None:
-        cfg, t0 = self.cfg, time.monotonic()
-        with self.cond:
-            if self.ready is not None and self.ready.installed:
-                self.retire(self.ready)  # served long enough: the new version replaces it
-        buf = VersionBuffer(manifest, self.memory_for(manifest.nbytes))
-        with self.cond:
-            self.receiving = buf
-        try:
-            i = 0
-            while i < len(manifest.chunks):  # from the nearest trusted source, FETCH_WINDOW chunks in flight
-                now = time.monotonic()
-                source = next(s for s in sources if not s or self.shunned.get(s, 0) < now)
-                try:
-                    for reply in self.ask(source, manifest, i):
-                        nbytes, crc = manifest.chunks[i]
-                        if not isinstance(reply, wire.Chunk):
-                            raise ValueError(f"{source or 'the param server'} answered {reply.TYPE}, not a chunk")
-                        data = wire.chunk_array(reply.data)
-                        if reply.index != i or data.size != nbytes:
-                            raise ValueError(f"chunk {i} from {source or 'the param server'} is not the one asked for")
-                        buf.put(i, data, crc)  # raises ValueError if corrupt
-                        i += 1
-                        if cfg.fetch_delay_s:
-                            time.sleep(cfg.fetch_delay_s)
-                except (TimeoutError, wire.RemoteError, ValueError) as e:  # WireError is a ValueError
-                    if not source:  # the param server no longer has it (superseded) or is down
-                        log(cfg, f"weights v{manifest.version}: giving up at chunk {i}: {e}")
-                        return
-                    log(cfg, f"weights v{manifest.version}: relay {source} failed on chunk {i} ({e}); "
-                             f"asking one step up")
-                    self.shunned[source] = now + self.SHUN_S
-            manifest.check_tensors((buf.chunk(i) for i in range(len(manifest.chunks))),
-                                   [crc for _, crc in manifest.chunks])  # each checked where it lies
-            buf.complete = True
-        except ValueError as e:
-            log(cfg, f"weights v{manifest.version} refused: {e}")
-            return
-        finally:
-            with self.cond:
-                self.receiving = None
-                if not buf.complete:
-                    self.retire(buf)
-        with self.cond:
-            old = self.ready
-            self.ready = buf
-            if old is not None and old.installed:
-                self.retire(old)
-            self.cond.notify_all()
-        log(cfg, f"fetched weights v{manifest.version} ({manifest.nbytes / 2**20:.1f} MiB, "
-                 f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
-
-    def ask(self, source: str, manifest: wire.Manifest, start: int):
-        """The replies to GetChunk for chunks start, start + 1, ... of `manifest` from `source` ("" = the
-        param server), in order, FETCH_WINDOW requests in flight (wire.Client.pipeline). A relay may
-        hold a request up to relay_timeout_s for a chunk it is still receiving."""
-        wait_s = self.cfg.relay_timeout_s if source else 0.0
-        msgs = (wire.GetChunk(manifest.version, manifest.lineage, i, wait_s)
-                for i in range(start, len(manifest.chunks)))
-        if not source:
-            return self.ps.pipeline(msgs, self.FETCH_WINDOW, what="a weight chunk")
-        client = self.peers.get(source)
-        if client is None:
-            client = self.peers[source] = wire.Client(self.cfg.name + "-fetch", source)
-        return client.pipeline(msgs, self.FETCH_WINDOW, timeout_s=wait_s + 2.0, what="a weight chunk from a relay")
-
-    def held(self, version: int, lineage: str) -> VersionBuffer | None:
-        for buf in (self.receiving, self.ready):
-            if buf is not None and buf.key == (version, lineage) and buf.stream is not None:
-                return buf
-        return None
-
-
-class ChunkServer:
-    """Relay mode: serves the chunks this worker holds (wire.GetChunk) to its children in the relay
-    tree, from a thread of its own with a socket of its own. A request for a chunk we have not got yet,
-    of the version we are receiving or of one newer than we hold (its manifest may be on its way to
-    us), is held until the chunk arrives or its wait_s runs out (then an Error: the child asks one
-    step up)."""
-
-    def __init__(self, fetcher: WeightFetcher, bind: str):
-        self.fetcher, self.waiting = fetcher, []
-        self.server = wire.Server(fetcher.cfg.name + "-relay", bind)
-        self.addr = self.server.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.server.on(wire.GetChunk, self.on_get_chunk)
-        threading.Thread(target=self.server.serve, kwargs={"tick": self.tick, "poll_ms": 5},
-                         name="relay", daemon=True).start()
-
-    def answer(self, msg):
-        """The Chunk, None to wait, or raise (an Error reply)."""
-        buf = self.fetcher.held(msg.version, msg.lineage)
-        stream = buf.stream if buf is not None else None  # the fetcher may drop it at any moment
-        if stream is not None:
-            if not 0 <= msg.index < len(buf.have):
-                raise ValueError(f"chunk index {msg.index} outside [0, {len(buf.have)})")
-            if buf.have[msg.index]:
-                start, (nbytes, crc) = buf.offsets[msg.index], buf.manifest.chunks[msg.index]
-                return wire.Chunk(msg.version, msg.index, stream[start:start + nbytes], crc)
-            return None
-        ready = self.fetcher.ready
-        if ready is None or ready.key[1] != msg.lineage or ready.key[0] < msg.version:
-            return None  # a version we have not started (yet)
-        raise ValueError(f"weights v{msg.version} are no longer held by this relay")
-
-    def on_get_chunk(self, msg, peer):
-        if not 0 <= msg.wait_s <= 600:
-            raise ValueError(f"wait_s must be in [0, 600], got {msg.wait_s}")
-        reply = self.answer(msg)
-        if reply is None and msg.wait_s > 0:
-            self.waiting.append((peer, msg, time.monotonic() + msg.wait_s))
-            return None
-        return reply or wire.Error(f"chunk {msg.index} of v{msg.version} is not here yet")
-
-    def tick(self) -> None:
-        now, keep = time.monotonic(), []
-        for peer, msg, deadline in self.waiting:
-            try:
-                reply = self.answer(msg)
-            except Exception as e:  # never let one request stop the chunk server
-                reply = wire.Error(f"{type(e).__name__}: {e}")
-            if reply is None and deadline < now:
-                reply = wire.Error(f"chunk {msg.index} of v{msg.version} did not arrive within {msg.wait_s}s")
-            if reply is None:
-                keep.append((peer, msg, deadline))
-            else:
-                self.server.reply(peer, reply)
-        self.waiting = keep
-
-
 class Worker:
     WAIT_S = 10.0  # how long one pull of wait_for_weights waits for the weights a leased item needs
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
         with open(os.path.join(cfg.model, "config.json")) as f:
-            self.mcfg = model.ModelConfig.from_hf_dict(json.load(f), bf16_fix=cfg.bf16_fix)
+            self.mcfg = hf_io.config_from_hf(json.load(f), bf16_fix=cfg.bf16_fix)
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.pad_id = self.tokenizer.pad_id
         self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device
@@ -553,12 +303,12 @@ class Worker:
         self.heartbeat = Heartbeat(cfg, self.incarnation)
         self.timeline = timeline.Timeline(cfg.timeline, cfg.name)  # what we did when (timeline.py)
         self.version, self.lineage, self.params, self.batches = -1, "", None, 0
-        self.fetcher = WeightFetcher(cfg, self.incarnation)
+        self.fetcher = weight_fetcher(cfg, self.incarnation)
 
     def install(self, version: int, lineage: str, tensors: dict) -> None:
         """Swap in a complete, checksummed weight version {HF name: array} (invariant 4: never a
-        partial one; WeightFetcher checked every CRC). With --tensor-parallel each tensor goes from the
-        host straight to its shards."""
+        partial one; weights.WeightFetcher checked every CRC). With --tensor-parallel each tensor goes
+        from the host straight to its shards."""
         if self.mesh is None:
             self.params = jax.device_put(hf_io.from_hf_tensors(tensors, self.mcfg))
         else:

@@ -3,6 +3,8 @@
 No sockets, no files, no jax: the trainer, the inference workers and the parameter server ask this
 module and do what it says, so the two invariants this project exists to show can be checked here, in
 one sitting, and tested with tables of cases that run in milliseconds (tests/test_lifecycle.py).
+The trainer's share of the queue (what to enqueue, what a reply brings, the batch, the checkpoint) is
+`Collector`, which trainer.Trainer wraps in its sockets and files and the tests drive directly.
 
 THE STALENESS BOUND (`usable`). A policy version is the number of batches the trainer has trained on.
 A rollout sampled with version v and entering a batch when the trainer is at version s has staleness
@@ -22,7 +24,7 @@ What happens to a work item, event by event:
 
   event                              fate                                        where
   ---------------------------------  ------------------------------------------  -------------------------
-  trainer enqueues it                in flight, tagged min_version = version      Books.add
+  trainer enqueues it                in flight, tagged min_version = version      Collector.feed
   worker leases it                   sampled with weights >= min_version, of      worker_action
                                      the item's lineage; a dead lineage's item
                                      is abandoned (its trainer is gone)
@@ -31,19 +33,20 @@ What happens to a work item, event by event:
   two workers submit the same item   the first is kept, the second is counted     param_server.WorkQueue
                                      as a duplicate
   GetRollouts reply lost             re-sent with the next reply, until acked     param_server.WorkQueue
-  rollout arrives at the trainer     kept (in flight) or dropped now if it can    Books.receive
-                                     never become usable
+  rollout arrives at the trainer     kept (in flight) or dropped now if it can    Collector.receive,
+                                     never become usable; its id acked with the   Books.receive
+                                     next request
   verifier failed on it (infra)      fate verifier_failed: never trained on       Books.receive
   rollout enters the batch           staleness checked (THE BOUND) or dropped     Books.take, Books.fill
   dynamic sampling rejects it        fate filtered_zero_var                       Books.fill
   the batch is trained on            fate trained                                 Books.trained
-  prompt longer than the budget      fate skipped_too_long                        Books.resolve
-  trainer SIGTERM mid-collection     still in flight; checkpointed; re-enqueued   Books.snapshot
-                                     by the resumed trainer                       Books.restore
-  trainer SIGKILL                    ledger cut back to the checkpoint's line     Books.restore
+  prompt longer than the budget      fate skipped_too_long                        Collector.feed
+  trainer SIGTERM mid-collection     still in flight; checkpointed; re-enqueued   Collector.snapshot,
+                                     by the resumed trainer                       Collector.restore
+  trainer SIGKILL                    ledger cut back to the checkpoint's line     Collector.restore
                                      count; the checkpoint's in-flight items
                                      re-enqueued
-  param server restart               items not yet received re-enqueued           Books.awaiting
+  param server restart               items not yet received re-enqueued           Collector.server_restarted
 """
 from __future__ import annotations
 
@@ -235,3 +238,95 @@ class Books:
         for item_id, data in snapshot.items():
             self.add(item_from_dict({**data, "min_version": version, "lineage": self.lineage, "lease": ""}))
         return list(self.in_flight.values())
+
+
+# ----------------------------------------------------------------------------- the trainer's side of the queue
+
+@dataclass
+class Collector:
+    """The trainer's side of the work queue, every decision of it and no I/O: which items to enqueue
+    (`feed`), what a GetRollouts reply brings (`receive`), the batch (`fill`, `batch`, `trained`), what
+    a checkpoint keeps and a resume restores (`snapshot`, `restore`), and what a restarted param
+    server must be sent again (`server_restarted`). trainer.Trainer does the sockets and files around
+    these calls; tests/test_lifecycle.py makes the same calls against the real param_server.WorkQueue.
+
+    `version` is the policy version (batches trained on), `cursor` the index of the next training
+    problem; `new_item(index, version)` makes problem `index`'s work item tagged min_version =
+    version, and says whether its prompt fits the length budget."""
+    books: Books
+    new_item: Callable[[int, int], tuple]
+    version: int = 0
+    cursor: int = 0
+    ack: list = field(default_factory=list)           # ids the last reply brought: acked by the next request
+    eval_pending: dict = field(default_factory=dict)  # evaluation items without a rollout yet
+    evals: list = field(default_factory=list)         # their rollouts, as they arrive
+
+    def feed(self) -> list:
+        """Step 1: new training items until (k + 1) x B prompts are without a fate (items_to_feed),
+        each tagged with our version; a prompt too long for the budget gets its fate at once.
+        Returns the items to enqueue."""
+        items = []
+        for _ in range(self.books.to_feed()):
+            item, fits = self.new_item(self.cursor, self.version)
+            self.cursor += 1
+            if not fits:
+                self.books.resolve(item.item_id, SKIPPED_TOO_LONG)
+                continue
+            self.books.add(item)
+            items.append(item)
+        return items
+
+    def receive(self, reply: list, parse: Callable) -> list:
+        """One GetRollouts reply, its rollout maps as they came. Their ids are acknowledged with the
+        next request (the server sends them again until then). `parse` makes a rollout of a map, or
+        returns None for a malformed one. An evaluation rollout answers its pending item once; a
+        training rollout goes to the books at our version. Returns the training rollouts that were
+        not duplicates (the caller counts their verifier failures)."""
+        self.ack = [r.get("item_id") for r in reply if isinstance(r, dict)]
+        fresh = []
+        for rollout in filter(None, map(parse, reply)):
+            if rollout.eval:
+                if self.eval_pending.pop(rollout.item_id, None) is not None:
+                    self.evals.append(rollout)
+            elif self.books.receive(rollout, self.version) != ARRIVED_DUPLICATE:
+                fresh.append(rollout)
+        return fresh
+
+    def fill(self, keep: Callable[[object, int], bool]) -> bool:
+        """Step 2: Books.fill at our version (THE STALENESS BOUND, checked as each rollout enters)."""
+        return self.books.fill(self.version, keep)
+
+    def batch(self) -> list:
+        """The full batch, for the update at our version; the bound asserted once more (check_batch)."""
+        batch = list(self.books.batch.values())
+        check_batch([r.version for r in batch], [r.lineage for r in batch], self.version, self.books.lineage,
+                    self.books.max_staleness)
+        return batch
+
+    def trained(self) -> list:
+        """The update is done: one batch more is the new version, and each prompt of the batch gets
+        the fate TRAINED (at that version). Returns the batch."""
+        self.version += 1
+        return self.books.trained()
+
+    def snapshot(self) -> dict:
+        """For the checkpoint: the version, the cursor, the fate counts and every prompt without a
+        fate (Books.snapshot)."""
+        return {"step": self.version, "cursor": self.cursor, "counts": dict(self.books.counts),
+                "in_flight": self.books.snapshot()}
+
+    def restore(self, snapshot: dict, item_from_dict) -> None:
+        """On resume, from a checkpoint's snapshot: the version, the cursor, the counts, and the
+        prompts in flight as new items of our lineage (Books.restore), which the first
+        `server_restarted` hands out."""
+        self.version, self.cursor = snapshot["step"], snapshot["cursor"]
+        self.books.counts.update(snapshot["counts"])
+        self.books.restore(snapshot["in_flight"], item_from_dict, self.version)
+
+    def server_restarted(self) -> list:
+        """A param server we have not checked yet (a restarted one lost its queue and buffer): the
+        items to enqueue there again, every one whose rollout we do not hold (evaluation items
+        included). `ack` stays: it names rollouts we hold or gave a fate, which are not enqueued
+        again, so a new server ignores it, unless that server sent them itself (a request that
+        reached it before we noticed the restart): then they must be acked, or come twice."""
+        return self.books.awaiting() + list(self.eval_pending.values())

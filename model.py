@@ -1,12 +1,15 @@
 """model.py: a hand-written Qwen2 / Llama / Qwen3 decoder in JAX, shared bit for bit by sampler and trainer.
 
 What is here, top to bottom:
-  1. ModelConfig, built from / written to a Hugging Face config.json ("qwen2", "llama", "qwen3"; plain
-     RoPE or Llama 3 RoPE scaling).
+  1. ModelConfig ("qwen2", "llama", "qwen3"; plain RoPE or Llama 3 RoPE scaling, Llama3RopeScaling).
+     hf_io.py reads and writes it as a Hugging Face config.json (config_from_hf, config_to_hf).
   2. The precision policy (THE one place that fixes where bf16 rounding happens; see PRECISION POLICY).
-  3. Parameters: init_params, and a picture of the pytree (hf_io.py maps it to Hugging Face names).
-  4. The decoder: forward(...) for scoring/training, token_logprobs(...) the one log-prob function,
-     and generate(...), KV-cache sampling whose reported log-probs equal token_logprobs bit for bit.
+  3. Parameters: init_params, param_count, and a picture of the pytree (hf_io.py maps it to Hugging
+     Face names).
+  4. The decoder: forward(...) for scoring/training, token_logprobs(...) the one log-prob function
+     (its full-sequence graphs in chunks along T, to bound their memory), and generate(...), KV-cache
+     sampling whose reported log-probs equal token_logprobs bit for bit.
+The trainer's memory estimates built on these graphs are memory.py's.
 
 Architecture (Qwen2, Llama and Qwen3 share it): token embedding, L x [RMSNorm -> GQA attention with RoPE ->
 residual, RMSNorm -> SwiGLU MLP -> residual], final RMSNorm, unembedding (tied or untied). Qwen2 adds
@@ -41,7 +44,6 @@ import numpy as np
 # =====================================================================================================
 
 _MODEL_TYPES = ("qwen2", "llama", "qwen3")
-_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 _DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
 
 
@@ -68,42 +70,6 @@ class Llama3RopeScaling:
         n = self.original_max_position_embeddings
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n <= 0:
             raise ValueError(f"llama3 rope scaling: original_max_position_embeddings must be a positive int, got {n!r}")
-
-    def to_hf_dict(self) -> dict:
-        return {"rope_type": "llama3", "factor": self.factor, "low_freq_factor": self.low_freq_factor,
-                "high_freq_factor": self.high_freq_factor,
-                "original_max_position_embeddings": self.original_max_position_embeddings}
-
-
-def _read_hf_rope(d: dict) -> tuple[float, Llama3RopeScaling | None]:
-    """(rope_theta, scaling) from a config.json. transformers 4.x writes rope_theta at the top level and
-    the scaling as rope_scaling (rope_type or the older key type); 5.x writes both into rope_parameters.
-    Like transformers 5.x, rope_scaling wins when both are present."""
-    scaling, params = d.get("rope_scaling") or {}, d.get("rope_parameters") or {}
-    rope = scaling or params
-    if any(isinstance(v, dict) for v in rope.values()):
-        raise ValueError(f"per-layer-type RoPE parameters {sorted(rope)} are not implemented")
-    theta = rope.get("rope_theta", params.get("rope_theta", d.get("rope_theta", 10000.0)))
-    partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
-    if partial is not None and float(partial) != 1.0:
-        raise ValueError(f"partial_rotary_factor {partial} is not implemented; only RoPE over the whole head")
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type == "default":
-        return float(theta), None
-    if rope_type != "llama3":  # linear, dynamic, yarn, longrope, ...: refused rather than run with wrong angles
-        raise ValueError(f"RoPE scaling rope_type {rope_type!r} is not implemented; only 'default' and 'llama3' are")
-    missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor") if rope.get(k) is None]
-    if missing:
-        raise ValueError(f"llama3 RoPE scaling is missing {', '.join(missing)}")
-    # transformers gives a top-level original_max_position_embeddings priority, then the scaling's own,
-    # then max_position_embeddings
-    original = d.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") \
-        or d.get("max_position_embeddings")
-    if original is None:
-        raise ValueError("llama3 RoPE scaling needs original_max_position_embeddings")
-    return float(theta), Llama3RopeScaling(
-        factor=float(rope["factor"]), low_freq_factor=float(rope["low_freq_factor"]),
-        high_freq_factor=float(rope["high_freq_factor"]), original_max_position_embeddings=int(original))
 
 
 @dataclass(frozen=True)
@@ -176,69 +142,6 @@ class ModelConfig:
     def qk_norm(self) -> bool:
         """Qwen3's QK-norm: an RMSNorm with its own [H] weight on every q and k head, before RoPE."""
         return self.model_type == "qwen3"
-
-    @classmethod
-    def from_hf_dict(cls, d: dict, **overrides) -> "ModelConfig":
-        """Read a Hugging Face config.json dict (transformers 4.x or 5.x layout)."""
-        model_type = d.get("model_type")
-        if model_type not in _MODEL_TYPES:
-            raise ValueError(f"config.json model_type {model_type!r} is not supported; "
-                             f"expected one of {_MODEL_TYPES}")
-        try:
-            rope_theta, rope_scaling = _read_hf_rope(d)
-            if d.get("use_sliding_window"):
-                raise ValueError("sliding-window attention (use_sliding_window) is not implemented")
-            if d.get("mlp_bias"):
-                raise ValueError("Llama mlp_bias=True is not implemented")
-            if d.get("hidden_act", "silu") != "silu":
-                raise ValueError(f"hidden_act {d.get('hidden_act')!r} is not implemented; only silu")
-            heads = d["num_attention_heads"]
-            # head_dim may differ from hidden_size // heads (Qwen3 does that); a config.json without it
-            # means what transformers' config class defaults to: 128 for Qwen3Config, hidden // heads else
-            default_head_dim = 128 if model_type == "qwen3" else d["hidden_size"] // heads
-            kw = dict(
-                vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], num_layers=d["num_hidden_layers"],
-                num_heads=heads, num_kv_heads=d.get("num_key_value_heads") or heads,
-                head_dim=d.get("head_dim") or default_head_dim,
-                intermediate_size=d["intermediate_size"], max_seq_len=d.get("max_position_embeddings", 2048),
-                rope_theta=rope_theta, rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-                qkv_bias=True if model_type == "qwen2" else bool(d.get("attention_bias", False)),
-                tie_embeddings=bool(d.get("tie_word_embeddings", False)), model_type=model_type,
-                rope_scaling=rope_scaling)
-        except KeyError as e:
-            raise ValueError(f"config.json is missing the required field {e.args[0]!r}") from None
-        hf_dtype = d.get("dtype") or d.get("torch_dtype")
-        if hf_dtype in _DTYPES:
-            kw["dtype"] = hf_dtype
-        kw.update(overrides)
-        return cls(**kw)
-
-    def to_hf_dict(self) -> dict:
-        """A config.json dict that transformers (4.x and 5.x) loads as Qwen2ForCausalLM / LlamaForCausalLM /
-        Qwen3ForCausalLM. RoPE scaling is written twice: rope_parameters (5.x) and rope_scaling with
-        rope_theta at the top level (4.x; 5.x reads rope_scaling first and adds rope_theta to it)."""
-        rope = {"rope_type": "default"} if self.rope_scaling is None else self.rope_scaling.to_hf_dict()
-        d = {
-            "architectures": [_ARCHITECTURES[self.model_type]],
-            "model_type": self.model_type, "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
-            "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
-            "intermediate_size": self.intermediate_size, "max_position_embeddings": self.max_seq_len,
-            "rope_theta": self.rope_theta, "rope_parameters": {**rope, "rope_theta": self.rope_theta},
-            "rms_norm_eps": self.rms_norm_eps, "tie_word_embeddings": self.tie_embeddings,
-            "hidden_act": "silu", "dtype": self.dtype, "torch_dtype": self.dtype,
-        }
-        if self.rope_scaling is not None:
-            d["rope_scaling"] = rope
-        if self.model_type == "llama":
-            d["attention_bias"] = self.qkv_bias
-            d["mlp_bias"] = False
-        elif self.model_type == "qwen3":
-            d["attention_bias"] = self.qkv_bias
-            d["use_sliding_window"] = False
-        elif not self.qkv_bias:
-            raise ValueError("a qwen2 checkpoint always has q/k/v biases; use model_type='llama' for qkv_bias=False")
-        return d
 
 
 # =====================================================================================================
@@ -431,6 +334,11 @@ def init_params(cfg: ModelConfig, key) -> dict:
             leaf = 0.02 * jax.random.normal(k, shape, jnp.float32)
         leaves.append(leaf.astype(cfg.jdtype))
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """Number of parameters (elements of init_params)."""
+    return sum(math.prod(s) for s in jax.tree.leaves(_param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple)))
 
 
 # =====================================================================================================
@@ -732,10 +640,11 @@ def _head_chunk_len(cfg: ModelConfig, B: int, T: int, chunk_tokens: int | None) 
     """Positions per head chunk (_chunk_len on HEAD_CHUNK_BYTES of float32 [B, C, V] logits). A chunk
     of >= MIN_CHUNK positions has >= MIN_DECODE_ROWS rows, the row counts decode and the unchunked
     trainer run the unembedding dot at (measured row-count invariant from 2 rows on: _head_logits).
-    By default (chunk_tokens None) the head is chunked only where that saves memory by the estimate of
-    train_step_bytes: the chunked backward's float32 gradient accumulator costs 4.6..6.5 bytes per
-    unembedding entry (V x D), which for a wide model and few tokens outweighs the [B, T, V] logits it
-    avoids (Qwen2.5-7B's at 1 x 1024 tokens: 3.5 GB either way); the bits are the same both ways."""
+    By default (chunk_tokens None) the head is chunked only where that saves memory by the head terms
+    of the trainer's memory estimate (_head_bytes): the chunked backward's float32 gradient accumulator
+    costs 4.6..6.5 bytes per unembedding entry (V x D), which for a wide model and few tokens outweighs
+    the [B, T, V] logits it avoids (Qwen2.5-7B's at 1 x 1024 tokens: 3.5 GB either way); the bits are
+    the same both ways."""
     if chunk_tokens is None and not _default_chunking(cfg):
         return T
     c = _chunk_len(T, 4 * B * cfg.vocab_size, HEAD_CHUNK_BYTES, chunk_tokens)
@@ -744,9 +653,17 @@ def _head_chunk_len(cfg: ModelConfig, B: int, T: int, chunk_tokens: int | None) 
     return c
 
 
+# The output head's terms of the trainer's memory estimate (memory.py, whose comment gives every term
+# and its calibration): they live here because the default head chunking (_head_chunk_len) compares
+# them. Bytes: chunked, the float32 weight-gradient accumulator (tied 4.6, untied 6.5 bytes * V*D) plus
+# 2.5 x float32 [B, C, Vpad] per chunk (logits, exp, _row_sum's power-of-two pad, their gradients);
+# unchunked, 3.5 x float32 [B, T, Vpad] (measured 2.5..3.8).
+_HEAD_COEF = dict(acc_tied=4.6, acc_untied=6.5, head_chunk=2.5, head_whole=3.5)
+
+
 def _head_bytes(cfg: ModelConfig, B: int, T: int, c: int) -> float:
-    """train_step_bytes' head terms for B x T positions in chunks of c (c >= T: unchunked)."""
-    k = _MEM_COEF
+    """The head's bytes in memory.train_step_bytes for B x T positions in chunks of c (c >= T: unchunked)."""
+    k = _HEAD_COEF
     v_pad = 1 << (cfg.vocab_size - 1).bit_length() if cfg.bf16_fix else cfg.vocab_size
     if c >= T:
         return k["head_whole"] * 4 * B * T * v_pad
@@ -810,107 +727,6 @@ def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0, *
             else partial(_chunked_head_token_logp, cfg, c))
     logp_BT1 = head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD[:, :-1], tokens_BT[:, 1:], temperature)
     return jnp.concatenate([jnp.zeros_like(logp_BT1[:, :1]), logp_BT1], axis=1)
-
-
-# ------------------------------------------- memory: estimates for the trainer -------------------------------------------
-# The trainer's microbatch graph: f32 master -> cast to cfg.dtype -> token_logprobs -> loss -> gradient
-# w.r.t. the f32 master (trainer.make_update's grad_fn). train_step_bytes estimates the device memory
-# one such call needs beyond the trainer's persistent state (train_state_bytes): XLA's temporaries plus
-# the f32 gradient it returns. Derived term by term, each coefficient fitted to XLA:CPU's
-# compiled.memory_analysis() of that graph for Qwen2.5-0.5B-shaped models (tied and untied head,
-# mlp 4864 and 1792, 1..8 rows x 32..4096 positions; bench/bench_train_memory.py prints the comparison):
-# its temporaries within 4% there with the default chunks, 8% with forced 16-position chunks, 11%
-# unchunked (1 x 1024 tokens, tied: measured 2.60 GiB chunked, estimate 2.64; unchunked 5.58, 5.27).
-# Other backends fuse and schedule differently; for the exact number of the running backend use
-# measure_train_step_bytes (one compile, nothing run). The head is chunked by default only where these
-# terms say it saves memory (_head_chunk_len).
-# It assumes cfg.bf16_fix (the remat'ed layers); without it every layer's activations are kept and
-# the estimate is far too low. Terms, with a = bytes of cfg.dtype, P_L = layer parameters:
-#   weights cast to cfg.dtype + their gradients there:   a * P_L        (measured 2.0 B/param, bf16)
-#   embedding / unembedding (V x D each):               tied 3.85 a * V*D, untied 0.9 a * V*D
-#   chunked head: float32 weight-gradient accumulator:  tied 4.6, untied 6.5 bytes * V*D
-#   residual stream kept per layer for the backward:     2 a * L * B*T*D  (measured ~4 B per element, bf16)
-#   head chunk (logits, exp, _row_sum's power-of-two pad, their gradients): 2.5 x float32 [B, C, Vpad]
-#     (unchunked: measured 2.5..3.8 x [B, T, Vpad]; 3.5 is used)
-#   attention query chunk: 0.8 x float32 scores [B, N, Cq, T]
-#   the f32 gradient returned: 4 * (all parameters)
-_MEM_COEF = dict(layer_weights=1.0, embed_tied=3.85, embed_untied=0.9, acc_tied=4.6, acc_untied=6.5,
-                 carry=2.0, head_chunk=2.5, head_whole=3.5, scores=0.8)
-
-
-def param_count(cfg: ModelConfig) -> int:
-    """Number of parameters (elements of init_params)."""
-    return sum(math.prod(s) for s in jax.tree.leaves(_param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple)))
-
-
-def train_state_bytes(cfg: ModelConfig) -> int:
-    """The trainer's persistent state on one device, unsharded: f32 master weights (4 B/param), Adam's
-    two f32 moments (8), the f32 gradient summed over microbatches (4): 16 bytes per parameter.
-    (trainer.make_update's optimizer step, jitted without buffer donation, briefly holds a second master
-    and Adam state too: 12 more bytes per parameter at that moment, independent of the microbatch.)"""
-    return 16 * param_count(cfg)
-
-
-def train_step_bytes(cfg: ModelConfig, rows: int, T: int, *, chunk_tokens: int | None = None,
-                     query_chunk: int | None = None) -> int:
-    """Estimated bytes one microbatch of `rows` x T tokens needs on one device for the trainer's
-    forward + backward (XLA temporaries + the f32 gradient), beyond train_state_bytes; see the comment
-    above for the terms and their calibration. Chunk keywords as token_logprobs'."""
-    if rows < 1 or T < 2:
-        raise ValueError(f"train_step_bytes needs rows >= 1 and T >= 2, got rows={rows}, T={T}")
-    k, a = _MEM_COEF, jnp.dtype(cfg.jdtype).itemsize
-    P = param_count(cfg)
-    VD = cfg.vocab_size * cfg.hidden_size
-    P_layers = P - VD * (1 if cfg.tie_embeddings else 2) - cfg.hidden_size
-    c_head = _head_chunk_len(cfg, rows, T - 1, chunk_tokens)
-    c_attn = _query_chunk_len(cfg, rows, T, query_chunk)
-    total = (k["layer_weights"] * a * P_layers
-             + (k["embed_tied"] if cfg.tie_embeddings else k["embed_untied"]) * a * VD
-             + k["carry"] * a * cfg.num_layers * rows * T * cfg.hidden_size
-             + _head_bytes(cfg, rows, T - 1, c_head)
-             + k["scores"] * 4 * rows * cfg.num_heads * c_attn * T
-             + 4 * P)
-    return int(total)
-
-
-def rows_for_budget(cfg: ModelConfig, T: int, budget_bytes: int, *, state_bytes: int | None = None,
-                    chunk_tokens: int | None = None, query_chunk: int | None = None) -> int:
-    """The most rows per microbatch whose train_step_bytes, plus state_bytes (default train_state_bytes:
-    the unsharded trainer's), fit in budget_bytes; 0 if not even one row does. Leave headroom in the
-    budget for the runtime and fragmentation (the estimate is XLA:CPU-calibrated)."""
-    state = train_state_bytes(cfg) if state_bytes is None else state_bytes
-    fits = lambda r: state + train_step_bytes(cfg, r, T, chunk_tokens=chunk_tokens, query_chunk=query_chunk) <= budget_bytes
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while fits(hi):
-        lo, hi = hi, hi * 2
-        if hi > 1 << 24:
-            return lo
-    while hi - lo > 1:  # fits(lo), not fits(hi); the estimate grows with rows but chunk sizes step
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
-def measure_train_step_bytes(cfg: ModelConfig, rows: int, T: int, *, chunk_tokens: int | None = None,
-                             query_chunk: int | None = None) -> dict:
-    """XLA's own numbers for the trainer's microbatch graph on the default backend: compiles (does not
-    run) jit(grad(sum(token_logprobs(cast(f32 master)) * advantage))) for abstract inputs and returns
-    compiled.memory_analysis() as a dict of temp / argument / output bytes (argument: the f32 master
-    and the tokens). Takes one compile (seconds to a minute for billions of parameters)."""
-    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-    master = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.float32), shapes)
-
-    def loss(m, tokens_BT, adv_B):
-        p = jax.tree.map(lambda x: x.astype(cfg.jdtype), m)
-        logp_BT = token_logprobs(p, cfg, tokens_BT, 1.0, chunk_tokens=chunk_tokens, query_chunk=query_chunk)
-        return jnp.sum(logp_BT * adv_B[:, None])
-    compiled = jax.jit(jax.grad(loss)).lower(master, jax.ShapeDtypeStruct((rows, T), jnp.int32),
-                                             jax.ShapeDtypeStruct((rows,), jnp.float32)).compile()
-    ma = compiled.memory_analysis()
-    return {"temp": int(ma.temp_size_in_bytes), "argument": int(ma.argument_size_in_bytes),
-            "output": int(ma.output_size_in_bytes)}
 
 
 # ------------------------------------------- KV-cache sampling -------------------------------------------

@@ -3,21 +3,17 @@
     python param_server.py --bind tcp://127.0.0.1:5555 --state-dir runs/demo/param_server
 
 It holds three things and nothing else:
-  1. Weight versions, streamed in chunks (wire.py, "weights, streamed in chunks"). The trainer sends
-     a version chunk by chunk (push_chunk, each CRC-checked on arrival), then its manifest
-     (push_commit); the server checks the manifest against the chunks and every tensor's CRC32, then
-     swaps the version in atomically (a worker asking at any moment sees the old version or the new
-     one, never a mix). A corrupt chunk, a bad manifest, a new push or silence for push_timeout_s
-     discards the pending push with a clear error; the previous version keeps being served. It keeps
-     the last `keep_versions` and persists the newest to disk (a safetensors file written from the
-     chunks to a temporary file and renamed, by a thread of its own after the commit is answered,
-     so no push or fetch waits for the disk) so a restarted server serves it; a version committed
-     but not yet on disk when the server dies is pushed again by the trainer, which re-pushes
-     whenever the server's newest version is not its own (trainer.check_param_server). Workers ask for the
-     newest manifest (get_weights, a long poll with a minimum version) and fetch its chunks
-     (get_chunk), from here or, in relay mode, from each other (RelayTree below; the workers' side is
-     inference_worker.WeightFetcher): the server then sends each version about once, not once per
-     worker.
+  1. Weight versions (weights.py tells a version's whole life). The trainer sends a version chunk by
+     chunk (push_chunk), then its manifest (push_commit); the server makes it visible only complete
+     and checked, and all at once (a worker asking at any moment sees the old version or the new
+     one, never a mix), and discards a corrupt, superseded or abandoned push (silent for
+     push_timeout_s) while the previous version keeps being served (weights.WeightStore). It keeps
+     the last `keep_versions` and persists the newest to disk from a thread of its own, so a
+     restarted server serves it; a version committed but not yet on disk when the server dies is
+     pushed again by the trainer, which re-pushes whenever the server's newest version is not its
+     own (trainer.check_param_server). Workers ask for the newest manifest (get_weights, a long poll
+     with a minimum version) and fetch its chunks (get_chunk) from here or, in relay mode, from each
+     other (weights.RelayTree): the server then sends each version about once, not once per worker.
   2. The work queue. The trainer enqueues work items (one prompt + its tests + group size G);
      workers lease them for a short `lease_s` and renew the leases with heartbeats while they
      sample, so a slow live worker keeps its items and a dead one loses them within `lease_s`; a
@@ -46,19 +42,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
-import math
 import signal
-import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 import cli
+import weights
 import wire
 
 
@@ -85,222 +78,6 @@ class Config:
     def __post_init__(self):
         if self.keep_versions < 1 or self.max_items < 1 or self.remember_done < 1 or self.relay_fanout < 1:
             raise ValueError("keep_versions, max_items, remember_done and relay_fanout must be >= 1")
-
-
-# ----------------------------------------------------------------------------- weights
-
-# safetensors' names of the wire's dtypes: a persisted version is a valid safetensors file.
-_ST_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
-              "uint32": "U32", "float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}
-
-
-@dataclass
-class Version:
-    """One complete, verified weight version: its manifest and its chunks (uint8 arrays, in order)."""
-    manifest: wire.Manifest
-    chunks: list
-
-
-class WeightStore:
-    """Versioned weight sets. A set is only visible once complete and verified (invariant 4): chunks of
-    a push collect in `pending`, and only a commit whose manifest matches them and every tensor's CRC
-    adds the version. One push is pending at a time: a new push (or a wrong chunk) discards it."""
-
-    def __init__(self, state_dir: str, keep: int):
-        self.dir, self.keep = state_dir, keep
-        self.versions: collections.OrderedDict[int, Version] = collections.OrderedDict()
-        self.pending: dict | None = None  # {"id", "chunks", "crcs", "t"}
-        self.discarded = 0
-        os.makedirs(state_dir, exist_ok=True)
-        self._load_persisted()
-        # The persister thread writes the newest committed version; versions committed while it
-        # writes coalesce into the newest of them. `persisted` = (version, lineage) on disk.
-        self.persisted = (self.newest, self.lineage)
-        self._to_persist: Version | None = None
-        self._writing = False
-        self._disk = threading.Condition()
-        threading.Thread(target=self._persister, name="persist", daemon=True).start()
-
-    @property
-    def newest(self) -> int:
-        return next(reversed(self.versions)) if self.versions else -1
-
-    @property
-    def lineage(self) -> str:
-        return self.versions[self.newest].manifest.lineage if self.versions else ""
-
-    def _discard(self, why: str) -> None:
-        print(f"[param_server] weight push {self.pending['id']} discarded: {why}; "
-              f"still serving v{self.newest}", flush=True)
-        self.pending, self.discarded = None, self.discarded + 1
-
-    def receive_chunk(self, msg: wire.PushChunk) -> int:
-        """Add one chunk to the pending push; returns how many it holds."""
-        data = wire.chunk_array(msg.data)
-        p = self.pending
-        if p is None or p["id"] != msg.push_id:
-            if msg.index != 0:
-                raise ValueError(f"push {msg.push_id}: chunk {msg.index} of a push this server has not "
-                                 f"seen begin (did it restart?): push again from chunk 0")
-            if p is not None:
-                self._discard(f"superseded by push {msg.push_id}")
-            p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": []}
-        p["t"] = time.monotonic()
-        if p["chunks"] and msg.index == len(p["chunks"]) - 1 and msg.crc == p["crcs"][-1]:
-            return len(p["chunks"])  # a retry of the chunk we received last: already held
-        if msg.index != len(p["chunks"]):
-            self._discard(f"chunk {msg.index} arrived, expected {len(p['chunks'])}")
-            raise ValueError(f"push {msg.push_id}: chunk {msg.index} out of order: push discarded")
-        if zlib.crc32(memoryview(data)) != msg.crc:
-            self._discard(f"CRC mismatch on chunk {msg.index}")
-            raise ValueError(f"push {msg.push_id}: CRC mismatch on chunk {msg.index}: push discarded, "
-                             f"still serving v{self.newest}")
-        p["chunks"].append(data)  # the received frame's own memory (a 16 MiB chunk is its own message): no copy
-        p["crcs"].append(msg.crc)
-        return len(p["chunks"])
-
-    def commit(self, msg: wire.PushCommit) -> None:
-        p = self.pending
-        if p is None or p["id"] != msg.push_id:
-            raise ValueError(f"push {msg.push_id}: no such push pending (discarded, or never begun)")
-        try:
-            manifest = wire.Manifest.from_dict(msg.manifest)
-            received = [[int(c.size), crc] for c, crc in zip(p["chunks"], p["crcs"])]
-            if manifest.chunks != received:
-                raise ValueError(f"manifest lists {len(manifest.chunks)} chunks that differ from the "
-                                 f"{len(received)} received")
-            manifest.check_tensors(p["chunks"], p["crcs"])  # each chunk's CRC was checked on arrival
-        except ValueError as e:  # WireError is one too
-            self._discard(str(e))
-            raise ValueError(f"push {msg.push_id} refused: {e}") from None
-        self.pending = None
-        self.put(Version(manifest, p["chunks"]))
-
-    def expire(self, timeout_s: float) -> None:
-        """A push whose sender went quiet (a trainer killed mid-push) is dropped: it never shows."""
-        if self.pending is not None and time.monotonic() - self.pending["t"] > timeout_s:
-            self._discard(f"no chunk for {timeout_s:.0f}s (sender gone?)")
-
-    def put(self, v: Version) -> None:
-        version, lineage = v.manifest.version, v.manifest.lineage
-        # A new lineage means a trainer (re)started, possibly from an earlier checkpoint: its
-        # weights are the truth now, every version of the old lineage is forgotten, and workers
-        # follow (they ask for "newest != what I have", not "newer than what I have").
-        if lineage != self.lineage:
-            self.versions.clear()
-        for old in [old for old in self.versions if old >= version]:
-            del self.versions[old]
-        self.versions[version] = v
-        while len(self.versions) > self.keep:
-            self.versions.popitem(last=False)
-        with self._disk:
-            self._to_persist = v
-            self._disk.notify_all()
-
-    def _persister(self) -> None:
-        while True:
-            with self._disk:
-                self._disk.wait_for(lambda: self._to_persist is not None)
-                v, self._to_persist, self._writing = self._to_persist, None, True
-            try:
-                self._persist(v)
-                done = (v.manifest.version, v.manifest.lineage)
-            except OSError as e:  # a full disk must not stop the serving: the file stays the old one
-                print(f"[param_server] could not persist weights v{v.manifest.version}: {e!r}", flush=True)
-                done = self.persisted
-            with self._disk:
-                self.persisted, self._writing = done, False
-                self._disk.notify_all()
-
-    def flush(self, timeout_s: float) -> bool:
-        """Wait until the newest committed version is on disk (or timeout_s); True if nothing is left."""
-        with self._disk:
-            return self._disk.wait_for(lambda: self._to_persist is None and not self._writing, timeout_s)
-
-    def chunk(self, msg: wire.GetChunk) -> wire.Chunk:
-        v = self.versions.get(msg.version)
-        if v is None or v.manifest.lineage != msg.lineage:
-            raise ValueError(f"weights v{msg.version} of lineage {msg.lineage!r} are not held here "
-                             f"(newest: v{self.newest})")
-        if not 0 <= msg.index < len(v.chunks):
-            raise ValueError(f"chunk index {msg.index} outside [0, {len(v.chunks)})")
-        return wire.Chunk(msg.version, msg.index, v.chunks[msg.index], v.manifest.chunks[msg.index][1])
-
-    def _persist(self, v: Version) -> None:
-        """Write the version as a safetensors file straight from its chunks (their bytes are the data
-        section), to a temporary file renamed over the old one: a crash leaves the old file or the new."""
-        m, header, at = v.manifest, {}, 0
-        for name, dtype, shape, _ in m.tensors:
-            n = math.prod(shape) * np.dtype(wire._DTYPES[dtype]).itemsize
-            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [at, at + n]}
-            at += n
-        header["__metadata__"] = {"version": str(m.version), "lineage": m.lineage,
-                                  "checksums": json.dumps({t[0]: t[3] for t in m.tensors})}
-        raw = json.dumps(header).encode()
-        raw += b" " * (-len(raw) % 8)
-        path = os.path.join(self.dir, "weights.safetensors")
-        with open(path + ".tmp", "wb") as f:
-            f.write(struct.pack("<Q", len(raw)) + raw)
-            for c in v.chunks:
-                f.write(memoryview(c))
-        os.replace(path + ".tmp", path)
-
-    def _load_persisted(self) -> None:
-        path = os.path.join(self.dir, "weights.safetensors")
-        if not os.path.exists(path):
-            return
-        try:
-            with open(path, "rb") as f:
-                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-                meta = header.pop("__metadata__")
-                names = sorted(header, key=lambda n: header[n]["data_offsets"][0])
-                dtypes = {st: name for name, st in _ST_DTYPES.items()}
-                checksums = json.loads(meta["checksums"])
-                tensors = [[n, dtypes[header[n]["dtype"]], header[n]["shape"], checksums[n]] for n in names]
-                chunks = []
-                while piece := f.read(wire.CHUNK_BYTES):
-                    chunks.append(np.frombuffer(piece, np.uint8))
-            crcs = [zlib.crc32(memoryview(c)) for c in chunks]
-            manifest = wire.Manifest.from_dict({"version": int(meta["version"]), "lineage": meta.get("lineage", ""),
-                                                "tensors": tensors, "chunks": [[int(c.size), crc] for c, crc in zip(chunks, crcs)]})
-            manifest.check_tensors(chunks, crcs)
-        except Exception as e:  # a corrupt file must not stop the server: it waits for a push
-            print(f"[param_server] ignoring corrupt persisted weights {path}: {e!r}", flush=True)
-            return
-        self.versions[manifest.version] = Version(manifest, chunks)
-        print(f"[param_server] restored weights version {manifest.version} from {path}", flush=True)
-
-
-class RelayTree:
-    """Who fetches weights from whom. Relaying workers join in the order they first ask for weights;
-    worker 0 fetches from this server, worker i > 0 from worker (i - 1) // fanout: a tree of the given
-    fan-out (1: a chain) whose root alone fetches from here, so this server sends each version about
-    once whatever the fleet size. A worker is told its whole ancestry, nearest first, then this server
-    (""): a child whose parent does not answer moves up one step. A worker that has not asked for
-    weights within ttl_s is dropped and the ones after it move up; a restarted worker (same name) keeps
-    its place with its new address."""
-
-    def __init__(self, fanout: int, ttl_s: float):
-        self.fanout, self.ttl_s = fanout, ttl_s
-        self.members: collections.OrderedDict[str, list] = collections.OrderedDict()  # name -> [addr, seen]
-
-    def join(self, worker: str, relay: str) -> None:
-        if not worker:
-            raise ValueError("a relaying worker must give its name")
-        now = time.monotonic()
-        for name in [n for n, (_, seen) in self.members.items() if now - seen > self.ttl_s and n != worker]:
-            del self.members[name]
-        self.members.setdefault(worker, [relay, now])[:] = [relay, now]
-
-    def sources(self, worker: str) -> list:
-        names = list(self.members)
-        if worker not in self.members:
-            return [""]
-        i, out = names.index(worker), []
-        while i > 0:
-            i = (i - 1) // self.fanout
-            out.append(self.members[names[i]][0])
-        return out + [""]
 
 
 # ----------------------------------------------------------------------------- work and rollouts
@@ -497,8 +274,9 @@ class ParamServer:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.weights = WeightStore(cfg.state_dir, cfg.keep_versions)
-        self.relays = RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
+        self.weights = weights.WeightStore(cfg.state_dir, cfg.keep_versions,
+                                           log=lambda text: print(f"[param_server] {text}", flush=True))
+        self.relays = weights.RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
         self.work = WorkQueue(cfg)
         self.server = wire.Server("param_server", cfg.bind)
         self.weight_waiters: list = []   # (peer, msg, deadline)

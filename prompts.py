@@ -13,7 +13,7 @@ A problem (tasks.Problem) can be put to the model in one of two formats (FORMATS
                 Python: every line of the statement (split wherever Python would split a line: \\n,
                 \\r\\n or a lone \\r) becomes a comment, NUL characters (which Python source cannot
                 hold) are dropped, and lone surrogates become U+FFFD (the verifier needs UTF-8 text).
-              program = program_prefix + completion cut at the first stop string (tasks.cut_at_stop:
+              program = program_prefix + completion cut at the first stop string (cut_at_stop:
               of the stop string only its leading whitespace is kept, so "\n" ends the line and
               "\ndef " leaves a newline, never a dangling "def "), where program_prefix is exactly
               the text the model continued (model_prompt).
@@ -55,8 +55,6 @@ import json
 import os
 import re
 from dataclasses import dataclass
-
-import tasks
 
 FORMATS = ("chat", "completion")
 
@@ -340,13 +338,25 @@ def extract_code(answer: str) -> str:
     return answer if unlabelled is None else unlabelled
 
 
+def cut_at_stop(text: str, stop: tuple) -> str:
+    """Cut `text` at the earliest occurrence of any stop string, keeping only the stop string's
+    leading whitespace: "\n" is kept (it ends the line), and "\ndef " leaves the text ending with
+    its newline, not with "def " (a program ending in a keyword is a syntax error). Without a stop
+    string in it, the text is returned whole."""
+    hits = [(i, s) for s in stop if s and (i := text.find(s)) >= 0]
+    if not hits:
+        return text
+    i, s = min(hits, key=lambda h: (h[0], -len(h[1])))
+    return text[:i] + s[:len(s) - len(s.lstrip())]
+
+
 def assemble_program(fmt: str, prefix: str, completion: str, stop: tuple) -> str:
     """THE program the verifier runs for a completion. completion format: prefix + the completion
-    cut at its first stop string (tasks.cut_at_stop); chat format: extract_code(completion) (prefix
+    cut at its first stop string (cut_at_stop); chat format: extract_code(completion) (prefix
     and stop are "" and () there)."""
     _check_format(fmt)
     if fmt == "completion":
-        return prefix + tasks.cut_at_stop(completion, tuple(stop))
+        return prefix + cut_at_stop(completion, tuple(stop))
     return extract_code(completion)
 
 

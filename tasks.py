@@ -71,6 +71,8 @@ from typing import Iterator
 
 import numpy as np
 
+import prompts
+
 # ----------------------------------------------------------------------------- config
 
 
@@ -185,21 +187,8 @@ class Problem:
         """The program the verifier runs for a completion in the completion format (prompts.py):
         the program prefix (the prompt, or a stdin/stdout statement as comments) + the completion
         cut at its first stop string."""
-        import prompts  # prompts imports this module
         return prompts.assemble_program("completion", prompts.program_prefix(self, "completion"),
                                         completion, self.stop)
-
-
-def cut_at_stop(text: str, stop: tuple) -> str:
-    """Cut `text` at the earliest occurrence of any stop string, keeping only the stop string's
-    leading whitespace: "\n" is kept (it ends the line), and "\ndef " leaves the text ending with
-    its newline, not with "def " (a program ending in a keyword is a syntax error). Without a stop
-    string in it, the text is returned whole."""
-    hits = [(i, s) for s in stop if s and (i := text.find(s)) >= 0]
-    if not hits:
-        return text
-    i, s = min(hits, key=lambda h: (h[0], -len(h[1])))
-    return text[:i] + s[:len(s) - len(s.lstrip())]
 
 
 # ----------------------------------------------------------------------------- generated families
@@ -514,21 +503,19 @@ def split_dataset(problems: list[Problem], n_heldout: int) -> tuple[list[Problem
 
 # ----------------------------------------------------------------------------- the dataset check
 
-def check_dataset(path: str, fmt: str = "completion", executors: int = 2, isolation: str = "namespaces",
-                  timeout_s: float = 5.0, out=None) -> int:
+def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: float = 5.0, out=None) -> int:
     """`python tasks.py check`: report every bad line of a dataset, then verify each problem's
     reference solutions exactly as the worker would verify a model's completion in format `fmt`
     (prompts.reference_completions -> prompts.assemble_program -> the verifier's sandbox, in this
-    process). A problem passes if any of its references passes: references are tried in rounds
-    (the first of every problem, then the second of those still failing, ...), so a dataset with
-    many references per problem (APPS) costs about one run per problem. Prints one line per bad
-    line and per failing problem, then as its last line
+    process). make_pool() returns that sandbox: an executor pool with run(jobs) -> verdicts and close()
+    (the command makes a verifier.ExecutorPool); it is called only when some problem has a reference
+    solution, and the pool is closed before returning. A problem passes if any of its references
+    passes: references are tried in rounds (the first of every problem, then the second of those
+    still failing, ...), so a dataset with many references per problem (APPS) costs about one run per
+    problem. Prints one line per bad line and per failing problem, then as its last line
     "checked N problems: P reference solutions pass, F fail, B bad lines" (N problems loaded, of
     which N - P - F have no reference). Returns the exit status: 1 if F or B > 0 or the file holds
     no problem, else 0."""
-    import prompts
-    import verifier
-
     out = out or sys.stdout
     numbered, errors = scan_jsonl(path)
     for e in errors:
@@ -538,7 +525,7 @@ def check_dataset(path: str, fmt: str = "completion", executors: int = 2, isolat
     passed: set[int] = set()
     pending = [i for i in refs if refs[i]]
     if pending:
-        pool = verifier.ExecutorPool(executors, isolation=isolation)
+        pool = make_pool()
         try:
             for round_ in range(max(len(r) for r in refs.values())):
                 todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
@@ -575,9 +562,11 @@ def check_dataset(path: str, fmt: str = "completion", executors: int = 2, isolat
 
 
 def _check_main(argv: list[str]) -> int:
+    """The command `python tasks.py check`: its flags, the verifier's executor pool, the exit status.
+    The verifier role (verifier.py) is imported here, by the command: the rest of tasks.py needs no
+    role file."""
     import argparse
 
-    import prompts
     parser = argparse.ArgumentParser(
         prog="python tasks.py check",
         description="Report every bad line of a dataset and every problem whose reference solutions all fail, "
@@ -592,8 +581,9 @@ def _check_main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per program (default 5, as a work item's)")
     args = parser.parse_args(argv)
     import verifier
+    make_pool = lambda: verifier.ExecutorPool(args.executors, isolation=args.isolation)
     try:
-        return check_dataset(args.file, args.format, args.executors, args.isolation, args.timeout)
+        return check_dataset(args.file, make_pool, args.format, args.timeout)
     except (ValueError, verifier.IsolationUnavailable) as e:  # no such file, a bad setting, no sandbox
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@
     python trainer.py --run-dir runs/demo --resume          # continue from the last good checkpoint
 
 Sockets (requests to the param server, see wire.py): ping, push_chunk + push_commit (a weight version,
-streamed: wire.push_weights), enqueue_work, get_rollouts.
+streamed: weights.push_weights), enqueue_work, get_rollouts.
 Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/ledger.jsonl (one
 line per training prompt's final fate), $RUN_DIR/checkpoints/step_N/, and at the end $RUN_DIR/final/
 (the trained policy in Hugging Face layout, `Trainer.export_policy`).
@@ -25,7 +25,8 @@ lifecycle.py's; this file does the I/O around them.
      (model.py PRECISION POLICY: fixed rounding points + rematerialisation) they are bitwise the
      sampler's at staleness 0, and we measure that every step (mismatch/*). `--no-bf16-fix`
      switches the fix off in every role to reproduce RLAX's failure: the on-policy ratio drifts.
-  4. Push the new weights (version = number of batches trained on), log metrics, maybe evaluate
+  4. Push the new weights (version = number of batches trained on; a push the param server fails
+     is retried like its other failures, so the run keeps its lineage), log metrics, maybe evaluate
      (pass@1, pass@8 on held-out problems, sampled by the workers) and checkpoint.
 
 Deviations from the paper: one optimizer step per batch of rollouts by default (`--ppo-epochs` and
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -56,12 +58,14 @@ import grpo
 import hf_io
 import lifecycle
 import loggers
+import memory
 import model
 import multihost
 import prompts
 import sharding
 import tasks
 import timeline
+import weights
 import wire
 
 
@@ -114,7 +118,7 @@ class Config:
     # --- optimizer
     microbatch: int = 0
     """rows (completions) per forward/backward pass; gradients are accumulated over the batch. 0 = the
-    most rows that fit --memory-budget-gb (model.rows_for_budget), at most 128. model.py's precision
+    most rows that fit --memory-budget-gb (memory.rows_for_budget), at most 128. model.py's precision
     policy makes the log-probs independent of it (bitwise)"""
     memory_budget_gb: float = 0.0
     """memory per trainer device for choosing the microbatch; 0 = 80% of the device's (its
@@ -222,22 +226,59 @@ def split_batch(data: dict, minibatches: int, microbatch: int) -> list[list[dict
             for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float, mesh=None):
-    """The GRPO (PPO-style) update on one batch of rollouts:
+def policy_params(master, mcfg: model.ModelConfig, mesh=None):
+    """The bf16 weights the forward runs on: the cast master, gathered over "data" on a mesh."""
+    if mesh is None:
+        return cast_params(master, mcfg.jdtype)
+    return sharding.gather_params(cast_params(master, mcfg.jdtype), mcfg, mesh)
+
+
+def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig,
+                    temperature: float, mesh=None):
+    """One microbatch's share of the minibatch loss: (loss * weight, (logp_BT, aux * weight)).
+    The log-probs (model.token_logprobs on policy_params), pi_old, then grpo.policy_loss."""
+    logp_BT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_BT"], temperature)
+    # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
+    # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
+    # correction (pi_old/pi_behav) acts.
+    logp_old_BT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_BT)
+    loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"],
+                                 gcfg, logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"))
+    aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
+    return loss * weight, (logp_BT, aux)
+
+
+def optimizer_step(master, opt_state, grads, optimizer):
+    """One optax update of the f32 master from the summed gradients: (master, opt_state, grad norm)."""
+    updates, opt_state = optimizer.update(grads, opt_state, master)
+    return optax.apply_updates(master, updates), opt_state, optax.global_norm(grads)
+
+
+def _check_update_args(minibatches: list, epochs) -> None:
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+        raise ValueError(f"update: epochs must be an int >= 1; got {epochs!r}")
+    if not minibatches or any(isinstance(mini, dict) or not mini for mini in minibatches):
+        raise ValueError("update takes a non-empty list of minibatches, each a non-empty list of "
+                         "microbatch dicts (see split_batch)")
+
+
+class Update:
+    """The GRPO (PPO-style) update on one batch of rollouts, built once per run (make_update):
         update(master, opt_state, minibatches, epochs=1) -> (master, opt_state, logp_BT, aux)
 
     minibatches: [minibatch][microbatch] dicts (`split_batch`) of tokens_BT, adv_B, mask_BT, logp_behav_BT
-    and, with kl_beta > 0, logp_ref_BT. Each minibatch is one optimizer step: every microbatch is one
-    jitted forward + backward (the trainer's graph), the gradients are summed with
-    grpo.microbatch_weight so that the step equals one on the whole minibatch, then one optax update.
-    `epochs` passes go over the minibatches in the given order (no shuffling): epochs x len(minibatches)
-    optimizer steps, each moving Adam's state once.
+    and, with kl_beta > 0, logp_ref_BT. Each minibatch is one optimizer step (`minibatch_step`): every
+    microbatch is one jitted forward + backward of `microbatch_loss` (the trainer's graph), the
+    gradients are summed with grpo.microbatch_weight so that the step equals one on the whole
+    minibatch, then one `optimizer_step`. `epochs` passes go over the minibatches in the given order
+    (no shuffling): epochs x len(minibatches) optimizer steps, each moving Adam's state once.
 
     pi_old, the proximal policy the PPO ratio and clip are centred on, is the policy before the first
     optimizer step, for every row. For the first minibatch it is the stop-gradient of the log-probs of
     its own first forward + backward (the ratio is exactly 1 there, as with one step per batch); for
     the other minibatches it is one forward (model.token_logprobs on the same cast params) before the
-    first step. Later steps see ratios != 1, so clipping, clip-higher, dual clip and GSPO's clip act.
+    first step (`old_logprobs`). Later steps see ratios != 1, so clipping, clip-higher, dual clip and
+    GSPO's clip act.
 
     Returns logp_BT: those pre-update log-probs, every row in the given (row) order: the trainer's
     numbers at the weights that sampled the on-policy rows, which the mismatch metrics compare with
@@ -260,81 +301,71 @@ def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, tempe
     Across hosts (multihost.py) every trainer process calls update with the same minibatches; the
     log-probs come back to every host (an all-gather), the state stays in its shards."""
 
-    def policy(master):
-        """The bf16 weights the forward runs on: the cast master, gathered over "data" on a mesh."""
-        if mesh is None:
-            return cast_params(master, mcfg.jdtype)
-        return sharding.gather_params(cast_params(master, mcfg.jdtype), mcfg, mesh)
+    def __init__(self, mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float,
+                 mesh=None):
+        self.gcfg, self.mesh = gcfg, mesh
+        out = {}  # one device: jit's defaults; on a mesh the outputs stay in sharding.py's layouts
+        if mesh is not None:
+            params_sh, rep = sharding.param_shardings(mcfg, mesh), sharding.replicated(mesh)
+            rows_sh = sharding.row_sharding(mesh)
+            out = {"grad": ((rep, (rows_sh, rep)), params_sh), "logp": rows_sh, "add": params_sh,
+                   "apply": (params_sh, sharding.opt_state_shardings(optimizer, mcfg, mesh), rep)}
+        jit = lambda fn, name: jax.jit(fn, **({"out_shardings": out[name]} if out else {}))  # noqa: E731
+        loss = functools.partial(microbatch_loss, mcfg=mcfg, gcfg=gcfg, temperature=temperature, mesh=mesh)
+        self.grad_fn = jit(jax.value_and_grad(loss, has_aux=True), "grad")
+        self.logp_fn = jit(lambda master, tokens_BT: model.token_logprobs(
+            policy_params(master, mcfg, mesh), mcfg, tokens_BT, temperature), "logp")
+        self.add = jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), "add")
+        self.apply = jit(functools.partial(optimizer_step, optimizer=optimizer), "apply")
 
-    def loss_fn(master, mb, weight):
-        logp_BT = model.token_logprobs(policy(master), mcfg, mb["tokens_BT"], temperature)
-        # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
-        # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
-        # correction (pi_old/pi_behav) acts.
-        logp_old_BT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_BT)
-        loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"],
-                                     gcfg, logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"))
-        aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
-        return loss * weight, (logp_BT, aux)
-
-    out_shardings = {}  # one device: jit's defaults
-    if mesh is not None:  # outputs stay in the layouts of sharding.py
-        params_sh, rep = sharding.param_shardings(mcfg, mesh), sharding.replicated(mesh)
-        rows_sh = sharding.row_sharding(mesh)
-        out_shardings = {"grad": ((rep, (rows_sh, rep)), params_sh), "logp": rows_sh, "add": params_sh,
-                         "apply": (params_sh, sharding.opt_state_shardings(optimizer, mcfg, mesh), rep)}
-    jit = lambda fn, name: jax.jit(fn, **({"out_shardings": out_shardings[name]} if out_shardings else {}))
-
-    def apply(master, opt_state, grads):
-        updates, opt_state = optimizer.update(grads, opt_state, master)
-        return optax.apply_updates(master, updates), opt_state, optax.global_norm(grads)
-
-    grad_fn = jit(jax.value_and_grad(loss_fn, has_aux=True), "grad")
-    logp_fn = jit(lambda master, tokens_BT: model.token_logprobs(policy(master), mcfg, tokens_BT, temperature), "logp")
-    add = jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), "add")
-    apply = jit(apply, "apply")
-
-    def place(mb: dict) -> dict:
+    def place(self, mb: dict) -> dict:
         """A microbatch as the jitted graphs take it: on a mesh padded and split over "data"."""
-        return mb if mesh is None else sharding.shard_rows(mb, mesh)
+        return mb if self.mesh is None else sharding.shard_rows(mb, self.mesh)
 
-    def update(master, opt_state, minibatches: list, epochs: int = 1):
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
-            raise ValueError(f"update: epochs must be an int >= 1; got {epochs!r}")
-        if not minibatches or any(isinstance(mini, dict) or not mini for mini in minibatches):
-            raise ValueError("update takes a non-empty list of minibatches, each a non-empty list of "
-                             "microbatch dicts (see split_batch)")
+    def old_logprobs(self, master, mini: list) -> list:
+        """pi_old of one minibatch's rows at the starting weights, one array per microbatch."""
+        return [multihost.to_host(self.logp_fn(master, self.place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
+                [:len(mb["tokens_BT"])] for mb in mini]
+
+    def minibatch_step(self, master, opt_state, mini: list, logp_old: list | None, totals):
+        """One optimizer step on one minibatch: the summed microbatch gradients, then optimizer_step.
+        logp_old None: the batch's first step, whose own log-probs become pi_old (returned)."""
+        grads, logps, aux = None, [], {}
+        for i, mb in enumerate(mini):
+            if logp_old is not None:
+                mb = {**mb, "logp_old_BT": logp_old[i]}
+            n_rows, mb = len(mb["tokens_BT"]), self.place(mb)
+            weight = grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
+            (loss, (logp_BT, mb_aux)), g = self.grad_fn(master, mb, weight)
+            grads = g if grads is None else self.add(grads, g)
+            if logp_old is None:
+                logps.append(multihost.to_host(logp_BT)[:n_rows])
+            mb_aux["loss"] = loss
+            aux = {k: aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
+        master, opt_state, grad_norm = self.apply(master, opt_state, grads)
+        return master, opt_state, logp_old if logp_old is not None else logps, aux, float(grad_norm)
+
+    def __call__(self, master, opt_state, minibatches: list, epochs: int = 1):
+        _check_update_args(minibatches, epochs)
         totals = [grpo.loss_totals(np.concatenate([mb["mask_BT"] for mb in mini])) for mini in minibatches]
-        # pi_old of every row, at the starting weights: minibatch 0's comes from its first step below
-        logp_old = [None] + [[multihost.to_host(logp_fn(master, place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
-                              [:len(mb["tokens_BT"])] for mb in mini] for mini in minibatches[1:]]
+        # pi_old of every row, at the starting weights: minibatch 0's comes from its first step
+        logp_old = [None] + [self.old_logprobs(master, mini) for mini in minibatches[1:]]
         aux, grad_norms = {}, []
         for _ in range(epochs):
             for j, mini in enumerate(minibatches):
-                first = logp_old[j] is None  # the batch's first optimizer step
-                grads, logps, step_aux = None, [], {}
-                for i, mb in enumerate(mini):
-                    if not first:
-                        mb = {**mb, "logp_old_BT": logp_old[j][i]}
-                    n_rows, mb = len(mb["tokens_BT"]), place(mb)
-                    weight = grpo.microbatch_weight(mb["mask_BT"], totals[j], gcfg)
-                    (loss, (logp_BT, mb_aux)), g = grad_fn(master, mb, weight)
-                    grads = g if grads is None else add(grads, g)
-                    if first:
-                        logps.append(multihost.to_host(logp_BT)[:n_rows])
-                    mb_aux["loss"] = loss
-                    step_aux = {k: step_aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
-                if first:
-                    logp_old[j] = logps
-                master, opt_state, grad_norm = apply(master, opt_state, grads)
-                grad_norms.append(float(grad_norm))
+                master, opt_state, logp_old[j], step_aux, grad_norm = self.minibatch_step(
+                    master, opt_state, mini, logp_old[j], totals[j])
+                grad_norms.append(grad_norm)
                 aux = {k: aux.get(k, 0.0) + v for k, v in step_aux.items()}
         n_steps = len(grad_norms)
         aux = {k: v / n_steps for k, v in aux.items()}
         return (master, opt_state, np.concatenate([x for mini in logp_old for x in mini]),
                 {**aux, "grad_norm": sum(grad_norms) / n_steps})
 
-    return update
+
+def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float, mesh=None):
+    """The update for this model, loss and optimizer (see Update): its graphs are jitted once."""
+    return Update(mcfg, gcfg, optimizer, temperature, mesh)
 
 
 def init_state(params: dict, mcfg: model.ModelConfig, optimizer, mesh=None):
@@ -391,13 +422,13 @@ def memory_budget_bytes(gb: float) -> int:
 
 
 def fit_microbatch(mcfg: model.ModelConfig, T: int, budget_gb: float, mesh=None, with_ref: bool = False) -> int:
-    """The most rows per microbatch whose forward+backward (model.train_step_bytes) fits beside the
+    """The most rows per microbatch whose forward+backward (memory.train_step_bytes) fits beside the
     trainer's state in the memory budget of each device, at most MICROBATCH_MAX. On a mesh the state is
     split over every device (FSDP) and the rows over "data". Raises if not one row fits."""
     n, data = (1, 1) if mesh is None else (mesh.size, mesh.shape["data"])
-    state = model.train_state_bytes(mcfg) // n + (2 * model.param_count(mcfg) if with_ref else 0)
+    state = memory.train_state_bytes(mcfg) // n + (2 * model.param_count(mcfg) if with_ref else 0)
     budget = memory_budget_bytes(budget_gb)
-    rows = model.rows_for_budget(mcfg, T, budget, state_bytes=state)
+    rows = memory.rows_for_budget(mcfg, T, budget, state_bytes=state)
     if rows == 0:
         raise ValueError(f"one row of {T} tokens does not fit {budget / 2**30:.1f} GiB per device beside the "
                          f"trainer's state ({state / 2**30:.1f} GiB); use more trainer chips, a shorter "
@@ -430,7 +461,41 @@ class Trainer:
         self.cfg, self.gcfg = cfg, gcfg
         # Our devices: None on one (the unsharded program), else a (data, tensor) mesh over all of them
         self.mesh = sharding.role_mesh(cfg.tensor_parallel)
-        # on a mesh the weights stay on the host until they go to their shards (no device holds them whole)
+        params = self.load_model()
+        self.build_update(params)
+        if not self.leader:
+            self.log(f"process {jax.process_index()} of {jax.process_count()}: following the leader")
+            return
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        self.timeline = timeline.Timeline(cfg.timeline, "trainer")
+        self.load_data()
+        self.t_start, self.ps_instance = time.monotonic(), None
+        # A lineage names this trainer process's policy history. Version numbers restart from the
+        # checkpoint on a resume, so "version 7" alone could be a dead trainer's version 7.
+        self.lineage = os.urandom(4).hex()
+        # Every training prompt without a final fate, and the rules for giving it one (lifecycle.py):
+        # the collector decides what to enqueue, what a reply brings, the batch and the checkpoint's
+        # share of them; this class does the I/O around it.
+        self.books = lifecycle.Books(cfg.max_staleness, cfg.prompts_per_step, self.lineage, self.record)
+        self.collector = lifecycle.Collector(self.books, self.training_item)
+        # (infra failures, programs) of recent training groups: is the verifier broken?
+        self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
+        self.step_programs = [0, 0]
+        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=30)
+        ledger_path = os.path.join(cfg.run_dir, "ledger.jsonl")
+        self.ledger_lines = 0
+        if cfg.resume:
+            self.resume(ledger_path)
+        self.metrics_file = open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a")
+        self.writers = loggers.make_writers(cfg.log_to, cfg.run_dir, {**dataclasses.asdict(cfg),
+                                                                     **dataclasses.asdict(gcfg)})
+        self.ledger = open(ledger_path, "a")
+        self.stop_requested = False
+
+    def load_model(self) -> dict:
+        """The checkpoint's config, tokenizer and prompt format; returns its weights (on a mesh they
+        stay on the host until they go to their shards: no device holds them whole)."""
+        cfg, gcfg = self.cfg, self.gcfg
         self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix, host=self.mesh is not None)
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.fmt = cfg.prompt_format or prompts.default_format(cfg.model)
@@ -441,25 +506,29 @@ class Trainer:
         if gcfg.max_len > cfg.max_new_tokens:
             raise ValueError(f"--max-len {gcfg.max_len} is the generation budget (Dr. GRPO's and DAPO's L_max): it "
                              f"cannot exceed --max-new-tokens {cfg.max_new_tokens}, or no completion is ever overlong")
+        return params
+
+    def build_update(self, params: dict) -> None:
+        """The optimizer, the f32 master and its state, the update's graphs and pi_ref's forward."""
+        cfg, gcfg = self.cfg, self.gcfg
         self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
-        ref_policy = lambda p: p
+        ref_policy = lambda p: p  # noqa: E731
         if self.mesh is not None:  # pi_ref sharded and gathered for its forward like the policy
             params = sharding.shard_params(params, self.mcfg, self.mesh)
-            ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)
+            ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)  # noqa: E731
         self.master, self.opt_state = init_state(params, self.mcfg, self.optimizer, self.mesh)
         self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
         self.update = make_update(self.mcfg, gcfg, self.optimizer, cfg.temperature, self.mesh)
         self.ref_logprobs = jax.jit(lambda p, t: model.token_logprobs(ref_policy(p), self.mcfg, t, cfg.temperature))
         if self.mesh is not None:  # pi_ref's rows split over "data" (padded) like the update's
             ref_jit = self.ref_logprobs
-            put = lambda tokens_BT: sharding.shard_rows({"tokens_BT": tokens_BT}, self.mesh)["tokens_BT"]
+            put = lambda tokens_BT: sharding.shard_rows({"tokens_BT": tokens_BT}, self.mesh)["tokens_BT"]  # noqa: E731
             self.ref_logprobs = lambda p, tokens_BT: multihost.to_host(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
-        if not self.leader:
-            self.log(f"process {jax.process_index()} of {jax.process_count()}: following the leader")
-            return
-        os.makedirs(cfg.run_dir, exist_ok=True)
-        self.timeline = timeline.Timeline(cfg.timeline, "trainer")
-        # Data: the cursor is the index of the next training problem; problem i is fixed by (seed, i).
+
+    def load_data(self) -> None:
+        """The training problems and the held-out set, T and the microbatch. The cursor is the index
+        of the next training problem; problem i is fixed by (seed, i)."""
+        cfg = self.cfg
         if cfg.data:
             problems = tasks.load_jsonl(cfg.data)
             self.train_set, self.heldout = tasks.split_dataset(problems, min(cfg.heldout, len(problems) // 2))
@@ -479,51 +548,48 @@ class Trainer:
                      f"exceeds seq_len {self.T}")
             self.heldout = fits
         self.microbatch = cfg.microbatch or fit_microbatch(self.mcfg, self.T, cfg.memory_budget_gb, self.mesh,
-                                                           with_ref=gcfg.kl_beta > 0)
+                                                           with_ref=self.gcfg.kl_beta > 0)
         self.log(f"prompt format {self.fmt}; seq_len {self.T} (prompt + {cfg.max_new_tokens} new tokens); "
                  f"microbatch {self.microbatch} rows")
-        self.step_n, self.cursor = 0, 0
-        self.t_start, self.ps_instance = time.monotonic(), None
-        # A lineage names this trainer process's policy history. Version numbers restart from the
-        # checkpoint on a resume, so "version 7" alone could be a dead trainer's version 7.
-        self.lineage = os.urandom(4).hex()
-        # Every training prompt without a final fate, and the rules for giving it one (lifecycle.py)
-        self.books = lifecycle.Books(cfg.max_staleness, cfg.prompts_per_step, self.lineage, self.record)
-        self.eval_pending: dict[str, wire.WorkItem] = {}   # evaluation items without a rollout yet
-        self.evals: list = []                              # their rollouts, as they arrive
-        self.ack: list = []        # ids of the rollouts the last GetRollouts reply brought (see wire.py)
-        # (infra failures, programs) of recent training groups: is the verifier broken?
-        self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
-        self.step_programs = [0, 0]
-        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=30)
-        ledger_path = os.path.join(cfg.run_dir, "ledger.jsonl")
-        self.ledger_lines = 0
-        has_checkpoint = any(d.startswith("step_") and not d.endswith(".tmp")
-                             for d in os.listdir(os.path.join(cfg.run_dir, "checkpoints"))) \
-            if os.path.isdir(os.path.join(cfg.run_dir, "checkpoints")) else False
-        if cfg.resume and not has_checkpoint:
+
+    def resume(self, ledger_path: str) -> None:
+        """--resume: the newest checkpoint's state and books, or, with none yet, the initial model."""
+        ckpt_dir = os.path.join(self.cfg.run_dir, "checkpoints")
+        has_checkpoint = os.path.isdir(ckpt_dir) and any(
+            d.startswith("step_") and not d.endswith(".tmp") for d in os.listdir(ckpt_dir))
+        if not has_checkpoint:
             self.log("--resume: no checkpoint yet, starting from the initial model")
-        if cfg.resume and has_checkpoint:
-            meta = self.collective("restore")
-            self.step_n, self.cursor = meta["step"], meta["cursor"]
-            self.books.counts.update(meta["counts"])
-            self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
-            # The ledger as it was at the checkpoint: later fates belong to steps we redo.
-            self.ledger_lines = checkpointing.rewind_ledger(ledger_path, meta["ledger_lines"])
-            # Prompts without a fate at the checkpoint are sampled again with our (restored) weights.
-            self.books.restore(meta["in_flight"], wire.WorkItem.from_dict, self.step_n)
-            self.log(f"resumed from step {self.step_n} (cursor {self.cursor}, "
-                     f"{len(self.books.in_flight)} prompts in flight)")
-        self.metrics_file = open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a")
-        self.writers = loggers.make_writers(cfg.log_to, cfg.run_dir, {**dataclasses.asdict(cfg),
-                                                                     **dataclasses.asdict(gcfg)})
-        self.ledger = open(ledger_path, "a")
-        self.stop_requested = False
+            # A run that died before its first checkpoint: its fates belong to steps we redo, with
+            # the same prompts from cursor 0.
+            self.ledger_lines = checkpointing.rewind_ledger(ledger_path, 0)
+            return
+        meta = self.collective("restore")
+        # Step, cursor, counts; prompts without a fate at the checkpoint are sampled again with
+        # our (restored) weights, enqueued by the first check_param_server.
+        self.collector.restore(meta, wire.WorkItem.from_dict)
+        self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
+        # The ledger as it was at the checkpoint: later fates belong to steps we redo.
+        self.ledger_lines = checkpointing.rewind_ledger(ledger_path, meta["ledger_lines"])
+        self.log(f"resumed from step {self.step_n} (cursor {self.collector.cursor}, "
+                 f"{len(self.books.in_flight)} prompts in flight)")
 
     # -- plumbing ---------------------------------------------------------------------------------
+    @property
+    def step_n(self) -> int:
+        """Our policy version: the number of batches trained on (the collector counts them)."""
+        return self.collector.version
+
     def item(self, problem: tasks.Problem, item_id: str, G: int, evaluate: bool = False, temperature=None):
         return problem_item(problem, item_id, self.cfg, G, self.T, self.step_n, evaluate, self.lineage,
                             temperature, self.fmt, self.template)
+
+    def training_item(self, index: int, version: int) -> tuple:
+        """Training problem `index` (of the data order) as a work item asking for weights >= version,
+        and whether its prompt + max_new_tokens fit seq_len (lifecycle.Collector.feed)."""
+        problem = self.problem(index)
+        item = problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg, self.gcfg.group_size, self.T,
+                            version, lineage=self.lineage, fmt=self.fmt, template=self.template)
+        return item, len(self.tokenizer.encode(item.prompt)) + self.cfg.max_new_tokens <= self.T
 
     def prompt_len(self, problem: tasks.Problem) -> int:
         """Tokens of the text the model sees for this problem (its chat rendering in the chat format)."""
@@ -565,12 +631,12 @@ class Trainer:
     def do_push(self, payload: dict) -> None:
         """Each tensor is cut from the (sharded) master and cast on the devices, then gathered to the host
         (hf_io.iter_hf_tensors). Beyond the master the host holds the tensor being sent and what the
-        wire.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
-        chunks). Followers take part in the gathers; the leader streams the tensors (wire.push_weights)."""
+        weights.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
+        chunks). Followers take part in the gathers; the leader streams the tensors (weights.push_weights)."""
         tensors = hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype)
         try:
             if self.leader:
-                wire.push_weights(self.ps, payload["version"], payload["lineage"], tensors)
+                weights.push_weights(self.ps, payload["version"], payload["lineage"], tensors)
         finally:
             for _ in tensors:  # followers; and the leader after a failed push: every process gathers every tensor
                 pass
@@ -624,10 +690,10 @@ class Trainer:
                 self.log(f"param server restarted (instance {pong.instance}); re-sending weights and work")
             self.push()
         if restarted:
-            items = self.books.awaiting() + list(self.eval_pending.values())
+            items = self.collector.server_restarted()
             if items:
                 self.ps.call(wire.EnqueueWork([i.to_dict() for i in items], requeue=True), what="re-enqueue")
-            self.ack, self.ps_instance = [], pong.instance
+            self.ps_instance = pong.instance
 
     def record(self, item_id: str, fate: str) -> None:
         """The ledger: one line per training prompt's final fate (lifecycle.FATES), tagged with the
@@ -638,12 +704,33 @@ class Trainer:
         self.ledger_lines += 1
 
     def push(self) -> float:
-        """Send the policy (the bf16 cast of the master) as version step_n, streamed (wire.push_weights):
-        chunks of wire.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
+        """Send the policy (the bf16 cast of the master) as version step_n, streamed (weights.push_weights):
+        chunks of weights.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
         or nothing. Built one tensor at a time (do_push), whatever the model's size."""
         t0 = time.monotonic()
         with self.timeline.span("push", step=self.step_n):
             self.collective("push", {"version": self.step_n, "lineage": self.lineage})
+        return time.monotonic() - t0
+
+    def push_trained(self) -> float:
+        """Step 4: push the version just trained. A param server that stalls or restarts during the
+        push is the failure collection meets too, and is handled the same way: log it and
+        check_param_server until the server holds this version (pushed again; a restarted server also
+        gets our in-flight items again). The run keeps its lineage and every prompt in flight. A
+        SIGTERM ends the retries: the checkpoint follows, and the resumed trainer pushes. Returns the
+        seconds it took."""
+        t0 = time.monotonic()
+        try:
+            self.push()
+        except (TimeoutError, wire.RemoteError) as e:
+            self.log(f"{type(e).__name__} while pushing version {self.step_n}: {e}; retrying")
+            while not self.stop_requested:
+                try:
+                    self.check_param_server()
+                    break
+                except (TimeoutError, wire.RemoteError) as e:
+                    self.log(f"{type(e).__name__}: {e}; retrying")
+                    time.sleep(0.5)
         return time.monotonic() - t0
 
     def enqueue(self, items: list) -> None:
@@ -651,44 +738,30 @@ class Trainer:
             self.ps.call(wire.EnqueueWork([i.to_dict() for i in items]), what="enqueue receipt")
 
     def feed(self) -> None:
-        """Step 1: keep (max_staleness + 1) x B training prompts without a fate (lifecycle.items_to_feed),
+        """Step 1: keep (max_staleness + 1) x B training prompts without a fate (lifecycle.Collector.feed),
         each tagged with our version: workers sample it with weights at least that new."""
-        items = []
-        for _ in range(self.books.to_feed()):
-            problem, index = self.problem(self.cursor), self.cursor
-            self.cursor += 1
-            item = self.item(problem, f"train/{index}|{problem.item_id}", self.gcfg.group_size)
-            if len(self.tokenizer.encode(item.prompt)) + self.cfg.max_new_tokens > self.T:
-                self.books.resolve(item.item_id, lifecycle.SKIPPED_TOO_LONG)
-                continue
-            self.books.add(item)
-            items.append(item)
-        self.enqueue(items)
+        self.enqueue(self.collector.feed())
+
+    def parse_rollout(self, data):
+        try:
+            return wire.Rollout.from_dict(data)
+        except wire.WireError as e:
+            self.log(f"dropping malformed rollout: {e}")
+            return None
 
     def receive(self, wait_s: float) -> None:
-        """Take finished rollouts (acknowledging the previous reply's), hand the training ones to the
-        books and keep the evaluation ones."""
-        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s, ack=self.ack),
+        """Take finished rollouts (acknowledging the previous reply's); the collector hands the
+        training ones to the books and keeps the evaluation ones. Counts the verifier's failures."""
+        reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s, ack=self.collector.ack),
                              timeout_s=wait_s + 10, what="rollouts")
-        self.ack = [r.get("item_id") for r in reply.rollouts if isinstance(r, dict)]
-        for data in reply.rollouts:
-            try:
-                rollout = wire.Rollout.from_dict(data)
-            except wire.WireError as e:
-                self.log(f"dropping malformed rollout: {e}")
-                continue
-            if rollout.eval:
-                if self.eval_pending.pop(rollout.item_id, None) is not None:
-                    self.evals.append(rollout)
-                continue
-            if self.books.receive(rollout, self.step_n) != lifecycle.ARRIVED_DUPLICATE:
-                failures = lifecycle.infra_failures(rollout.statuses)
-                self.verifier_window.append((failures, len(rollout.statuses)))
-                self.step_programs = [self.step_programs[0] + failures, self.step_programs[1] + len(rollout.statuses)]
-                if failures:
-                    bad = next(r for r in rollout.statuses if r == lifecycle.INFRA_ERROR)
-                    self.log(f"{rollout.item_id}: {failures} of {len(rollout.statuses)} programs got verifier "
-                             f"status {bad}: group dropped")
+        for rollout in self.collector.receive(reply.rollouts, self.parse_rollout):
+            failures = lifecycle.infra_failures(rollout.statuses)
+            self.verifier_window.append((failures, len(rollout.statuses)))
+            self.step_programs = [self.step_programs[0] + failures, self.step_programs[1] + len(rollout.statuses)]
+            if failures:
+                bad = next(r for r in rollout.statuses if r == lifecycle.INFRA_ERROR)
+                self.log(f"{rollout.item_id}: {failures} of {len(rollout.statuses)} programs got verifier "
+                         f"status {bad}: group dropped")
         if lifecycle.verifier_broken(self.verifier_window, self.cfg.max_verifier_failure_frac):
             bad, total = map(sum, zip(*self.verifier_window))
             raise VerifierBroken(
@@ -706,7 +779,7 @@ class Trainer:
         t0 = last_progress = time.monotonic()
         B = self.cfg.prompts_per_step
         keep = lambda rollout, seen: grpo.keep_group(rollout.rewards_G, seen, B, self.gcfg)
-        while not self.books.fill(self.step_n, keep):
+        while not self.collector.fill(keep):
             self.feed()
             n = len(self.books.received) + len(self.books.batch)
             self.receive(wait_s=0.5)
@@ -721,9 +794,7 @@ class Trainer:
 
     def train_step(self) -> dict:
         """Step 3: GRPO update on the books' batch of B groups; returns the step's metrics."""
-        G, batch = self.gcfg.group_size, list(self.books.batch.values())
-        lifecycle.check_batch([r.version for r in batch], [r.lineage for r in batch], self.step_n, self.lineage,
-                              self.cfg.max_staleness)  # THE STALENESS BOUND, asserted at the update
+        G, batch = self.gcfg.group_size, self.collector.batch()  # THE STALENESS BOUND, asserted again
         tokens_BT = np.concatenate([r.tokens_GT for r in batch])
         logp_behav_BT = np.concatenate([r.logp_behav_GT for r in batch])
         mask_BT = np.concatenate([r.mask_GT for r in batch])
@@ -741,8 +812,7 @@ class Trainer:
         minibatches = split_batch(data, self.cfg.minibatches, self.microbatch)  # [minibatch][microbatch]
         logp_BT, aux = self.collective("update", {"minibatches": minibatches, "epochs": self.cfg.ppo_epochs})
         train_s = time.monotonic() - t0
-        self.step_n += 1
-        self.books.trained()  # each prompt's fate: trained at step_n
+        self.collector.trained()  # step_n + 1; each prompt's fate: trained at it
         names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
         metrics = {names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()}
         metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
@@ -793,30 +863,32 @@ class Trainer:
         if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
             items += [self.item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", 1, evaluate=True, temperature=0.0)
                       for j, p in enumerate(self.heldout)]
-        self.eval_pending.update({i.item_id: i for i in items})
-        self.evals = []
+        pending = self.collector.eval_pending
+        pending.update({i.item_id: i for i in items})
+        self.collector.evals = []
         self.enqueue(items)
         last_progress = time.monotonic()
-        while self.eval_pending:
+        while pending:
             try:
-                n_before = len(self.evals)
+                n_before = len(self.collector.evals)
                 self.receive(wait_s=0.5)
-                if len(self.evals) != n_before:
+                if len(self.collector.evals) != n_before:
                     last_progress = time.monotonic()
             except (TimeoutError, wire.RemoteError) as e:  # param server restarting: re-send, go on
                 self.log(f"{type(e).__name__} during evaluation: {e}; retrying")
                 self.check_param_server()
                 continue
             if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
-                raise TimeoutError(f"evaluation stalled with {len(self.eval_pending)} problems unanswered")
+                raise TimeoutError(f"evaluation stalled with {len(pending)} problems unanswered")
         # A problem whose programs the verifier failed on says nothing about the policy: left out.
-        scored = [r for r in self.evals if not lifecycle.infra_failures(r.statuses)]
+        evals = self.collector.evals
+        scored = [r for r in evals if not lifecycle.infra_failures(r.statuses)]
         correct = np.array([int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("eval/")])
         greedy = [int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("evalg/")]
         return {"eval/pass@1": float(grpo.pass_at_k_array(np.full_like(correct, n), correct, 1).mean()),
                 f"eval/pass@{min(8, n)}": float(grpo.pass_at_k_array(np.full_like(correct, n), correct,
                                                                      min(8, n)).mean()),
-                "eval/problems": len(correct), "eval/verifier_failed": len(self.evals) - len(scored),
+                "eval/problems": len(correct), "eval/verifier_failed": len(evals) - len(scored),
                 "wait/eval_s": time.monotonic() - t0,
                 **({"eval/greedy_pass@1": float(np.mean(greedy))} if greedy else {})}
 
@@ -824,8 +896,7 @@ class Trainer:
         """Every prompt without a fate goes into the checkpoint (the batch being assembled and the
         rollouts in hand included), and the ledger's length: a resumed trainer cuts the ledger back
         to it and enqueues those prompts again, so each has exactly one fate in the end."""
-        meta = {"cursor": self.cursor, "counts": dict(self.books.counts), "seed": self.cfg.seed,
-                "in_flight": self.books.snapshot(), "ledger_lines": self.ledger_lines,
+        meta = {**self.collector.snapshot(), "seed": self.cfg.seed, "ledger_lines": self.ledger_lines,
                 "time_s": time.monotonic() - self.t_start}
         with self.timeline.span("checkpoint", step=self.step_n):
             path = self.collective("checkpoint", {"step": self.step_n, "meta": meta})
@@ -857,7 +928,7 @@ class Trainer:
             tokens = sum(float(r.mask_GT.sum()) for r in self.books.batch.values())
             with self.timeline.span("train", step=self.step_n + 1):
                 metrics = self.train_step()
-            push_s = self.push()  # every version is pushed: items of the next step ask for it
+            push_s = self.push_trained()  # every version is pushed: items of the next step ask for it
             step_s = time.monotonic() - t0
             metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
                             "throughput/rollouts_per_s": cfg.prompts_per_step * self.gcfg.group_size / step_s,

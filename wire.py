@@ -9,7 +9,8 @@ registered under a type name. On the wire it is a ZeroMQ multipart message:
 Arrays in the body are replaced by a small map {"__nd__": i, "dtype": "bfloat16", "shape": [...]}
 that names their frame, so a 16 MiB weight chunk is sent straight from its array's buffer (no pickle,
 no base64, no extra copy). ZeroMQ delivers a multipart message whole or not at all. Weights travel as
-a manifest and chunks ("weights, streamed in chunks" below), never as one message.
+a manifest and chunks (the messages below; weights.py tells their layout, checks and path), never as
+one message.
 
 Sockets: servers bind a ROUTER, clients connect a DEALER. A client tags each request with a fresh
 request id and discards replies with another id, so a reply that arrives after its request timed out
@@ -43,7 +44,6 @@ import threading
 import time
 import traceback
 import typing
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,9 +54,9 @@ import zmq
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: far above any chunk or rollout batch
-_DTYPES = {name: np.dtype(name) for name in
+DTYPES = {name: np.dtype(name) for name in
            ("bool", "int8", "uint8", "int16", "int32", "int64", "uint32", "float16", "float32", "float64")}
-_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
 
 
 class WireError(ValueError):
@@ -107,12 +107,10 @@ class Pong:
 
 
 # --- parameter server: weights, streamed in chunks ---------------------------------------------
-# A weight version travels as a MANIFEST (a map, checked by `Manifest.from_dict`) and a sequence of
-# chunks. The version's bytes are its tensors' bytes laid end to end in manifest order (the layout of
-# a safetensors data section); chunk i is the byte range [offset_i, offset_i + nbytes_i) of that
-# stream: a slice of one big tensor, or several small tensors whole. Each chunk and each tensor carries
-# its CRC32, so a receiver checks every chunk as it arrives and every tensor before it swaps a version
-# in. See `push_weights` (trainer -> param server) and inference_worker.WeightFetcher (-> workers).
+# A weight version travels as a MANIFEST (a map, checked by weights.Manifest.from_dict) and a sequence
+# of chunks, each a byte range of the version's tensors laid end to end, with its CRC32. weights.py
+# tells the whole path: weights.push_weights (trainer -> param server), weights.WeightStore (the param
+# server's versions), weights.WeightFetcher and weights.ChunkServer (-> workers, and between them).
 
 @message("push_chunk")
 class PushChunk:
@@ -120,13 +118,13 @@ class PushChunk:
     `crc` is the CRC32 of `data` (uint8). A wrong CRC or index discards the whole push."""
     push_id: str
     index: int
-    data: np.ndarray  # uint8, checked by chunk_array where it is received
+    data: np.ndarray  # uint8, checked by weights.chunk_array where it is received
     crc: int
 
 
 @message("push_commit")
 class PushCommit:
-    """Trainer -> param server: the push `push_id` is complete; `manifest` (see Manifest) describes it.
+    """Trainer -> param server: the push `push_id` is complete; `manifest` (weights.Manifest) describes it.
     The server checks it against the chunks it received and every tensor's CRC, then makes the version
     visible at once, or discards the push and answers an Error (the previous version stays served)."""
     push_id: str
@@ -177,7 +175,7 @@ class GetChunk:
 class Chunk:
     version: int
     index: int
-    data: np.ndarray  # uint8, checked by chunk_array where it is received
+    data: np.ndarray  # uint8, checked by weights.chunk_array where it is received
     crc: int
 
 
@@ -274,70 +272,16 @@ class Verdicts:
 
 
 # --- records carried inside messages ------------------------------------------------------------
-# A work item and a rollout are dataclasses defined here once. On the wire they travel as maps
-# (`to_dict`); `from_dict` is the one place a received map becomes a record, checking every field's
-# presence and type, so a malformed one is an error reply where it enters a role, never a crash later.
-# To add a field, add it here with a default: old and new senders then interoperate.
+# A work item and a rollout are dataclasses defined here once (a weight manifest, the third record,
+# is weights.Manifest). On the wire they travel as maps (`to_dict`); `from_dict` is the one place a
+# received map becomes a record, checking every field's presence and type, so a malformed one is an
+# error reply where it enters a role, never a crash later. To add a field, add it here with a default:
+# old and new senders then interoperate.
 
 
-def crc32(array: np.ndarray) -> int:
-    """The checksum of an array's bytes (weights on the wire, on disk and in checkpoints)."""
-    return zlib.crc32(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
-
-
-# CRC-32 is linear over GF(2), so crc(A + B) follows from crc(A), crc(B) and len(B) alone: appending
-# n zero bytes to A's register is a 32x32 bit matrix Z(n), and crc(A + B) = Z(len B) crc(A) ^ crc(B).
-# Z is invertible (the polynomial's constant term is 1), so a part's CRC also follows from the whole's
-# and the other parts'. The weight path uses this so that each process reads a version's bytes about
-# once: the chunk CRCs, checked as chunks arrive, give the tensors' CRCs (Manifest.check_tensors).
-# A matrix is a list of 32 ints, column j being the matrix applied to bit j; _ZEROS[k] = Z(2**k),
-# _UNZEROS[k] its inverse.
-def _gf2_apply(matrix: list, vector: int) -> int:
-    out, j = 0, 0
-    while vector:
-        if vector & 1:
-            out ^= matrix[j]
-        vector, j = vector >> 1, j + 1
-    return out
-
-
-def _byte_powers(one_bit: list) -> list:
-    """[M(2**k bytes) for k in 0..63] from the one-bit matrix M, by squaring (2, 4, 8 bits, ...)."""
-    ops = [one_bit]
-    for _ in range(3 + 63):
-        ops.append([_gf2_apply(ops[-1], col) for col in ops[-1]])
-    return ops[3:]
-
-
-_POLY = 0xEDB88320  # CRC-32's polynomial, bit-reflected as zlib uses it
-_ZEROS = _byte_powers([(r >> 1) ^ (_POLY if r & 1 else 0) for r in (1 << j for j in range(32))])
-# One zero bit undone: the new register's top bit says whether the polynomial was xored in.
-_UNZEROS = _byte_powers([(((r ^ (_POLY if r >> 31 else 0)) << 1) | (r >> 31)) & 0xFFFFFFFF
-                         for r in (1 << j for j in range(32))])
-
-
-def _shift(crc: int, nbytes: int, ops: list) -> int:
-    k = 0
-    while nbytes and crc:
-        if nbytes & 1:
-            crc = _gf2_apply(ops[k], crc)
-        nbytes, k = nbytes >> 1, k + 1
-    return crc
-
-
-def crc32_combine(crc_a: int, crc_b: int, len_b: int) -> int:
-    """CRC-32 of A + B from crc32(A), crc32(B) and len(B) in bytes, without reading the bytes
-    (what zlib's C crc32_combine does; Python's zlib does not expose it). At most ~0.1 ms."""
-    return _shift(crc_a, len_b, _ZEROS) ^ crc_b
-
-
-def crc32_part(crc_whole: int, crc_before: int, crc_after: int, len_part: int, len_after: int) -> int:
-    """CRC-32 of the middle part B of A + B + C from the CRCs of the whole, of A and of C and the
-    lengths of B and C, without reading B (crc32_combine solved for B)."""
-    return _shift(crc_whole ^ crc_after ^ _shift(crc_before, len_part + len_after, _ZEROS), len_after, _UNZEROS)
-
-
-def _check_fields(cls, data) -> dict:
+def check_fields(cls, data) -> dict:
+    """The map `data` if it has every required field of the record dataclass `cls`, no other, each of
+    its declared type; else WireError. Every record's from_dict starts here."""
     if not isinstance(data, dict):
         raise WireError(f"{cls.KIND} must be a map, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -383,7 +327,7 @@ class WorkItem:
 
     @classmethod
     def from_dict(cls, data) -> "WorkItem":
-        item = cls(**_check_fields(cls, data))
+        item = cls(**check_fields(cls, data))
         if item.group_size < 1 or item.max_new_tokens < 1 or item.seq_len < 2:
             raise WireError(f"work item {item.item_id}: group_size, max_new_tokens and seq_len must be positive")
         if item.prompt_format not in ("chat", "completion"):
@@ -418,7 +362,7 @@ class Rollout:
 
     @classmethod
     def from_dict(cls, data) -> "Rollout":
-        r = cls(**_check_fields(cls, data))
+        r = cls(**check_fields(cls, data))
         G, T = r.tokens_GT.shape if r.tokens_GT.ndim == 2 else (-1, -1)
         if G < 1 or r.tokens_GT.dtype != np.int32:
             raise WireError("rollout.tokens_GT must be a non-empty int32 [G, T] array")
@@ -439,193 +383,12 @@ class Rollout:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-MAX_CHUNK_BYTES = 256 << 20
-CHUNK_BYTES = int(float(os.environ.get("RLAX_WEIGHT_CHUNK_MB", "16")) * (1 << 20))
-"""Default chunk size of a weight push (RLAX_WEIGHT_CHUNK_MB, default 16 MiB): what a sender or a
-receiver holds beyond the version it stores is about one chunk (plus one tensor for the trainer)."""
-
-
-def chunk_array(data) -> np.ndarray:
-    """A chunk's payload as received: a 1-D uint8 array, else WireError."""
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1 or not 0 < data.size <= MAX_CHUNK_BYTES:
-        raise WireError(f"chunk data must be 1..{MAX_CHUNK_BYTES} bytes (a 1-D uint8 array)")
-    return data
-
-
-@dataclass
-class Manifest:
-    """A weight version's table of contents (see "weights, streamed in chunks" above). On the wire a
-    map {version, lineage, tensors: [[name, dtype, shape, crc32], ...], chunks: [[nbytes, crc32], ...]}."""
-    KIND: typing.ClassVar[str] = "manifest"
-    version: int
-    lineage: str
-    tensors: list
-    chunks: list
-
-    @classmethod
-    def from_dict(cls, data) -> "Manifest":
-        m = cls(**_check_fields(cls, data))
-        if m.version < 0 or not m.tensors or not m.chunks:
-            raise WireError("manifest: version must be >= 0, tensors and chunks non-empty")
-        names, total = set(), 0
-        for t in m.tensors:
-            if not (isinstance(t, list) and len(t) == 4 and isinstance(t[0], str) and t[1] in _DTYPES
-                    and isinstance(t[2], list) and len(t[2]) <= MAX_NDIM
-                    and all(type(d) is int and d >= 0 for d in t[2]) and type(t[3]) is int and 0 <= t[3] < 2**32):
-                raise WireError(f"manifest: bad tensor entry {str(t)[:200]} (want [name, dtype, shape, crc32])")
-            if t[0] in names:
-                raise WireError(f"manifest: tensor {t[0]!r} appears twice")
-            names.add(t[0])
-            total += math.prod(t[2]) * _DTYPES[t[1]].itemsize
-        for c in m.chunks:
-            if not (isinstance(c, list) and len(c) == 2 and all(type(x) is int for x in c)
-                    and 0 < c[0] <= MAX_CHUNK_BYTES and 0 <= c[1] < 2**32):
-                raise WireError(f"manifest: bad chunk entry {str(c)[:200]} (want [nbytes, crc32])")
-        if sum(c[0] for c in m.chunks) != total:
-            raise WireError(f"manifest: chunks hold {sum(c[0] for c in m.chunks)} bytes, tensors {total}")
-        return m
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(c[0] for c in self.chunks)
-
-    def offsets(self) -> list:
-        """Start of each chunk in the version's byte stream."""
-        return list(itertools.accumulate([0] + [c[0] for c in self.chunks[:-1]]))
-
-    def tensor_views(self, stream: np.ndarray) -> dict:
-        """{name: array} viewing a contiguous uint8 `stream` of the whole version (no copy)."""
-        out, at = {}, 0
-        for name, dtype, shape, _ in self.tensors:
-            n = math.prod(shape) * _DTYPES[dtype].itemsize
-            out[name] = stream[at:at + n].view(_DTYPES[dtype]).reshape(shape)
-            at += n
-        return out
-
-    def check_tensors(self, pieces, crcs=None) -> None:
-        """Check every tensor's CRC32 over the byte stream given as consecutive uint8 `pieces`
-        (the chunks), without joining them. Raises ValueError naming the first bad tensor.
-        `crcs`, if given, are the pieces' CRCs, already checked against their bytes by the caller:
-        then the largest segment of each piece (its part in one tensor) is not read but solved for
-        (crc32_part), so a piece inside one tensor costs nothing and one that holds a tensor boundary
-        costs its smaller segments."""
-        crcs = list(crcs) if crcs is not None else None
-        sizes = [math.prod(shape) * _DTYPES[dtype].itemsize for _, dtype, shape, _ in self.tensors]
-        tensor_crcs, t, left = [0] * len(sizes), -1, 0
-        for i, piece in enumerate(pieces):
-            segments, at = [], 0  # (tensor index, start in the piece, length)
-            while at < len(piece):
-                while left == 0:
-                    t += 1
-                    if t == len(sizes):
-                        raise ValueError(f"weights v{self.version}: more bytes than the tensors hold")
-                    left = sizes[t]
-                take = min(left, len(piece) - at)
-                segments.append((t, at, take))
-                at, left = at + take, left - take
-            skip = max(range(len(segments)), key=lambda s: segments[s][2]) if crcs is not None else -1
-            seg_crcs = [0 if s == skip else zlib.crc32(memoryview(piece[start:start + n]))
-                        for s, (_, start, n) in enumerate(segments)]
-            if skip >= 0:
-                before = after = len_after = 0
-                for s, (_, _, n) in enumerate(segments):
-                    if s < skip:
-                        before = crc32_combine(before, seg_crcs[s], n)
-                    elif s > skip:
-                        after, len_after = crc32_combine(after, seg_crcs[s], n), len_after + n
-                seg_crcs[skip] = crc32_part(crcs[i], before, after, segments[skip][2], len_after)
-            for (t_of, _, n), crc in zip(segments, seg_crcs):
-                tensor_crcs[t_of] = crc32_combine(tensor_crcs[t_of], crc, n)
-        for (name, _, _, want), crc in zip(self.tensors, tensor_crcs):
-            if crc != want:
-                raise ValueError(f"weights v{self.version}: checksum mismatch for tensor {name!r}")
-
-
-def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
-    """Cut (name, array) pairs, in order, into chunks of at most chunk_bytes. Yields (uint8 chunk
-    array, its CRC32); when the input is exhausted, the returned `tensors` list (StopIteration
-    value, use `yield from`) holds the manifest's tensor entries. Holds the current tensor and the
-    chunk being assembled.
-
-    A tensor of at least chunk_bytes / 16 starts a chunk of its own and is cut into chunk_bytes
-    pieces (the last shorter), each a view of it: no copy, and no chunk holds a tensor boundary, so
-    the receivers get its tensor CRC from the chunk CRCs without reading it again (check_tensors).
-    Smaller tensors (norms, biases, small projections) are packed together into chunks assembled in
-    buffers of their own. Every byte is checksummed once: each piece's CRC counts toward both its
-    chunk's and its tensor's (crc32_combine)."""
-    if not 0 < chunk_bytes <= MAX_CHUNK_BYTES:
-        raise ValueError(f"chunk_bytes must be in (0, {MAX_CHUNK_BYTES}]")
-    tensors, buf, filled, buf_crc = [], None, 0, 0
-    for name, array in named_arrays:
-        array = np.ascontiguousarray(array)
-        if array.dtype.name not in _DTYPES:
-            raise WireError(f"tensor {name}: dtype {array.dtype} cannot travel on the wire")
-        flat = array.reshape(-1).view(np.uint8)
-        tensor_crc, own_chunks = 0, len(flat) >= max(1, chunk_bytes // 16)
-        if own_chunks and filled:
-            yield buf[:filled], buf_crc
-            buf, filled, buf_crc = None, 0, 0
-        at = 0
-        while at < len(flat):
-            take = min(chunk_bytes - filled, len(flat) - at)
-            piece = flat[at:at + take]
-            crc = zlib.crc32(memoryview(piece))
-            tensor_crc = crc32_combine(tensor_crc, crc, take)
-            at += take
-            if own_chunks:
-                yield piece, crc  # a view: the sender must not write the array meanwhile
-                continue
-            if buf is None:
-                buf = np.empty(chunk_bytes, np.uint8)
-            buf[filled:filled + take] = piece
-            filled, buf_crc = filled + take, crc32_combine(buf_crc, crc, take)
-            if filled == chunk_bytes:
-                yield buf, buf_crc  # a buffer of its own, never written again
-                buf, filled, buf_crc = None, 0, 0
-        tensors.append([name, array.dtype.name, list(array.shape), tensor_crc])
-    if filled:
-        yield buf[:filled], buf_crc
-    return tensors
-
-
-PUSH_WINDOW = 4  # chunks a push keeps in flight (wire.Client.pipeline): the sender never idles on a receipt
-
-
-def push_weights(client, version: int, lineage: str, named_arrays, chunk_bytes: int = CHUNK_BYTES,
-                 push_id: str | None = None, window: int = PUSH_WINDOW) -> dict:
-    """Stream a weight version to the param server: each chunk in its own PushChunk, up to `window`
-    of them in flight (each acknowledged by a receipt; the server takes them in order), then
-    PushCommit with the manifest. Returns the commit's Ok info; raises RemoteError if the server
-    refused a chunk (it then discards the whole push). `named_arrays` may be a generator
-    (hf_io.iter_hf_tensors): only the current tensor and `window` chunks are held here."""
-    push_id = push_id or f"{lineage}/{version}/{os.urandom(4).hex()}"
-    chunks, done = [], {}
-
-    def messages():
-        pieces = cut_chunks(named_arrays, chunk_bytes)
-        while True:
-            try:
-                data, crc = next(pieces)
-            except StopIteration as end:
-                done["tensors"] = end.value
-                return
-            chunks.append([int(data.size), crc])
-            yield PushChunk(push_id, len(chunks) - 1, data, crc)
-    for _ in client.pipeline(messages(), window, what="receipt of a weight chunk"):
-        pass
-    manifest = Manifest(version, lineage, done["tensors"], chunks)
-    return client.call(PushCommit(push_id, manifest.to_dict()), what="weights commit").info
-
-
 # ----------------------------------------------------------------------------- encoding
 
 def _pack_value(value, arrays: list):
     if isinstance(value, np.ndarray) or type(value).__module__.startswith("jax"):
         array = np.ascontiguousarray(np.asarray(value))
-        if array.dtype.name not in _DTYPES:
+        if array.dtype.name not in DTYPES:
             raise WireError(f"arrays of dtype {array.dtype} cannot travel on the wire")
         arrays.append(array)
         return {"__nd__": len(arrays) - 1, "dtype": array.dtype.name, "shape": list(array.shape)}
@@ -659,11 +422,11 @@ def _unpack_value(value, frames: list, depth: int = 0):
     if isinstance(value, dict):
         if "__nd__" in value:
             index, dtype, shape = value.get("__nd__"), value.get("dtype"), value.get("shape")
-            if (type(index) is not int or not 0 <= index < len(frames) or dtype not in _DTYPES
+            if (type(index) is not int or not 0 <= index < len(frames) or dtype not in DTYPES
                     or not isinstance(shape, list) or len(shape) > MAX_NDIM
                     or not all(type(d) is int and d >= 0 for d in shape)):
                 raise WireError(f"bad array reference {str(value)[:200]}")
-            dtype, buffer = _DTYPES[dtype], frames[index]
+            dtype, buffer = DTYPES[dtype], frames[index]
             if math.prod(shape) * dtype.itemsize != len(buffer):  # Python ints: no overflow
                 raise WireError(f"array frame {index} has {len(buffer)} bytes, "
                                 f"expected {shape} x {dtype.name}")

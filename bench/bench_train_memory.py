@@ -24,13 +24,13 @@ Measured per variant:
   temp_gib          XLA's compiled.memory_analysis() of the step's forward + backward graph (a mirror of
                     make_update's grad_fn: same loss, same cast): temporaries; out_gib its output (the
                     f32 gradient); apply_temp_gib / apply_out_gib the same for the optimizer update;
-  est_gib           model.train_step_bytes(cfg, 1, 1024) - 4 bytes/param (its estimate of temp_gib);
+  est_gib           memory.train_step_bytes(cfg, 1, 1024) - 4 bytes/param (its estimate of temp_gib);
   act_per_token_kib the per-token slope of temp_gib, from a second compile at 512 tokens.
 The "on" child also checks that the chunked log-probs equal the unchunked ones bit for bit (forward).
 
 The table: bytes per chip for 1 x 1,024 tokens, from these measurements. Persistent: f32 master
 (4 B/param) + Adam m, v (8) + the f32 gradient (4); working copies the step makes: the bf16 weights and
-their bf16 gradients (+ the embedding's extra buffers), model.py's calibrated terms; activations: the
+their bf16 gradients (+ the embedding's extra buffers), memory.py's calibrated terms; activations: the
 measured per-token slope, scaled by layers x hidden (the residual stream kept per layer dominates it),
 plus the chunk-sized head / attention buffers and the head's f32 gradient accumulator. The optimizer
 update, jitted without buffer donation, briefly holds a second master + Adam state (12 B/param), shown
@@ -77,6 +77,7 @@ def child(chunking: str) -> dict:
     import optax
 
     import grpo
+    import memory
     import model
     import trainer
     if chunking == "off":
@@ -126,7 +127,7 @@ def child(chunking: str) -> dict:
            "arg_gib": ma.argument_size_in_bytes / GIB,
            "apply_temp_gib": ma_apply.temp_size_in_bytes / GIB, "apply_out_gib": ma_apply.output_size_in_bytes / GIB,
            "act_per_token_kib": (ma.temp_size_in_bytes - ma512.temp_size_in_bytes) / (ROWS * T // 2) / 1024,
-           "est_gib": (model.train_step_bytes(cfg, ROWS, T) - 4 * model.param_count(cfg)) / GIB,
+           "est_gib": (memory.train_step_bytes(cfg, ROWS, T) - 4 * model.param_count(cfg)) / GIB,
            "params": model.param_count(cfg), "compile_s": compile_s,
            "head_chunk": model._head_chunk_len(cfg, ROWS, T - 1, None),
            "query_chunk": model._query_chunk_len(cfg, ROWS, T, None)}
@@ -158,11 +159,12 @@ def child(chunking: str) -> dict:
 
 def table(measured: dict) -> list[str]:
     """Per-chip GiB for each Qwen2.5 shape at 1 x 1,024 tokens (see the module docstring)."""
+    import memory
     import model
     on = measured["on"]
     base = model.ModelConfig(**QWEN25["0.5B"], **COMMON)
     per_token_per_LD = on["act_per_token_kib"] * 1024 / (base.num_layers * base.hidden_size)
-    k = model._MEM_COEF
+    k = memory._MEM_COEF
     rows = []
     head = ("model", "params", "master+adam", "grad_f32", "bf16_copies", "activations", "chunk_bufs",
             "1chip_step", "1chip_apply", "fsdp4", "fsdp8", "fsdp32", "off_1chip_step")
@@ -175,13 +177,13 @@ def table(measured: dict) -> list[str]:
         copies = k["layer_weights"] * 2 * P_layers + (k["embed_tied"] if cfg.tie_embeddings else k["embed_untied"]) * 2 * VD
         act = per_token_per_LD * cfg.num_layers * cfg.hidden_size * ROWS * T
         # chunk-sized buffers and the head's f32 accumulator: the estimate's terms minus its other ones
-        est = model.train_step_bytes(cfg, ROWS, T)
+        est = memory.train_step_bytes(cfg, ROWS, T)
         bufs = est - 4 * P - copies - k["carry"] * 2 * cfg.num_layers * ROWS * T * cfg.hidden_size
         state, grad = 12 * P, 4 * P
         step = state + grad + copies + act + bufs
         apply_peak = state * 2 + grad  # a second master + Adam state while the old ones are alive
         fsdp = [(state + grad) / n + copies + act + bufs for n in (4, 8, 32)]
-        off = state + model.train_step_bytes(cfg, ROWS, T, chunk_tokens=0, query_chunk=0)
+        off = state + memory.train_step_bytes(cfg, ROWS, T, chunk_tokens=0, query_chunk=0)
         vals = [P / 1e9, state / GIB, grad / GIB, copies / GIB, act / GIB, bufs / GIB, step / GIB,
                 apply_peak / GIB] + [f / GIB for f in fsdp] + [off / GIB]
         rows.append(f"{name:>12} " + " ".join(f"{v:>12.2f}" for v in vals))

@@ -4,14 +4,14 @@ the same bytes (the ceiling), measured side by side in one run.
 Run:  python bench/bench_weight_sync.py                       # 256 MiB and 1 GiB, 3 versions each (~2 min)
       python bench/bench_weight_sync.py --sizes-mb 64 --repeats 2
 
-ours:     this process plays the trainer: wire.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
+ours:     this process plays the trainer: weights.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
           commit with the manifest) into a real param_server.py process; a member process runs the inference
-          worker's own weight path (inference_worker.WeightFetcher, --no-relay: one worker fetches from
-          the param server; its own thread and sockets, every chunk and tensor CRC-checked) and reports
-          when the fetcher offers the complete version (HOLD) and when it has installed it as jax arrays
-          on its device (INSTALLED: jax.device_put of every tensor, block_until_ready; what
-          Worker.install does, without the model-specific renaming). Time = from the start of the
-          push to HOLD (the goal's number), and to INSTALLED.
+          worker's own weight path (weights.WeightFetcher, made by inference_worker.weight_fetcher;
+          --no-relay: one worker fetches from the param server; its own thread and sockets, every chunk
+          and tensor CRC-checked) and reports when the fetcher offers the complete version (HOLD) and
+          when it has installed it as jax arrays on its device (INSTALLED: jax.device_put of every
+          tensor, block_until_ready; what Worker.install does, without the model-specific renaming).
+          Time = from the start of the push to HOLD (the goal's number), and to INSTALLED.
 ceiling:  two bare processes, ZeroMQ PUSH -> PULL on loopback, the same bytes in 16 MiB messages,
           send(copy=False) / recv(copy=False): no encoding, no checksums, no receipts, one hop.
           Time = from the sender's first send to the receiver's last recv.
@@ -59,7 +59,7 @@ def member(addr: str) -> None:
     import jax
     import inference_worker
     cfg = inference_worker.Config(param_server=addr, name="member-0", relay=False)
-    fetcher = inference_worker.WeightFetcher(cfg, os.urandom(4).hex())
+    fetcher = inference_worker.weight_fetcher(cfg, os.urandom(4).hex())
     say("READY")
     version, lineage = -1, ""
     while True:
@@ -128,6 +128,7 @@ def expect(q, word, timeout=300):
 
 
 def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
+    import weights
     import wire
     from bench_broadcast import model_tensors
     tensors = model_tensors(mb)  # tensors of 1 to 32 MiB, as bench_broadcast's
@@ -162,7 +163,7 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
         ours, inst, push, ceil = [], [], [], []
         for version in range(1, warmup + repeats + 1):  # the first `warmup` of each are not counted
             t0 = time.time()
-            wire.push_weights(client, version, "bench", tensors)
+            weights.push_weights(client, version, "bench", tensors)
             t_push = time.time() - t0
             hold = float(expect(mq, "HOLD")[2])
             installed = float(expect(mq, "INSTALLED")[2])

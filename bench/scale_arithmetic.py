@@ -4,7 +4,7 @@
     python bench/scale_arithmetic.py --trainer-chips 512 --completion-mean 4096 --staleness 0
 
 Three kinds of numbers go in, each labelled where it is printed:
-  MEASURED here: the memory terms (model.train_state_bytes / train_step_bytes, calibrated on XLA's
+  MEASURED here: the memory terms (memory.train_state_bytes / train_step_bytes, calibrated on XLA's
       memory_analysis), the relay's server bytes per version (bench/bench_broadcast.py: one model per
       version at 1, 2, 4 and 8 workers, N models direct), the verifier's executions per core-second
       (bench/bench_verifier.py).
@@ -23,6 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import memory  # noqa: E402
 import model  # noqa: E402
 import trainer  # noqa: E402
 
@@ -61,18 +62,18 @@ def main(argv=None) -> None:
           f"rounded up to a power of two); {a.trainer_chips} trainer chips (tensor {a.trainer_tp}), "
           f"{workers} workers of {a.worker_chips} chips; {a.prompts} prompts x {a.group} = {rollouts} rollouts/step")
 
-    # ---- memory per trainer chip (MEASURED terms, model.py; XLA:CPU-calibrated, TPU's allocator differs)
-    state = model.train_state_bytes(cfg) / a.trainer_chips        # FSDP: f32 master, Adam, gradient sum
+    # ---- memory per trainer chip (MEASURED terms, memory.py; XLA:CPU-calibrated, TPU's allocator differs)
+    state = memory.train_state_bytes(cfg) / a.trainer_chips       # FSDP: f32 master, Adam, gradient sum
     update_peak = 12 * P / a.trainer_chips                         # the optax step's second master + moments
     budget = 0.9 * chip["hbm_gb"] * GB
     # The forward runs on the bf16 policy gathered over "data", still split over "tensor" (sharding.py
     # COMPUTE layout), and the backward makes its bf16 gradient there before the reduce-scatter: 2 + 2
     # bytes per parameter over the tensor axis. A row's activations (mostly the residual stream that
-    # the rematerialised scan keeps per layer, [L, T, D]) are model.py's calibrated per-row terms.
+    # the rematerialised scan keeps per layer, [L, T, D]) are memory.py's calibrated per-row terms.
     weights = 4 * P / a.trainer_tp
-    per_row = model.train_step_bytes(cfg, 2, T) - model.train_step_bytes(cfg, 1, T)
+    per_row = memory.train_step_bytes(cfg, 2, T) - memory.train_step_bytes(cfg, 1, T)
     rows = max(0, int((budget - state - update_peak - weights) // per_row))
-    print("\n1. Memory per trainer chip (model.py's calibrated terms; v5p HBM 95 GB, 90% usable):")
+    print("\n1. Memory per trainer chip (memory.py's calibrated terms; v5p HBM 95 GB, 90% usable):")
     print(f"   state {state / GB:.2f} GB (16 B/param over {a.trainer_chips} chips) + {update_peak / GB:.2f} GB during "
           f"the optimizer step;\n   bf16 policy + its gradient in the compute layout over tensor {a.trainer_tp}: "
           f"{weights / GB:.1f} GB;\n   {per_row / GB:.1f} GB per row of {T} tokens -> "

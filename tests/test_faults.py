@@ -3,7 +3,8 @@
 Run: python -m pytest -q tests/test_faults.py        (about 3-4 minutes on a 2-core CPU)
 
 launch.sh is the supervisor here, exactly as a user runs it; the test plays the cluster that takes
-chips back: it SIGKILLs roles at seeded random moments and checks what must survive.
+chips back: it SIGKILLs roles at seeded random moments and checks what must survive. One test starts
+the roles itself, with no supervisor: a param server that stalls during the trainer's weight push.
 """
 import json
 import os
@@ -16,8 +17,9 @@ import pytest
 from safetensors.numpy import load_file
 
 import lifecycle
+import wire
 from conftest import ROOT, free_port, wait_until
-from test_system import tiny  # noqa: F401  (the module-scoped tiny model fixture)
+from test_system import XLA, tiny  # noqa: F401  (the module-scoped tiny model fixture)
 
 TRAINER_ARGS = "--heldout 4 --eval-samples 8 --eval-every 0 --prompts-per-step 4 --checkpoint-every 2"
 
@@ -144,6 +146,22 @@ def test_sigterm_checkpoints_and_a_corrupt_checkpoint_falls_back(tmp_path, tiny)
     assert t.step_n == int(ckpts[-2].split("_")[1])                # the previous good one
 
 
+def test_a_resume_before_the_first_checkpoint_starts_the_ledger_afresh(tmp_path, tiny):  # noqa: F811
+    """A trainer killed before its first checkpoint left fates for prompts that the resumed one, back
+    at cursor 0, hands out again: they are cut, or those prompts would have two fates."""
+    import grpo
+    import trainer
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines = [{"step": 1, "item_id": f"train/{i}|p", "fate": "trained"} for i in range(2)]
+    (run_dir / "ledger.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cfg = trainer.Config(run_dir=str(run_dir), model=tiny, resume=True, heldout=2,
+                         param_server=f"tcp://127.0.0.1:{free_port()}")
+    t = trainer.Trainer(cfg, grpo.GRPOConfig())
+    assert (t.step_n, t.collector.cursor, t.ledger_lines) == (0, 0, 0)
+    assert (run_dir / "ledger.jsonl").read_text() == ""
+
+
 def test_a_crash_loop_stops_the_run_whatever_its_pace(tmp_path, tiny):  # noqa: F811
     """A worker that fails the same way at every start (here: asked for two devices on a one-device
     machine) is restarted with back-off, then the run stops naming it and showing its log, although
@@ -162,3 +180,49 @@ def test_a_crash_loop_stops_the_run_whatever_its_pace(tmp_path, tiny):  # noqa: 
     assert json.load(open(os.path.join(run_dir, "restarts.json")))["worker-0"] == 3
     assert json.load(open(os.path.join(run_dir, "restarts.json")))["trainer"] == 0
     assert time.monotonic() - t0 < 240
+
+
+def test_a_push_the_param_server_stalls_is_retried_in_the_same_lineage(roles, tmp_path, tiny):  # noqa: F811
+    """The param server is stopped (SIGSTOP) as soon as step 1's batch is collected, so the trainer's
+    push of version 1 gets no receipt within its 30 s timeout; once the trainer says so the server is
+    continued. The trainer handles it like any param-server failure (Trainer.push_trained): it does
+    not exit, the server never sees a new lineage (its queue is never reset), the run finishes, and
+    every prompt the cursor handed out has one fate or is in flight. The trainer compiles its update
+    afresh (a cache of its own), so the stop lands while it trains step 1, before the push."""
+    run_dir, port, vport = str(tmp_path / "run"), free_port(), free_port()
+    ps, va = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{vport}"
+    server = roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps", env=XLA)
+    roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", env=XLA)
+    roles.start("worker0", "inference_worker.py", "--param-server", ps, "--verifier", va, "--model", tiny, env=XLA)
+    timeline = os.path.join(run_dir, "timeline.jsonl")
+    trainer = roles.start("trainer", "trainer.py", "--run-dir", run_dir, "--param-server", ps, "--model", tiny,
+                          "--heldout", "2", "--eval-samples", "2", "--no-eval-greedy", "--eval-every", "0",
+                          "--prompts-per-step", "2", "--steps", "3", "--timeline", timeline,
+                          env={**XLA, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "trainer-jax-cache")})
+
+    def collected(step):  # the trainer's "wait" span of a step ends when the step's batch is complete
+        try:
+            spans = [json.loads(line) for line in open(timeline) if line.strip()]
+        except (OSError, ValueError):
+            return False
+        return any(span["span"] == "wait" and span.get("step") == step for span in spans)
+    wait_until(lambda: collected(1) or trainer.poll() is not None, 300, "step 1's batch")
+    os.killpg(server.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: "while pushing version 1" in roles.log(trainer) or trainer.poll() is not None, 90,
+                   "the push to time out")
+    finally:
+        os.killpg(server.pid, signal.SIGCONT)
+    wait_until(lambda: trainer.poll() is not None, 300, "the trainer to finish")
+    log = roles.log(trainer)
+    assert trainer.returncode == 0, log[-3000:]
+    assert "TimeoutError while pushing version 1" in log and "receipt of a weight chunk" in log
+    stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
+    assert stats.get("reset_items", 0) == 0, stats  # one lineage from start to end
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    steps = [r for r in rows if "wait/push_s" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3] and steps[0]["wait/push_s"] >= 30
+    ledger = [json.loads(line) for line in open(os.path.join(run_dir, "ledger.jsonl"))]
+    meta = json.load(open(os.path.join(run_dir, "checkpoints", "step_000003", "meta.json")))
+    fates = [e["item_id"] for e in ledger] + list(meta["in_flight"])
+    assert sorted(int(i.split("|")[0].split("/")[1]) for i in fates) == list(range(meta["cursor"]))

@@ -65,7 +65,7 @@ def _llama3_hf_config():
 
 
 def test_llama3_rope_table_scales_some_frequencies_like_transformers():
-    cfg = model.ModelConfig.from_hf_dict(_llama3_hf_config().to_dict(), dtype="float32")
+    cfg = hf_io.config_from_hf(_llama3_hf_config().to_dict(), dtype="float32")
     assert cfg.rope_scaling == model.Llama3RopeScaling(8.0, 1.0, 4.0, 64)
     plain = dataclasses.replace(cfg, rope_scaling=None)
     # the angle of position 1 is the inverse frequency itself (all below pi)
@@ -182,40 +182,40 @@ def test_decode_logprobs_bitwise_equal_forward():
 
 def test_config_layouts_and_refusals():
     base = {**HF_TINY, "model_type": "llama", "head_dim": 16}
-    v5 = model.ModelConfig.from_hf_dict({**base, "rope_parameters": dict(LLAMA3_ROPE)})
+    v5 = hf_io.config_from_hf({**base, "rope_parameters": dict(LLAMA3_ROPE)})
     # transformers 4.x layout: rope_theta at the top level, the scaling under rope_scaling (key "type" or "rope_type")
     old = {k: v for k, v in LLAMA3_ROPE.items() if k not in ("rope_type", "rope_theta")}
     for key in ("type", "rope_type"):
-        v4 = model.ModelConfig.from_hf_dict({**base, "rope_theta": 10000.0, "rope_scaling": {key: "llama3", **old}})
+        v4 = hf_io.config_from_hf({**base, "rope_theta": 10000.0, "rope_scaling": {key: "llama3", **old}})
         assert v4 == v5
-    assert model.ModelConfig.from_hf_dict(v5.to_hf_dict()) == v5
+    assert hf_io.config_from_hf(hf_io.config_to_hf(v5)) == v5
     # original_max_position_embeddings defaults to max_position_embeddings, as in transformers
     no_orig = {k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"}
-    cfg = model.ModelConfig.from_hf_dict({**base, "rope_parameters": no_orig})
+    cfg = hf_io.config_from_hf({**base, "rope_parameters": no_orig})
     assert cfg.rope_scaling.original_max_position_embeddings == 128
 
     for rope_type in ("linear", "dynamic", "yarn", "longrope"):
         with pytest.raises(ValueError, match=f"rope_type '{rope_type}' is not implemented"):
-            model.ModelConfig.from_hf_dict({**base, "rope_scaling": {"rope_type": rope_type, "factor": 2.0}})
+            hf_io.config_from_hf({**base, "rope_scaling": {"rope_type": rope_type, "factor": 2.0}})
         with pytest.raises(ValueError, match=f"rope_type '{rope_type}' is not implemented"):
-            model.ModelConfig.from_hf_dict({**base, "rope_parameters": {"rope_type": rope_type, "factor": 2.0,
+            hf_io.config_from_hf({**base, "rope_parameters": {"rope_type": rope_type, "factor": 2.0,
                                                                         "rope_theta": 1e4}})
     with pytest.raises(ValueError, match="missing factor"):
-        model.ModelConfig.from_hf_dict({**base, "rope_parameters": {**LLAMA3_ROPE, "factor": None}})
+        hf_io.config_from_hf({**base, "rope_parameters": {**LLAMA3_ROPE, "factor": None}})
     with pytest.raises(ValueError, match="partial_rotary_factor"):
-        model.ModelConfig.from_hf_dict({**base, "partial_rotary_factor": 0.5})
+        hf_io.config_from_hf({**base, "partial_rotary_factor": 0.5})
     with pytest.raises(ValueError, match="low_freq_factor < high_freq_factor"):
         model.Llama3RopeScaling(8.0, 4.0, 1.0, 64)
 
     qwen3 = {**HF_TINY, "model_type": "qwen3"}
-    assert model.ModelConfig.from_hf_dict(qwen3).head_dim == 128  # Qwen3Config's default, not hidden / heads
-    cfg = model.ModelConfig.from_hf_dict({**qwen3, "head_dim": QWEN3_HEAD_DIM})
-    d = cfg.to_hf_dict()
+    assert hf_io.config_from_hf(qwen3).head_dim == 128  # Qwen3Config's default, not hidden / heads
+    cfg = hf_io.config_from_hf({**qwen3, "head_dim": QWEN3_HEAD_DIM})
+    d = hf_io.config_to_hf(cfg)
     assert d["architectures"] == ["Qwen3ForCausalLM"] and d["head_dim"] == QWEN3_HEAD_DIM
     assert not d["attention_bias"] and "rope_scaling" not in d
-    assert model.ModelConfig.from_hf_dict(d) == cfg
+    assert hf_io.config_from_hf(d) == cfg
     with pytest.raises(ValueError, match="sliding-window"):
-        model.ModelConfig.from_hf_dict({**qwen3, "use_sliding_window": True})
+        hf_io.config_from_hf({**qwen3, "use_sliding_window": True})
 
 
 def test_qwen3_params_have_partition_specs_and_hf_names():

@@ -1,13 +1,37 @@
-"""The invariants, by construction: lifecycle.py's rules as tables of cases, then a model-based test
-that throws thousands of random event sequences (leases, duplicate and late submissions, expired
-leases, lost replies, worker kills, parameter-server restarts, trainer SIGTERM and SIGKILL + resume)
-at the real parameter-server WorkQueue and the trainer's own Books, checking after every event that
-no rollout is trained staler than k, every prompt has exactly one fate or is in flight, and nothing is
-trained twice; and that the run still makes progress afterwards (nothing is stuck for good).
+"""The invariants, by construction: lifecycle.py's rules as tables of cases, then a model-based test.
 
-Run: python -m pytest -q tests/test_lifecycle.py      (well under a minute)
+The model (class Sim) runs the roles' own book-keeping code, without sockets. The trainer is
+lifecycle.Collector (what trainer.Trainer does between its sockets: feed, receive, fill / batch /
+trained, snapshot / restore, server_restarted), called in Trainer's order; the parameter server is
+the real param_server.WorkQueue (a new one on each restart) with ParamServer.on_commit's rule that a
+new lineage's first push drops the old queue; simulated workers hold a weight version and lineage,
+pull sometimes and decide with the real lifecycle.worker_action. Each random sequence mixes leases,
+sampling that waits for weights, a slow worker that sits on its rollouts while the trainer steps and
+then submits them at once, verifier (infra) failures, duplicate submissions, forged leases, rollouts
+of another lineage or of the wrong shape or version under a genuine lease, expired leases, lost and
+twice-read replies, worker kills and hellos, param-server restarts (serving the weights last
+persisted, maybe older), and trainer SIGTERM or SIGKILL + resume. After every event:
+  - nothing is trained on that is staler than k, of another lineage, from a group with an
+    infra_error status, not sampled by a worker, or trained before;
+  - every prompt the cursor handed out has exactly one fate or is in flight, the ledger's trained
+    prompts are the ones trained on, the fate counts (metrics) are the ledger's, the version is the
+    number of batches trained, feeding keeps (k + 1) x B prompts in flight, and dynamic sampling
+    is told how many rollouts the batch was offered;
+  - the trainer sees a rollout twice only when it reads a reply twice;
+  - the server accepts a rollout only under a lease it issued for that item, of its newest lineage,
+    of the item's shape and min_version, once per item; a restarted worker's hello leaves its
+    predecessor no lease;
+  - a worker samples only with weights of the item's lineage and >= its min_version, and abandons
+    only items whose lineage is not the server's newest.
+After each sequence, faults stop: the run must make 3 more steps and every worker must decide on
+what it holds (progress). Not modelled here: the Trainer's sockets and timing (collect_batch's
+timeouts, push_trained's retries: tests/test_faults.py), evaluation items, the verifier-broken stop.
+
+Run: python -m pytest -q tests/test_lifecycle.py      (about 35 s on a 2-core CPU)
 """
 import collections
+import json
+import os
 import random
 from types import SimpleNamespace
 
@@ -40,6 +64,8 @@ def test_check_batch_asserts_the_bound_at_the_update():
         lc.check_batch([5, 3], ["a", "a"], 5, "a", 1)
     with pytest.raises(AssertionError):
         lc.check_batch([5], ["b"], 5, "a", 3)
+    with pytest.raises(ValueError):                 # a version without a lineage is no rollout
+        lc.check_batch([5, 5], ["a"], 5, "a", 0)
 
 
 @pytest.mark.parametrize("k, B, outstanding, want", [
@@ -71,11 +97,14 @@ def test_verifier_broken_needs_a_full_window_above_the_fraction():
     assert not lc.verifier_broken(w, 0.5)
     w.extend([(0, 8)] * 3)                            # a policy writing only broken code: status
     assert not lc.verifier_broken(w, 0.0)             # runtime_error, never infra_error
+    w.extend([(0, 0)] * 3)                            # no programs at all: nothing to judge
+    assert not lc.verifier_broken(w, 0.0)
+    assert lc.verifier_broken(collections.deque([(1, 1)], maxlen=1), 0.5)  # one program, failed
 
 
-def rollout(item_id, version, lineage, G=2, T=4, statuses=None, rewards=None):
+def rollout(item_id, version, lineage, G=2, T=4, statuses=None, rewards=None, worker="w"):
     return wire.Rollout.from_dict(dict(
-        item_id=item_id, version=version, lineage=lineage, worker="w", prompt_len=1,
+        item_id=item_id, version=version, lineage=lineage, worker=worker, prompt_len=1,
         tokens_GT=np.ones((G, T), np.int32), logp_behav_GT=np.zeros((G, T), np.float32),
         mask_GT=np.ones((G, T), np.float32),
         rewards_G=np.asarray(rewards if rewards is not None else [0.0, 1.0][:G], np.float32),
@@ -145,6 +174,26 @@ def test_duplicates_and_unknown_rollouts_are_counted_not_used():
     assert b.awaiting() == []
 
 
+def test_the_collector_feeds_and_routes_a_reply():
+    """Feed tops up to (k + 1) x B (a prompt too long gets its fate at once); a reply's ids are acked
+    next time, a malformed map is dropped, an evaluation rollout answers its pending item once,
+    training rollouts go to the books; a restarted server gets back what we hold no rollout for."""
+    b, fates = books(k=0, B=2)
+    c = lc.Collector(b, lambda i, v: (item(i, v), i != 1))
+    assert [i.item_id for i in c.feed()] == ["train/0|p0"] and fates == [("train/1|p1", lc.SKIPPED_TOO_LONG)]
+    assert [i.item_id for i in c.feed()] == ["train/2|p2"] and c.cursor == 3 and c.feed() == []
+    c.eval_pending["eval/0|x"] = item(9, 0)
+    ev, other_ev = ({**rollout(i, 0, "a").to_dict(), "eval": True} for i in ("eval/0|x", "eval/1|y"))
+    train, again = (rollout("train/0|p0", 0, "a", worker=w).to_dict() for w in ("w", "w2"))
+    parse = lambda d: wire.Rollout.from_dict(d) if isinstance(d, dict) else None
+    fresh = c.receive([train, ev, "junk", other_ev, ev, again], parse)
+    assert [(r.item_id, r.worker) for r in fresh] == [("train/0|p0", "w")]
+    assert c.ack == ["train/0|p0", "eval/0|x", "eval/1|y", "eval/0|x", "train/0|p0"]
+    assert b.counts[lc.ARRIVED_DUPLICATE] == 1
+    assert [r.item_id for r in c.evals] == ["eval/0|x"] and not c.eval_pending
+    assert [i.item_id for i in c.server_restarted()] == ["train/2|p2"] and c.ack  # the acks stay
+
+
 # ----------------------------------------------------------------------------- the server's rules
 
 
@@ -183,192 +232,496 @@ def test_leases_checked_renewed_and_released_on_hello():
     assert submit(q, a, a["lease"]) == "accepted"  # the first lease's late result still counts
 
 
+def test_the_queue_counts_what_happened_and_refuses_malformed_requests():
+    """What GetStats reports (WorkQueue.stats) after each kind of event. A renewal keeps a lease
+    alive; a restarted worker's first renewal releases its predecessor's leases, as its hello would;
+    a lapsed lease's late result still counts. Malformed leases, renewals and acks are refused. The
+    ids of delivered rollouts are remembered, the oldest forgotten first: a late submission is then
+    a duplicate, not unknown, and an id is enqueued again only with requeue."""
+    q = param_server.WorkQueue(param_server.Config(state_dir="/nonexistent-unused", remember_done=2))
+    q.enqueue([item(i, 0).to_dict() for i in range(4)], requeue=False)
+    assert q.enqueue([item(3, 0).to_dict(), item(4, 0).to_dict()], requeue=False) == {"added": 1, "queued": 5}
+    for lease_s in (0.5, 3600):
+        q.check_lease_s(lease_s)
+    for lease_s in (0, 3600.5):
+        with pytest.raises(ValueError, match=r"lease_s must be in \(0, 3600\]"):
+            q.check_lease_s(lease_s)
+    a, b = q.lease("w0", 2, 10, incarnation="i1")
+    c, d = q.lease("w1", 2, 10, incarnation="j1")
+    assert q.renew("w0", [[a["item_id"], a["lease"]], [b["item_id"], b["lease"]]], 1000, "i1") == \
+        {"renewed": 2, "lost": []}
+    for it in q.items.values():
+        it.deadline -= 500  # 500 s pass: the renewed leases (1000 s) hold, the others (10 s) lapse
+    q.expire()
+    assert [i for i, it in q.items.items() if it.state == "leased"] == [a["item_id"], b["item_id"]]
+    assert submit(q, c, c["lease"]) == "accepted"                          # lapsed, but nobody took it
+    for bad in ([[1, 2]], [["x"]], ["ab"]):
+        with pytest.raises(ValueError, match="pairs of strings"):
+            q.renew("w0", bad, 10, "i1")
+    assert q.renew("w0", [], 10, "i2") == {"renewed": 0, "lost": []}  # w0 restarted: a and b go back
+    fresh = {i["item_id"]: i for i in q.lease("w1", 3, 10, "j1")}
+    A, B, D = (fresh[x["item_id"]] for x in (a, b, d))
+    assert [submit(q, it, it["lease"]) for it in (A, B)] == ["accepted"] * 2
+    assert submit(q, A, a["lease"]) == "duplicate"                          # w0's late result
+    assert q.submit(wire.SubmitRollout("w1", D["item_id"], D["lease"], rollout(D["item_id"], 0, "z").to_dict()),
+                    "a") == "old_lineage"
+    assert submit(q, item(9, 0).to_dict(), "") == "unknown"
+    assert [r["item_id"] for r in q.take(2)] == [c["item_id"], A["item_id"]]  # this reply is lost
+    assert q.stats() == {"enqueued": 5, "leased": 1, "reissued": 3, "renewed": 2, "lease_expired": 2,
+                         "released_on_hello": 2, "submitted": 3, "duplicate": 1, "old_lineage": 1, "unknown": 1,
+                         "resent": 0, "queued": 1, "finished": 1, "unacked": 2}
+    assert [r["item_id"] for r in q.take(8)] == [c["item_id"], A["item_id"], B["item_id"]]
+    with pytest.raises(ValueError, match="ack must list item ids"):
+        q.take(8, ack=[3])
+    assert q.take(8, ack=[c["item_id"], A["item_id"], B["item_id"]]) == []  # delivered; c forgotten
+    assert [submit(q, it, it["lease"]) for it in (c, A)] == ["unknown", "duplicate"]
+    assert q.enqueue([item(i, 0).to_dict() for i in (0, 2)], requeue=False)["added"] == 1  # c, not A
+    assert q.enqueue([item(0, 0).to_dict()], requeue=True)["added"] == 1
+    q.reset()                                                               # D, item 4, c, A
+    q.enqueue([item(5, 0).to_dict()], requeue=False)
+    q.reset()
+    assert q.stats() == {"enqueued": 8, "leased": 0, "reissued": 3, "renewed": 2, "lease_expired": 2,
+                         "released_on_hello": 2, "submitted": 3, "duplicate": 2, "old_lineage": 1, "unknown": 2,
+                         "resent": 2, "delivered": 3, "reset_items": 5, "queued": 0, "finished": 0, "unacked": 0}
+
+
+def test_the_queue_refuses_what_no_item_asked_for():
+    """A full queue takes nothing; a lease needs max_items >= 1 and lasts lease_s; a restarted worker's
+    first lease releases its predecessor's leases; a rollout must name its message's item and be
+    what the item asked for (its lineage, a version >= its min_version, G x T), else it is refused
+    and counted; a dead lineage's rollout is answered old_lineage, and counted."""
+    q = param_server.WorkQueue(param_server.Config(state_dir="/nonexistent-unused", max_items=2))
+    q.enqueue([item(i, 1).to_dict() for i in range(2)], requeue=False)
+    with pytest.raises(ValueError, match=r"queue full \(2 of 2 items held\)"):
+        q.enqueue([item(2, 1).to_dict()], requeue=False)
+    with pytest.raises(ValueError, match="max_items must be >= 1"):
+        q.lease("w0", 0, 10, "i1")
+    a, b = q.lease("w0", 2, 10, "i1")
+    q.expire()
+    assert q.stats()["leased"] == 2                                    # 10 s have not passed
+    assert [i["item_id"] for i in q.lease("w0", 2, 10, "i2")] == [a["item_id"], b["item_id"]]  # i1 died
+    a, b = q.lease("w0", 2, 10, "i3")
+    assert q.stats()["released_on_hello"] == 4
+    with pytest.raises(ValueError, match="rollout.item_id differs from the message's item_id"):
+        q.submit(wire.SubmitRollout("w0", b["item_id"], a["lease"], rollout(a["item_id"], 1, "a").to_dict()), "a")
+    older = rollout(a["item_id"], 0, "a").to_dict()                    # sampled before min_version 1
+    wider = rollout(a["item_id"], 1, "a", G=3, rewards=[0.0, 1.0, 0.0]).to_dict()
+    other = rollout(a["item_id"], 1, "b").to_dict()                    # the server's lineage, not the item's
+    for r, lineage in ((older, "a"), (wider, "a"), (other, "b")):
+        with pytest.raises(ValueError, match="rollout refused"):
+            q.submit(wire.SubmitRollout("w0", a["item_id"], a["lease"], r), lineage)
+    assert [submit(q, a, a["lease"], version=1) for _ in range(2)] == ["accepted", "duplicate"]
+    stale = rollout(b["item_id"], 1, "a").to_dict()
+    assert [q.submit(wire.SubmitRollout("w0", b["item_id"], b["lease"], stale), "z") for _ in range(2)] == \
+        ["old_lineage"] * 2
+    assert {k: q.stats()[k] for k in ("refused", "old_lineage", "submitted")} == \
+        {"refused": 3, "old_lineage": 2, "submitted": 1}
+
+
 # ----------------------------------------------------------------------------- the whole lifecycle
+
+INFRA = "infra_error"  # the verifier's status for its own failure, as it travels (verifier.py sends it)
+FATE_WORDS = {"trained", "dropped_stale", "filtered_zero_var", "skipped_too_long", "verifier_failed"}  # as ledger.jsonl spells them
+
+
+class Worker:
+    """A simulated inference worker: the weights it holds, the items it leased (waiting for weights
+    until lifecycle.worker_action says sample or abandon), the rollouts it sampled and has not
+    submitted yet, and what it submitted (a duplicate sends one again). A slow worker sits on its
+    rollouts while the trainer makes a few steps, then submits them all at once."""
+
+    def __init__(self, name: str, slow: bool, incarnation: str):
+        self.name, self.slow, self.inc, self.announced = name, slow, incarnation, False
+        self.version, self.lineage = -1, ""
+        self.group, self.done, self.sent = [], [], []
+        self.submit_at = 0  # its rollouts are ready to submit at this trainer version
 
 
 class Sim:
-    """The trainer's books and the server's queue, driven by random events. Workers are simulated:
-    a leased item is 'sampled' at lease time with any version from its min_version to the trainer's
-    current one (a worker that pulls rarely holds older weights) and submitted later, so rollouts
-    age like they do in the system."""
+    """One random run. The trainer is lifecycle.Collector, the code trainer.Trainer runs between its
+    sockets (feed, receive, fill / batch / trained, snapshot / restore, server_restarted), called in
+    Trainer's order: check_param_server pushes, then enqueues again; a step trains, pushes, sometimes
+    checkpoints, then checks the param server. The param server is the real param_server.WorkQueue
+    (a new one when the server restarts) with its newest weights and the rule of
+    ParamServer.on_commit (a new lineage's first version drops the old queue). The workers are
+    simulated and decide with the real lifecycle.worker_action. The invariants are checked against
+    the model's own record: the version it trained at, the leases the server issued, who sent what.
+    Each event returns whether it did anything."""
 
     def __init__(self, rng: random.Random, k: int, B: int):
         self.rng, self.k, self.B = rng, k, B
-        self.q = queue()
-        self.version, self.cursor, self.n_lineage = 0, 0, 0
-        self.ledger: list = []             # (item_id, fate): the ledger file
-        self.trained_staleness: list = []
-        self.books = self.new_books()
-        self.ack: list = []
-        self.workers = {f"w{i}": SimpleNamespace(inc="0", held=[], done=[]) for i in range(3)}
-        self.checkpoint = self.snapshot()
+        self.instance, self.weights, self.persisted = 0, (-1, ""), (-1, "")
+        self.restart_param_server()
+        self.workers = {f"w{i}": Worker(f"w{i}", slow=i == 0, incarnation="0") for i in range(4)}
+        for w in self.workers.values():
+            self.hello(w)
+        self.n_lineage, self.version = 0, 0
+        self.ledger: list = []   # (item_id, fate): ledger.jsonl
+        self.trained: list = []  # the item ids the model trained on, in order (cut back by a resume)
+        self.start_trainer(None)
+        self.save_checkpoint()   # a resume before the first checkpoint starts from nothing
 
-    def new_books(self):
-        self.n_lineage += 1
-        self.lineage = f"L{self.n_lineage}"
-        self.q.reset()  # what a new lineage's first push does at the server
-        return lc.Books(self.k, self.B, self.lineage, lambda i, f: self.ledger.append((i, f)))
+    # -- the param server
+    def restart_param_server(self):
+        """A new param server process: an empty queue, the weights last persisted (maybe older)."""
+        self.q = param_server.WorkQueue(param_server.Config(state_dir="/nonexistent-unused"))
+        self.instance += 1
+        self.weights = self.persisted
+        self.issued = collections.defaultdict(set)  # item_id -> the leases this queue issued for it
+        self.accepted = set()                       # the items it accepted a rollout for
+        return True
 
-    def snapshot(self):
-        return dict(in_flight=self.books.snapshot(), cursor=self.cursor, version=self.version,
-                    ledger=len(self.ledger))
-
-    # -- events
-    def feed(self):
-        items = []
-        for _ in range(self.books.to_feed()):
-            it = item(self.cursor, self.version, self.lineage)
-            self.cursor += 1
-            if self.rng.random() < 0.05:  # a prompt too long for the budget
-                self.books.counts[lc.SKIPPED_TOO_LONG] += 1
-                self.ledger.append((it.item_id, lc.SKIPPED_TOO_LONG))
-                continue
-            self.books.add(it)
-            items.append(it.to_dict())
-        self.q.enqueue(items, requeue=False)
-
-    def lease(self):
-        w = self.workers[self.rng.choice(list(self.workers))]
-        for it in self.q.lease(self.name_of(w),
-                               self.rng.randint(1, 2), 10, incarnation=w.inc):
-            it = wire.WorkItem.from_dict(it)
-            # A worker may hold any weights from min_version to the newest (pull_every > 1 pulls rarely)
-            version = self.rng.randint(it.min_version, self.version) if it.lineage == self.lineage else -1
-            if lc.worker_action(it.min_version, it.lineage, version, self.lineage, True) == lc.SAMPLE:
-                w.held.append((it, version))
-
-    def name_of(self, w):
-        return next(n for n, x in self.workers.items() if x is w)
-
-    def submit(self, duplicate=False):
-        # w0 is a slow worker: it submits a tenth as often, so its rollouts age past the bound
-        w = self.workers[self.rng.choices(list(self.workers), [0.1, 1, 1])[0]]
-        pool = w.done if duplicate else w.held
-        if not pool:
-            return
-        it, version = pool.pop(self.rng.randrange(len(pool)))
-        r = rollout(it.item_id, version, it.lineage, rewards=[self.rng.choice([0.0, 1.0]) for _ in range(2)],
-                    statuses=[lc.INFRA_ERROR if self.rng.random() < 0.03 else "passed", "failed"])
-        try:
-            self.q.submit(wire.SubmitRollout(self.name_of(w), it.item_id, it.lease, r.to_dict()), self.lineage)
-        except ValueError:  # a lease this server never issued (it restarted): refused, nothing changes
-            pass
-        w.done.append((it, version))
+    def commit(self, version: int, lineage: str):
+        """A weight push arrives (ParamServer.on_commit): a new lineage drops the old one's queue."""
+        if lineage != self.weights[1]:
+            self.q.reset()
+            self.issued, self.accepted = collections.defaultdict(set), set()
+        self.weights = (version, lineage)
+        if self.rng.random() < 0.7:  # on disk before the next restart, or not yet (a thread writes it)
+            self.persisted = self.weights
 
     def expire(self):
         leased = [i for i in self.q.items.values() if i.state == "leased"]
         if leased:
-            self.rng.choice(leased).deadline = 0.0
+            self.rng.choice(leased).deadline = 0.0  # a heartbeat that came too late
             self.q.expire()
+        return bool(leased)
 
-    def get(self, lost=False):
-        reply = self.q.take(self.rng.randint(1, 8), ack=self.ack)
-        if lost:
-            return  # the reply never reaches the trainer: nothing acked next time
-        self.ack = [r["item_id"] for r in reply]
-        for r in reply:
-            self.books.receive(wire.Rollout.from_dict(r), self.version)
+    # -- the trainer
+    def start_trainer(self, checkpoint):
+        """A trainer process: a new lineage; a resume restores the checkpoint and cuts the ledger back."""
+        self.n_lineage += 1
+        self.lineage = f"L{self.n_lineage}"
+        books = lc.Books(self.k, self.B, self.lineage, lambda i, f: self.ledger.append((i, f)))
+        self.collector = lc.Collector(books, self.new_item)
+        self.ps_instance, self.last_reply, self.offered = None, [], 0
+        if checkpoint is not None:
+            del self.ledger[checkpoint["ledger"]:]
+            del self.trained[checkpoint["trained"]:]
+            self.version = checkpoint["version"]
+            self.collector.restore(json.loads(checkpoint["meta"]), wire.WorkItem.from_dict)
+        return True
+
+    def new_item(self, index: int, version: int):
+        assert version == self.version, "an item must ask for the trainer's version"
+        return item(index, version, self.lineage), self.rng.random() > 0.05  # 1 in 20 too long
+
+    def save_checkpoint(self):
+        self.checkpoint = dict(meta=json.dumps(self.collector.snapshot()), version=self.version,
+                               ledger=len(self.ledger), trained=len(self.trained))
+
+    def check_param_server(self):
+        """Trainer.check_param_server: a server we have not talked to, or one whose newest weights
+        are not our version, gets a push; a new one also gets every item we hold no rollout for."""
+        restarted = self.instance != self.ps_instance
+        if restarted or self.weights != (self.collector.version, self.lineage):
+            self.commit(self.collector.version, self.lineage)
+        if restarted:
+            self.q.enqueue([i.to_dict() for i in self.collector.server_restarted()], requeue=True)
+            self.ps_instance = self.instance
+        return True
+
+    def connect(self):
+        if self.ps_instance is None:  # Trainer.run begins with check_param_server
+            self.check_param_server()
+
+    def feed(self):
+        self.connect()
+        fates = len(self.ledger)
+        items = self.collector.feed()
+        skipped = len(self.ledger) - fates  # too long for the budget: a fate at once
+        assert len(self.collector.books.in_flight) + skipped == (self.k + 1) * self.B, "not topped up to (k + 1) x B"
+        self.q.enqueue([i.to_dict() for i in items], requeue=False)
+        return bool(items)
+
+    def get(self, lost=False, replay=False):
+        self.connect()
+        if self.ps_instance != self.instance and self.rng.random() < 0.5:
+            # The long poll died with the server: a TimeoutError, on which Trainer.run checks it.
+            # (A request sent after the restart is answered by the new server, unnoticed.)
+            return self.check_param_server()
+        if replay:  # the same reply read twice: duplicates only the books can recognise
+            if not self.last_reply:
+                return False
+            reply, self.last_reply = self.last_reply, []
+        else:
+            reply = self.q.take(self.rng.randint(1, 8), ack=self.collector.ack)
+            self.last_reply = [] if lost else reply
+        if not lost:  # a lost reply never reaches the trainer: it acks nothing new next time
+            counts = self.collector.books.counts
+            duplicates = counts[lc.ARRIVED_DUPLICATE]
+            self.collector.receive(reply, wire.Rollout.from_dict)
+            # Nothing used twice, at the door: the server sends each rollout once (until acked), so
+            # the trainer sees a duplicate exactly when it reads a reply again.
+            assert counts[lc.ARRIVED_DUPLICATE] - duplicates == (len(reply) if replay else 0), \
+                "a rollout arrived twice" if not replay else "a rollout read twice was not a duplicate"
+        return bool(reply)
+
+    def keep(self, rollout, seen):
+        """Dynamic sampling (grpo.keep_group's say): groups with a reward spread, and any once more
+        than 4 x B were offered to this batch; `seen` must count the offers since the last batch."""
+        self.offered += 1
+        assert seen == self.offered, f"the books say {seen} rollouts were offered to this batch, not {self.offered}"
+        return np.ptp(rollout.rewards_G) > 0 or seen > 4 * self.B
 
     def step(self):
-        keep = lambda r, seen: np.ptp(r.rewards_G) > 0 or seen > 4 * self.B  # dynamic sampling
-        if self.books.fill(self.version, keep):
-            batch = list(self.books.batch.values())
-            lc.check_batch([r.version for r in batch], [r.lineage for r in batch], self.version,
-                           self.lineage, self.k)
-            self.trained_staleness += [self.version - r.version for r in batch]
-            self.books.trained()
-            self.version += 1
-            if self.rng.random() < 0.3:
-                self.checkpoint = self.snapshot()
+        self.connect()
+        if not self.collector.fill(self.keep):
+            return False
+        batch = self.collector.batch()
+        assert len({r.item_id for r in batch}) == len(batch) == self.B
+        for r in batch:  # what may be trained on, against the model's own version and record
+            assert r.lineage == self.lineage and 0 <= self.version - r.version <= self.k, \
+                f"trained a rollout of {r.lineage} v{r.version} at {self.lineage} v{self.version}, k={self.k}"
+            assert INFRA not in r.statuses, f"trained {r.item_id}, a group the verifier failed on"
+            assert r.worker in self.workers, f"trained a rollout sent by {r.worker}"
+            assert r.item_id not in self.trained, f"trained {r.item_id} twice"
+        self.collector.trained()
+        self.version, self.offered = self.version + 1, 0
+        self.trained += [r.item_id for r in batch]
+        self.commit(self.collector.version, self.lineage)  # Trainer.push_trained
+        if self.rng.random() < 0.3:
+            self.save_checkpoint()
+        return self.check_param_server()  # the next step begins with it
+
+    def collect(self):  # one round of Trainer.collect_batch's loop: fill (and train), feed, receive
+        return any([self.step(), self.feed(), self.get()])
+
+    def sigterm(self):
+        self.save_checkpoint()  # checkpointed now, the half-collected batch included
+        return self.start_trainer(self.checkpoint)
+
+    def sigkill(self):
+        return self.start_trainer(self.checkpoint)
+
+    # -- the workers
+    def pick(self, pred):
+        ws = [w for w in self.workers.values() if pred(w)]
+        return self.rng.choice(ws) if ws else None
+
+    def hello(self, w):
+        self.q.hello(w.name, w.inc)
+        w.announced = True
+
+    def pull(self, w):
+        if self.weights[0] >= 0:
+            w.version, w.lineage = self.weights
+
+    def lease(self, w=None, n=None):
+        """Worker.run_batch: lease a batch (after a hello, if just started), sample it as soon as
+        the weights allow, submit it (a fast worker, mostly at once; a slow one later)."""
+        w = w or self.pick(lambda w: not w.group and not w.done)
+        if w is None or not self.q.queue:
+            return False
+        if not w.announced:
+            self.hello(w)
+        if self.rng.random() < 0.5:  # pull_every: new weights between batches, or not
+            self.pull(w)
+        w.group = [SimpleNamespace(**d) for d in self.q.lease(w.name, n or self.rng.randint(1, 3), 10, w.inc)]
+        for it in w.group:
+            self.issued[it.item_id].add(it.lease)
+        self.work(w)
+        w.submit_at = self.version + self.rng.randint(1, self.k + 2) if w.slow else self.version
+        if not w.slow and self.rng.random() < 0.6:
+            self.submit(w)
+        return True
+
+    def work(self, w=None, must_decide=False):
+        """Worker.wait_for_weights, one pull at a time, then sampling."""
+        w = w or self.pick(lambda w: w.group)
+        if w is None or not w.group:
+            return False
+        need, lineage = max(i.min_version for i in w.group), w.group[0].lineage
+        action = lc.worker_action(need, lineage, w.version, w.lineage, False)
+        if action == lc.WAIT:
+            self.pull(w)
+            action = lc.worker_action(need, lineage, w.version, w.lineage, (w.version, w.lineage) == self.weights)
+        if action == lc.SAMPLE:  # the worker's half of the bound: the item's lineage, >= its min_version
+            assert w.lineage == lineage and all(w.version >= i.min_version for i in w.group), \
+                f"sampled items of {lineage} v>={need} with {w.lineage} v{w.version}"
+            w.done += [(it, self.sampled(it.item_id, w.version, w.lineage, w.name)) for it in w.group]
+        elif action == lc.ABANDON:  # only items whose trainer is gone: the server's newest is not theirs
+            assert (w.version, w.lineage) == self.weights and w.lineage != lineage, \
+                f"abandoned items of {lineage} holding {w.lineage} v{w.version}, server at {self.weights}"
+        else:
+            assert not must_decide, f"{w.name} waits for v{need} of {lineage}, the server has {self.weights}"
+            return True
+        w.group = []
+        return True
+
+    def sampled(self, item_id, version, lineage, worker):
+        statuses = ["passed", "failed"]
+        if self.rng.random() < 0.08:  # the verifier failed on one program, or on both
+            statuses = [INFRA, self.rng.choice([INFRA, "passed"])]
+        rewards = self.rng.choice([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+        return dict(item_id=item_id, version=version, lineage=lineage, worker=worker, prompt_len=1,
+                    tokens_GT=np.ones((2, 4), np.int32), logp_behav_GT=np.zeros((2, 4), np.float32),
+                    mask_GT=np.ones((2, 4), np.float32), rewards_G=np.array(rewards, np.float32),
+                    finished_G=np.ones(2, bool), statuses=statuses)
+
+    def send(self, worker, it_id, lease, r):
+        """A submission, and the server's invariants on what it accepts: a lease it issued for that
+        item, a rollout of its newest lineage and of the item's lineage, shape and min_version, one
+        per item."""
+        asked = self.q.items[it_id].data if it_id in self.q.items else None
+        try:
+            status = self.q.submit(wire.SubmitRollout(worker, it_id, lease, r), self.weights[1])
+        except ValueError:
+            return "refused"
+        if status == "accepted":
+            assert lease in self.issued[it_id], f"accepted {it_id} under a lease never issued for it"
+            assert r["lineage"] == self.weights[1], f"accepted {it_id} of lineage {r['lineage']}"
+            assert it_id not in self.accepted, f"accepted a second rollout of {it_id}"
+            assert (r["lineage"] == asked["lineage"] and r["version"] >= asked["min_version"]
+                    and r.get("eval", False) == asked["eval"]
+                    and r["tokens_GT"].shape == (asked["group_size"], asked["seq_len"])), \
+                f"accepted a rollout of {it_id} that is not what the item asked for"
+            self.accepted.add(it_id)
+        return status
+
+    def submit(self, w=None):
+        w = w or self.pick(lambda w: w.done and self.version >= w.submit_at)
+        if w is None:
+            return False
+        n = len(w.done) if w.slow or self.rng.random() < 0.5 else 1  # the slow one: all at once
+        for it, r in w.done[:n]:
+            self.send(w.name, it.item_id, it.lease, r)
+            w.sent.append((it, r))
+        del w.done[:n]
+        return True
+
+    def duplicate(self):
+        w = self.pick(lambda w: w.sent)
+        if w is None:
+            return False
+        it, r = self.rng.choice(w.sent)
+        self.send(w.name, it.item_id, it.lease, r)
+        return True
+
+    def forge(self):
+        """A submission under a lease the server never issued, of its newest lineage and version."""
+        if not self.q.items or self.weights[0] < 0:
+            return False
+        it_id = self.rng.choice(list(self.q.items))
+        self.send("forger", it_id, os.urandom(6).hex(), self.sampled(it_id, *self.weights, "forger"))
+        return True
+
+    def zombie(self):
+        """A rollout of a dead (or never seen) lineage under a genuine lease."""
+        leased = [(i, it) for i, it in self.q.items.items() if it.state == "leased"]
+        if not leased:
+            return False
+        it_id, it = self.rng.choice(leased)
+        lineage = self.rng.choice([f"L{self.n_lineage - 1}", "Lzombie"])
+        self.send("zombie", it_id, it.lease, self.sampled(it_id, it.data["min_version"], lineage, "zombie"))
+        return True
+
+    def misfit(self):
+        """A rollout under a genuine lease that is not what its item asked for: sampled with weights
+        older than its min_version, of another group size or length, or marked as an evaluation."""
+        leased = [(i, it) for i, it in self.q.items.items() if it.state == "leased"]
+        if not leased or self.weights[0] < 0:
+            return False
+        it_id, it = self.rng.choice(leased)
+        r = self.sampled(it_id, *self.weights, "misfit")
+        G, T = self.rng.choice([(2, 4), (3, 4), (2, 5)])
+        r.update(tokens_GT=np.ones((G, T), np.int32), logp_behav_GT=np.zeros((G, T), np.float32),
+                 mask_GT=np.ones((G, T), np.float32), rewards_G=np.zeros(G, np.float32),
+                 finished_G=np.ones(G, bool), statuses=["passed"] * G)
+        if (G, T) == (2, 4):  # the right shape: older weights, or the wrong kind
+            r.update(self.rng.choice([{"version": it.data["min_version"] - 1}, {"eval": True}]))
+        self.send("misfit", it_id, it.lease, r)
+        return True
 
     def kill_worker(self):
-        name = self.rng.choice(list(self.workers))
-        self.workers[name] = SimpleNamespace(inc=str(self.rng.random()), held=[], done=[])
-        self.q.hello(name, self.workers[name].inc)
+        """A worker dies with what it held; its successor says hello at its first lease."""
+        w = self.rng.choice(list(self.workers.values()))
+        self.workers[w.name] = Worker(w.name, w.slow, incarnation=os.urandom(4).hex())
+        return True
 
-    def restart_param_server(self):
-        self.q = queue()
-        self.ack = []
-        self.q.enqueue([i.to_dict() for i in self.books.awaiting()], requeue=True)
-
-    def trainer_restart(self, sigterm: bool):
-        if sigterm:  # finish nothing, checkpoint now, exit; the supervisor resumes us
-            self.checkpoint = self.snapshot()
-        ck = self.checkpoint
-        del self.ledger[ck["ledger"]:]
-        self.version, self.cursor, self.ack = ck["version"], ck["cursor"], []
-        self.books = self.new_books()
-        again = self.books.restore(ck["in_flight"], wire.WorkItem.from_dict, self.version)
-        self.q.enqueue([i.to_dict() for i in again], requeue=True)
-        for w in self.workers.values():  # their held items belong to a dead lineage now
-            w.held, w.done = [], []
-
-    # -- the invariants
+    # -- the invariants, after every event
     def check(self):
         fated = collections.Counter(i for i, _ in self.ledger)
-        assert not [i for i, n in fated.items() if n > 1], "a prompt with two fates"
-        trained = [i for i, f in self.ledger if f == lc.TRAINED]
-        assert len(trained) == len(set(trained))
-        ids = set(fated) | set(self.books.in_flight)
-        assert not set(fated) & set(self.books.in_flight), "a prompt both fated and in flight"
-        assert sorted(int(i.split("|")[0].split("/")[1]) for i in ids) == list(range(self.cursor)), \
+        assert max(fated.values(), default=1) == 1, "a prompt with two fates"
+        assert {f for _, f in self.ledger} <= FATE_WORDS
+        in_flight = self.collector.books.in_flight
+        assert not fated.keys() & in_flight.keys(), "a prompt both fated and in flight"
+        assert sorted(index_of(i) for i in [*fated, *in_flight]) == list(range(self.collector.cursor)), \
             "a prompt with neither a fate nor a place in flight"
-        assert all(0 <= s <= self.k for s in self.trained_staleness)
+        assert len(in_flight) <= (self.k + 1) * self.B, "more than (k + 1) x B prompts in flight"
+        assert collections.Counter(i for i, f in self.ledger if f == "trained") == collections.Counter(self.trained), \
+            "the ledger's trained prompts are not the ones trained on"
+        counts = self.collector.books.counts
+        assert collections.Counter({f: counts[f] for f in FATE_WORDS}) == collections.Counter(f for _, f in self.ledger), \
+            "the fate counts (metrics rollouts/*) are not the ledger's"
+        assert self.collector.version == self.version, "the trainer's version is not the batches it trained"
+        for it in self.q.items.values():  # a restarted worker's hello released its predecessor's leases
+            w = self.workers.get(it.worker)
+            assert not (it.state == "leased" and w and w.announced and it.incarnation != w.inc), \
+                f"{it.worker} said hello, its predecessor still holds a lease"
 
     def drain(self, steps: int):
-        """No faults now: the run must make `steps` more steps (nothing is stuck for good)."""
+        """No faults now, and time passes: the run must make `steps` more steps (nothing is stuck
+        for good), and every worker decides on the items it holds once it has pulled."""
         target = self.version + steps
-        for _ in range(400):
+        for _ in range(100):
             if self.version >= target:
                 return
+            self.check_param_server()
             self.feed()
+            for w in self.workers.values():
+                self.work(w, must_decide=True)
+                self.submit(w)
             for it in self.q.items.values():
-                if it.state == "leased":
-                    it.deadline = 0.0  # time passes: unrenewed leases of simulated workers lapse
+                it.deadline = 0.0  # the leases nobody renews lapse
             self.q.expire()
-            for w in self.workers.values():
-                w.held.clear()
-            while self.q.queue:
-                self.lease()
-            for w in self.workers.values():
-                while w.held:
-                    self.submit()
+            while self.lease(self.pick(lambda w: not w.group and not w.done), n=3):
+                self.submit(self.pick(lambda w: w.done))
             self.get()
             self.get()
             self.step()
             self.check()
-        raise AssertionError(f"stuck at version {self.version}: {len(self.books.in_flight)} in flight, "
+        raise AssertionError(f"stuck at version {self.version}: {len(self.collector.books.in_flight)} in flight, "
                              f"server {self.q.stats()}")
 
 
-EVENTS = {"feed": 3, "lease": 4, "submit": 4, "duplicate": 1, "expire": 1, "get": 3, "lost_reply": 1,
-          "step": 3, "kill_worker": 0.5, "restart_param_server": 0.3, "sigterm": 0.3, "sigkill": 0.3}
+def index_of(item_id: str) -> int:
+    return int(item_id.split("|")[0].split("/")[1])  # train/<cursor index>|<problem id>
+
+
+EVENTS = {  # event: weight
+    "collect": 5, "get": 1, "lost_reply": 0.4, "replayed_reply": 0.2, "step": 2, "check_param_server": 0.3,
+    "sigterm": 0.06, "sigkill": 0.06, "restart_param_server": 0.1, "expire": 0.15,
+    "lease": 6, "work": 1, "submit": 4, "duplicate": 0.5, "forge": 0.3, "zombie": 0.3, "misfit": 0.3,
+    "kill_worker": 0.2}
 
 
 def run_sequence(seed: int, k: int, B: int, n_events: int) -> Sim:
+    """n_events events that did something, each followed by the invariants' check; then the drain."""
     rng = random.Random(seed)
     sim = Sim(rng, k, B)
+    act = {"get": sim.get, "lost_reply": lambda: sim.get(lost=True), "replayed_reply": lambda: sim.get(replay=True)}
     names, weights = zip(*EVENTS.items())
-    for _ in range(n_events):
+    done = 0
+    while done < n_events:
         event = rng.choices(names, weights)[0]
-        {"feed": sim.feed, "lease": sim.lease, "submit": sim.submit,
-         "duplicate": lambda: sim.submit(duplicate=True), "expire": sim.expire, "get": sim.get,
-         "lost_reply": lambda: sim.get(lost=True), "step": sim.step, "kill_worker": sim.kill_worker,
-         "restart_param_server": sim.restart_param_server,
-         "sigterm": lambda: sim.trainer_restart(True), "sigkill": lambda: sim.trainer_restart(False)}[event]()
-        sim.check()
+        if (act.get(event) or getattr(sim, event))():
+            sim.check()
+            done += 1
     sim.drain(steps=3)
     return sim
 
 
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_random_lifecycles_keep_every_invariant(k):
+    """200 sequences of 150 events each, B = 1, 2, 3 in turn (`-s` prints how often each fate occurred)."""
     steps, fates = 0, collections.Counter()
-    for seed in range(600):
-        sim = run_sequence(seed * 7 + k, k, B=1 + seed % 3, n_events=60)
+    for seed in range(200):
+        sim = run_sequence(seed * 7 + k, k, B=1 + seed % 3, n_events=150)
         steps += sim.version
         fates.update(f for _, f in sim.ledger)
+    print(f"k={k}: {steps} steps, fates {dict(fates)}")
     # The sequences trained, and every fate occurred (with k = 0 the trainer keeps only the batch's
-    # B prompts in flight, so nothing can age past the bound: a late rollout is a duplicate instead).
-    assert steps > 1500 and fates[lc.TRAINED] > 1500
-    assert all(fates[f] > 0 for f in lc.FATES if f != lc.DROPPED_STALE or k > 0), fates
+    # B prompts in flight, all asking for its version, so nothing can age past the bound).
+    assert steps > 1000 and fates[lc.TRAINED] > 1000, (steps, fates)
+    assert all(fates[f] >= 50 for f in lc.FATES if f != lc.DROPPED_STALE or k > 0), fates

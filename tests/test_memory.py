@@ -1,5 +1,5 @@
 """The trainer's memory: log-probs and attention in chunks along T (model.py, "memory: the full-sequence
-graphs in chunks along T"), with the sampler/trainer bits unchanged; and the memory estimate.
+graphs in chunks along T"), with the sampler/trainer bits unchanged; and the memory estimate (memory.py).
 
 Run:  python -m pytest -q tests/test_memory.py        (about a minute on a 2-core CPU)
 
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import memory  # noqa: E402
 import model  # noqa: E402
 
 BIG_V = dict(vocab_size=40_000, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -155,13 +156,13 @@ def test_rows_for_budget_is_the_largest_fitting_microbatch():
                             head_dim=64, intermediate_size=4864, max_seq_len=32768, rope_theta=1e6,
                             rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
     assert model.param_count(cfg) == 494_032_768
-    state = model.train_state_bytes(cfg)
-    step = [model.train_step_bytes(cfg, r, 1024) for r in (1, 2, 8, 64)]
+    state = memory.train_state_bytes(cfg)
+    step = [memory.train_step_bytes(cfg, r, 1024) for r in (1, 2, 8, 64)]
     assert step == sorted(step) and step[0] > 4 * model.param_count(cfg)
     for budget_gib in (12, 16, 40, 80):
         budget = budget_gib << 30
-        r = model.rows_for_budget(cfg, 1024, budget)
-        assert r >= 1 and state + model.train_step_bytes(cfg, r, 1024) <= budget
-        assert state + model.train_step_bytes(cfg, r + 1, 1024) > budget
-    assert model.rows_for_budget(cfg, 1024, state) == 0
-    assert model.rows_for_budget(cfg, 1024, 80 << 30, state_bytes=0) > model.rows_for_budget(cfg, 1024, 80 << 30)
+        r = memory.rows_for_budget(cfg, 1024, budget)
+        assert r >= 1 and state + memory.train_step_bytes(cfg, r, 1024) <= budget
+        assert state + memory.train_step_bytes(cfg, r + 1, 1024) > budget
+    assert memory.rows_for_budget(cfg, 1024, state) == 0
+    assert memory.rows_for_budget(cfg, 1024, 80 << 30, state_bytes=0) > memory.rows_for_budget(cfg, 1024, 80 << 30)

@@ -101,7 +101,7 @@ def test_save_hf_loads_in_transformers(tmp_path, kind):
 
 
 def test_save_hf_copies_the_tokenizer_files_of_the_source_folder(tmp_path):
-    cfg = model.ModelConfig.from_hf_dict({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
+    cfg = hf_io.config_from_hf({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
     src = tmp_path / "src"
     src.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "warmup.json"):
@@ -113,8 +113,8 @@ def test_save_hf_copies_the_tokenizer_files_of_the_source_folder(tmp_path):
 
 
 def test_bf16_save_load_roundtrip_and_config_dict(tmp_path):
-    cfg = model.ModelConfig.from_hf_dict({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
-    assert model.ModelConfig.from_hf_dict(cfg.to_hf_dict()) == cfg
+    cfg = hf_io.config_from_hf({**HF_TINY, "model_type": "llama", "head_dim": 16}, dtype="bfloat16")
+    assert hf_io.config_from_hf(hf_io.config_to_hf(cfg)) == cfg
     params = model.init_params(cfg, jax.random.key(1))
     hf_io.save_hf(str(tmp_path), cfg, params)
     cfg2, params2 = hf_io.load_hf(str(tmp_path))
@@ -268,7 +268,7 @@ def test_partition_specs_cover_params():
 
 def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="model_type 'gpt2' is not supported"):
-        model.ModelConfig.from_hf_dict({**HF_TINY, "model_type": "gpt2"})
+        hf_io.config_from_hf({**HF_TINY, "model_type": "gpt2"})
     (tmp_path / "x").mkdir()
     json.dump({**HF_TINY, "model_type": "mistral"}, open(tmp_path / "x" / "config.json", "w"))
     with pytest.raises(ValueError, match="not supported"):

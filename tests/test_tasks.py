@@ -8,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import prompts
 import tasks
 
 # Runs each (program, tests) pair in its own namespace inside ONE child interpreter and prints which
@@ -118,10 +119,10 @@ def test_program_cuts_completion_at_the_stop_string():
     assert p.program("2*x+1\nimport os\n") == p.prompt + "2*x+1\n"
     # The earliest stop string wins; of it only the leading whitespace stays, so a program never
     # ends in "def" or "if __name__" (a syntax error): it ends with the newline before them.
-    assert tasks.cut_at_stop("a\ndef g\nclass", ("\nclass", "\ndef")) == "a\n"
-    assert tasks.cut_at_stop("x\n\nif __name__ == 1", ("\nif __name__", "\n#")) == "x\n\n"
-    assert tasks.cut_at_stop("a END b", ("END",)) == "a "
-    assert tasks.cut_at_stop("abc", ("\n",)) == "abc" and tasks.cut_at_stop("abc", ("", )) == "abc"
+    assert prompts.cut_at_stop("a\ndef g\nclass", ("\nclass", "\ndef")) == "a\n"
+    assert prompts.cut_at_stop("x\n\nif __name__ == 1", ("\nif __name__", "\n#")) == "x\n\n"
+    assert prompts.cut_at_stop("a END b", ("END",)) == "a "
+    assert prompts.cut_at_stop("abc", ("\n",)) == "abc" and prompts.cut_at_stop("abc", ("", )) == "abc"
     he = tasks.Problem(item_id="h", prompt="def f():\n", tests="assert f() == 1\n", entry_point="f",
                        kind="assert", stop=tasks._HUMANEVAL_STOP)
     program = he.program("    return 1\ndef g():\n    pass\n")

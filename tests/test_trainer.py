@@ -141,18 +141,19 @@ def test_split_batch_keeps_row_order():
 
 
 def test_the_microbatch_comes_from_the_memory_budget():
-    """fit_microbatch: the rows that fit beside the trainer's state (model.rows_for_budget), capped at
+    """fit_microbatch: the rows that fit beside the trainer's state (memory.rows_for_budget), capped at
     MICROBATCH_MAX; a budget that cannot hold one row is a clear error, not an out-of-memory crash."""
+    import memory
     import model
     import trainer
     qwen05 = model.ModelConfig(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
                                head_dim=64, intermediate_size=4864, max_seq_len=32768, rope_theta=1e6,
                                rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
-    state = model.train_state_bytes(qwen05) / 2**30
+    state = memory.train_state_bytes(qwen05) / 2**30
     rows = trainer.fit_microbatch(qwen05, 1024, budget_gb=state + 8)
     assert 1 <= rows < trainer.MICROBATCH_MAX
-    assert model.train_state_bytes(qwen05) + model.train_step_bytes(qwen05, rows, 1024) <= (state + 8) * 2**30
-    assert model.train_state_bytes(qwen05) + model.train_step_bytes(qwen05, rows + 1, 1024) > (state + 8) * 2**30
+    assert memory.train_state_bytes(qwen05) + memory.train_step_bytes(qwen05, rows, 1024) <= (state + 8) * 2**30
+    assert memory.train_state_bytes(qwen05) + memory.train_step_bytes(qwen05, rows + 1, 1024) > (state + 8) * 2**30
     assert trainer.fit_microbatch(qwen05, 1024, budget_gb=state + 8, with_ref=True) <= rows  # pi_ref's copy
     with pytest.raises(ValueError, match="does not fit"):
         trainer.fit_microbatch(qwen05, 1024, budget_gb=state)
