@@ -321,7 +321,8 @@ def test_the_queue_refuses_what_no_item_asked_for():
 # ----------------------------------------------------------------------------- the whole lifecycle
 
 INFRA = "infra_error"  # the verifier's status for its own failure, as it travels (verifier.py sends it)
-FATE_WORDS = {"trained", "dropped_stale", "filtered_zero_var", "skipped_too_long", "verifier_failed"}  # as ledger.jsonl spells them
+# The fates as ledger.jsonl spells them
+FATE_WORDS = {"trained", "dropped_stale", "filtered_zero_var", "skipped_too_long", "verifier_failed"}
 
 
 class Worker:
@@ -652,7 +653,8 @@ class Sim:
         assert collections.Counter(i for i, f in self.ledger if f == "trained") == collections.Counter(self.trained), \
             "the ledger's trained prompts are not the ones trained on"
         counts = self.collector.books.counts
-        assert collections.Counter({f: counts[f] for f in FATE_WORDS}) == collections.Counter(f for _, f in self.ledger), \
+        ledger_fates = collections.Counter(f for _, f in self.ledger)
+        assert collections.Counter({f: counts[f] for f in FATE_WORDS}) == ledger_fates, \
             "the fate counts (metrics rollouts/*) are not the ledger's"
         assert self.collector.version == self.version, "the trainer's version is not the batches it trained"
         for it in self.q.items.values():  # a restarted worker's hello released its predecessor's leases
