@@ -242,6 +242,28 @@ def remove_cgroup(executor_pid: int, timeout_s: float = 2.0) -> None:
         time.sleep(0.01 if paths else 0)
 
 
+def remove_stale_cgroups() -> int:
+    """Remove the (empty) cgroup directories of executors that are gone: a verifier killed with
+    SIGKILL never closes its pool. Returns how many were removed. A directory whose pid is alive,
+    or that still holds a process, is left alone."""
+    removed = 0
+    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        try:
+            names = [n for n in os.listdir(base) if n.startswith("oubliette-")]
+        except OSError:
+            continue
+        for name in names:
+            pid = name.partition("-")[2]
+            if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+                continue
+            try:
+                os.rmdir(f"{base}/{name}")
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def remove_tree(path: str) -> None:
     """Remove a directory tree without recursion and without any path longer than one name: a
     program can leave thousands of nested directories (shutil.rmtree recurses and builds whole

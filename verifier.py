@@ -270,6 +270,8 @@ class ExecutorPool:
         execution, and memory limited per process only. For tests and the benchmark."""
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be {'|'.join(ISOLATION_MODES)}, got {isolation!r}")
+        if os.geteuid() == 0:
+            sandbox.remove_stale_cgroups()  # of executors whose verifier was killed before closing
         self.isolation, self.hide = isolation, (hide or []) + sandbox.default_hidden_paths()
         self.use_cgroup = use_cgroup
         self.jobs: queue.Queue = queue.Queue()

@@ -380,3 +380,20 @@ def test_the_sweeper_can_kill_the_uid_and_the_uid_cannot_stop_the_sweeper():
     status = os.waitpid(leftover, 0)[1]
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9, status  # ... which could not stop it
     os.close(r), os.close(w)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/pids"),
+                    reason="cgroup directories need root and a pids hierarchy")
+def test_a_killed_verifiers_cgroups_are_removed_by_the_next_pool():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # a pid that is gone, like a SIGKILLed verifier's executor
+    stale = f"/sys/fs/cgroup/pids/oubliette-{pid}"
+    os.mkdir(stale)
+    p = verifier.ExecutorPool(1)
+    try:
+        assert not os.path.exists(stale)
+        assert all(os.path.isdir(f"/sys/fs/cgroup/pids/oubliette-{x}") for x in p.executor_pids())
+    finally:
+        p.close()
