@@ -71,6 +71,21 @@ def _rope_to_hf(scaling: Llama3RopeScaling | None) -> dict:
             "original_max_position_embeddings": scaling.original_max_position_embeddings}
 
 
+COMPUTE_DTYPES = ("bfloat16", "float32", "checkpoint")
+
+
+def compute_dtype_override(compute_dtype: str) -> dict:
+    """The ModelConfig override for a role's --dtype: "bfloat16" or "float32" compute in that dtype
+    whatever the checkpoint stores (a float32 checkpoint under "bfloat16" is cast once, on load);
+    "checkpoint" computes in the dtype config.json names. Why bf16 is the roles' default: the
+    precision policy (model.py) makes bf16 log-probs bitwise equal between sampler and trainer at any
+    length, row count and chunking; float32 dots on XLA:CPU change their summation order with the
+    matrix shape, so float32 sampler and trainer log-probs differ in the last bits (docs/numerics.md)."""
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
+    return {} if compute_dtype == "checkpoint" else {"dtype": compute_dtype}
+
+
 def config_from_hf(d: dict, **overrides) -> ModelConfig:
     """The ModelConfig of a Hugging Face config.json dict (transformers 4.x or 5.x layout); overrides
     replace fields of the result (dtype, bf16_fix, ...)."""

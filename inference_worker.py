@@ -90,6 +90,9 @@ class Config:
     after at most this long (at once when our restarted successor says hello)"""
     bf16_fix: bool = True
     """precision policy / RLAX fix on; must match the trainer's (launch.sh passes both the same)"""
+    dtype: str = "bfloat16"
+    """what the model computes in (hf_io.compute_dtype_override): bfloat16, float32 or checkpoint; must
+    match the trainer's --dtype (launch.sh passes both DTYPE)"""
     seed: int = 0
     """base sampling seed; each batch's key also folds in the item ids and the weight version"""
     slow_s: float = 0.0
@@ -126,6 +129,7 @@ class Config:
     no longer bitwise the trainer's (its mismatch/* metrics; sharding.py has the measurements)"""
 
     def __post_init__(self):
+        hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
         if self.batch_items < 1 or self.pull_every < 1 or not 0 < self.lease_s <= 3600 or self.slow_s < 0:
             raise ValueError("batch_items and pull_every must be >= 1, lease_s in (0, 3600], slow_s >= 0")
         if not 0 < self.relay_timeout_s <= 600 or self.fetch_delay_s < 0:
@@ -293,7 +297,8 @@ class Worker:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         with open(os.path.join(cfg.model, "config.json")) as f:
-            self.mcfg = hf_io.config_from_hf(json.load(f), bf16_fix=cfg.bf16_fix)
+            self.mcfg = hf_io.config_from_hf(json.load(f), bf16_fix=cfg.bf16_fix,
+                                             **hf_io.compute_dtype_override(cfg.dtype))
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.pad_id = self.tokenizer.pad_id
         self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device

@@ -41,6 +41,8 @@ MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems; empty = the embedded task
 SEED=${SEED:-0}
 BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log-probs); 0 = plain bf16
+DTYPE=${DTYPE:-bfloat16}            # what the model computes in, whatever the checkpoint stores: bfloat16
+                                    # (bitwise), float32 (not bitwise on XLA:CPU), checkpoint (as stored)
 PORT=${PORT:-5555}                  # param server; the verifiers use PORT+2, PORT+3, ...
 # Which roles run on this host, and where the others are (docs/multihost.md). The default is every
 # role here, on loopback: the single-machine run.
@@ -195,6 +197,8 @@ for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
 done
 
 fix_flag=$([ "$BF16_FIX" = 1 ] && echo --bf16-fix || echo --no-bf16-fix)
+case $DTYPE in bfloat16|float32|checkpoint) fix_flag+=" --dtype $DTYPE" ;;
+  *) refuse "DTYPE=$DTYPE: expected bfloat16, float32 or checkpoint" ;; esac
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
 
