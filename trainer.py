@@ -61,6 +61,7 @@ import loggers
 import memory
 import model
 import multihost
+import packing
 import prompts
 import sharding
 import tasks
@@ -117,9 +118,15 @@ class Config:
     (training only; evaluation stays pass/fail). Metric reward/partial_frac: rewards strictly in (0, 1)"""
     # --- optimizer
     microbatch: int = 0
-    """rows (completions) per forward/backward pass; gradients are accumulated over the batch. 0 = the
-    most rows that fit --memory-budget-gb (memory.rows_for_budget), at most 128. model.py's precision
-    policy makes the log-probs independent of it (bitwise)"""
+    """most rows (completions) per forward/backward pass; gradients are accumulated over the batch. Rows
+    are grouped by real length, each microbatch cut to its rows' bucket length (packing.py). 0 = the
+    most rows of that length that fit --memory-budget-gb (memory.rows_for_budget), at most 128.
+    model.py's precision policy makes the log-probs independent of it (bitwise)"""
+    pack_min_saving: float = 0.25
+    """lay the update out by real length (packing.py: rows grouped by length, each microbatch cut to its
+    rows' bucket length) when that computes on at least this share fewer positions than padding every
+    row to T; else one fixed shape. Each new (rows, length) shape compiles once, so small savings are
+    not worth it. 0 = always by length, 1 = never. Metrics len/padding_frac and len/packed"""
     memory_budget_gb: float = 0.0
     """memory per trainer device for choosing the microbatch; 0 = 80% of the device's (its
     memory_stats bytes_limit), on the CPU half of the machine's RAM (the other roles share it)"""
@@ -142,6 +149,11 @@ class Config:
     # --- numerics
     bf16_fix: bool = True
     """the RLAX fix (model.py PRECISION POLICY); --no-bf16-fix reproduces the mismatch"""
+    dtype: str = "bfloat16"
+    """what the model computes in: "bfloat16" (whatever the checkpoint stores; the precision policy
+    makes sampler and trainer log-probs bitwise equal), "float32" (full precision; on XLA:CPU not
+    bitwise: mismatch/bitwise_frac about 0.75-0.85) or "checkpoint" (the dtype its config.json names).
+    Must match the workers' --dtype (launch.sh passes both DTYPE)"""
     # --- devices (sharding.py)
     tensor_parallel: int = 1
     """devices per tensor-parallel group: the trainer's visible devices form a (data, tensor) mesh of
@@ -185,6 +197,8 @@ class Config:
                              "checkpoint_every and keep_checkpoints must be >= 1")
         if min(self.max_staleness, self.eval_every, self.seq_len, self.microbatch, self.memory_budget_gb) < 0:
             raise ValueError("max_staleness, eval_every, seq_len, microbatch and memory_budget_gb must be >= 0")
+        if not 0 <= self.pack_min_saving <= 1:
+            raise ValueError(f"pack_min_saving must be in [0, 1], got {self.pack_min_saving}")
         if not 0 <= self.max_verifier_failure_frac <= 1:
             raise ValueError("max_verifier_failure_frac must be in [0, 1]")
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.lr <= 0:
@@ -193,6 +207,7 @@ class Config:
             raise ValueError("ppo_epochs and minibatches must be >= 1")
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
+        hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
         if not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id {self.process_id} must be in [0, num_processes={self.num_processes})")
         if self.prompts_per_step % self.minibatches:
@@ -280,7 +295,9 @@ class Update:
     first step (`old_logprobs`). Later steps see ratios != 1, so clipping, clip-higher, dual clip and
     GSPO's clip act.
 
-    Returns logp_BT: those pre-update log-probs, every row in the given (row) order: the trainer's
+    Microbatches may differ in length (packing.pack_batch cuts each to its rows' bucket length).
+    Returns logp_BT: those pre-update log-probs, every row in the given (row) order, zero-padded to the
+    longest microbatch: the trainer's
     numbers at the weights that sampled the on-policy rows, which the mismatch metrics compare with
     the sampler's (bitwise at staleness 0 under model.py's precision policy). aux: grpo.policy_loss's
     scalars and "loss" (each a minibatch value) and grad_norm, averaged over the optimizer steps.
@@ -347,7 +364,8 @@ class Update:
 
     def __call__(self, master, opt_state, minibatches: list, epochs: int = 1):
         _check_update_args(minibatches, epochs)
-        totals = [grpo.loss_totals(np.concatenate([mb["mask_BT"] for mb in mini])) for mini in minibatches]
+        # each minibatch's loss denominators, summed over its microbatches (which may differ in length)
+        totals = [tuple(map(sum, zip(*(grpo.loss_totals(mb["mask_BT"]) for mb in mini)))) for mini in minibatches]
         # pi_old of every row, at the starting weights: minibatch 0's comes from its first step
         logp_old = [None] + [self.old_logprobs(master, mini) for mini in minibatches[1:]]
         aux, grad_norms = {}, []
@@ -359,8 +377,10 @@ class Update:
                 aux = {k: aux.get(k, 0.0) + v for k, v in step_aux.items()}
         n_steps = len(grad_norms)
         aux = {k: v / n_steps for k, v in aux.items()}
-        return (master, opt_state, np.concatenate([x for mini in logp_old for x in mini]),
-                {**aux, "grad_norm": sum(grad_norms) / n_steps})
+        logps = [x for mini in logp_old for x in mini]  # microbatches of packing.pack_batch differ in T
+        width = max(x.shape[1] for x in logps)
+        logp_RT = np.concatenate([np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in logps])
+        return master, opt_state, logp_RT, {**aux, "grad_norm": sum(grad_norms) / n_steps}
 
 
 def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float, mesh=None):
@@ -496,7 +516,8 @@ class Trainer:
         """The checkpoint's config, tokenizer and prompt format; returns its weights (on a mesh they
         stay on the host until they go to their shards: no device holds them whole)."""
         cfg, gcfg = self.cfg, self.gcfg
-        self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix, host=self.mesh is not None)
+        self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix, host=self.mesh is not None,
+                                              **hf_io.compute_dtype_override(cfg.dtype))
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.fmt = cfg.prompt_format or prompts.default_format(cfg.model)
         self.template = prompts.load_chat_template(cfg.model)
@@ -550,7 +571,29 @@ class Trainer:
         self.microbatch = cfg.microbatch or fit_microbatch(self.mcfg, self.T, cfg.memory_budget_gb, self.mesh,
                                                            with_ref=self.gcfg.kl_beta > 0)
         self.log(f"prompt format {self.fmt}; seq_len {self.T} (prompt + {cfg.max_new_tokens} new tokens); "
-                 f"microbatch {self.microbatch} rows")
+                 f"microbatch {self.microbatch} rows at that length, more for shorter rows (packing.py)")
+        self._rows_at = {}
+
+    def layout(self, data: dict) -> tuple[list, np.ndarray, bool]:
+        """The update's [minibatch][microbatch] layout of the batch, each row's place in it (order) and
+        whether it is by length: rows grouped by real length, each microbatch cut to its bucket length
+        (packing.pack_batch), when that saves at least --pack-min-saving of the positions; else every
+        row at the run's T (split_batch: one shape, compiled once)."""
+        packed, order = packing.pack_batch(data, self.cfg.minibatches, self.rows_for)
+        positions = sum(mb["mask_BT"].size for mini in packed for mb in mini)
+        if positions <= (1.0 - self.cfg.pack_min_saving) * data["mask_BT"].size:
+            return packed, order, True
+        return split_batch(data, self.cfg.minibatches, self.microbatch), np.arange(len(data["mask_BT"])), False
+
+    def rows_for(self, T_b: int) -> int:
+        """Rows per microbatch of bucket length T_b (packing.plan): --microbatch if given, else the most
+        rows of T_b tokens that fit the memory budget (fit_microbatch), computed once per length."""
+        if self.cfg.microbatch:
+            return self.cfg.microbatch
+        if T_b not in self._rows_at:
+            self._rows_at[T_b] = fit_microbatch(self.mcfg, T_b, self.cfg.memory_budget_gb, self.mesh,
+                                                with_ref=self.gcfg.kl_beta > 0)
+        return self._rows_at[T_b]
 
     def resume(self, ledger_path: str) -> None:
         """--resume: the newest checkpoint's state and books, or, with none yet, the initial model."""
@@ -809,8 +852,9 @@ class Trainer:
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": logp_behav_BT}
         t0 = time.monotonic()
-        minibatches = split_batch(data, self.cfg.minibatches, self.microbatch)  # [minibatch][microbatch]
-        logp_BT, aux = self.collective("update", {"minibatches": minibatches, "epochs": self.cfg.ppo_epochs})
+        minibatches, order, packed = self.layout(data)  # [minibatch][microbatch]
+        logp_RT, aux = self.collective("update", {"minibatches": minibatches, "epochs": self.cfg.ppo_epochs})
+        logp_BT = packing.unpack(logp_RT, order, tokens_BT.shape)  # back to row order and length T
         train_s = time.monotonic() - t0
         self.collector.trained()  # step_n + 1; each prompt's fate: trained at it
         names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
@@ -825,7 +869,8 @@ class Trainer:
                         **{f"staleness/frac_{k}": float(np.mean(staleness_B == k))
                            for k in range(self.cfg.max_staleness + 1)},
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
-                        "time/train_s": train_s})
+                        "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),
+                        "len/packed": int(packed)})
         self.step_programs = [0, 0]
         # THE MEASUREMENT of the bf16 problem: the sampler's log-probs (as it reported them while
         # sampling) against ours inside the gradient computation, on staleness-0 rows only (same weights).

@@ -43,6 +43,7 @@ PARTS = {
     "e2e_trl": (["bench/bench_e2e_trl.py", "--steps", "20", "--repeats", "2", "--trl-timeout", "420"], 900),
     "asynchrony": (["bench/bench_async.py", "--seconds", "120"], 720),
     "breakdown": (["bench/bench_breakdown.py"], 600),
+    "lengths": (["bench/bench_lengths.py", "--repeats", "2"], 900),
 }
 ORDER = list(PARTS)
 
@@ -230,6 +231,22 @@ def rows_for(name: str, results: list, status: str) -> list:
         for r in by("breakdown_slope"):
             rows.append([f"step time vs {r['knob']}", fmt(r.get("slope_ms"), f"ms per unit"), "-", "-",
                          "(report)", "-", r.get("points", "")])
+    elif name == "lengths":
+        for r in by("lengths"):
+            ratio = r.get("speedup")
+            if r.get("stage") == "trainer":
+                ok = ratio is not None and ratio >= 3 and r.get("padding_frac", 1) <= 0.10
+                rows.append(["update by real length (HumanEval, chat)", fmt(r.get("tokens_per_s_packed"), "tok/s"),
+                             fmt(r.get("tokens_per_s_fixed"), "tok/s") + " at one T", fmt(ratio, "x"),
+                             ">= 3x, padding <= 10%", yes(ok),
+                             f"packed padding {fmt(r.get('padding_frac'))}; real tokens per second; bitwise "
+                             "checked; peer = our own fixed-length layout"])
+            else:
+                rows.append(["sampler continuous batching (long tail)", fmt(r.get("useful_tokens_per_s_continuous"), "tok/s"),
+                             fmt(r.get("useful_tokens_per_s_static"), "tok/s") + " static", fmt(ratio, "x"),
+                             ">= 2x", yes(ratio is not None and ratio >= 2),
+                             f"slot use {fmt(r.get('slot_util_continuous'))} vs {fmt(r.get('slot_util_static'))}; "
+                             "peer = our own static batches"])
     if not rows:
         rows.append([name, "-", "-", "-", "-", "no", f"FAILED: {status}, no results"])
     elif status != "ok":

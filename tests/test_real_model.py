@@ -59,6 +59,13 @@ def checkpoint(tmp_path_factory):
     return hf_local.make_qwen2(str(root / "model"), tok, dtype="bfloat16")  # as real checkpoints ship
 
 
+@pytest.fixture(scope="module")
+def checkpoint_f32(checkpoint, tmp_path_factory):
+    """The same kind of model stored in float32 (what transformers saves a new small model in): the
+    roles compute in bf16 whatever the checkpoint stores (--dtype), so it is bitwise too."""
+    return hf_local.make_qwen2(str(tmp_path_factory.mktemp("hf32") / "model"), checkpoint, dtype="float32")
+
+
 def readme_commands() -> list[str]:
     """The `MODEL=... bash launch.sh` lines of README "Running on a real checkpoint and dataset"."""
     text = open(os.path.join(ROOT, "README.md")).read()
@@ -89,7 +96,7 @@ def run_readme_line(line: str, model_dir: str, data: str, run_dir: str) -> subpr
     return subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def check_run(proc, run_dir: str, model_dir: str, fmt: str):
+def check_run(proc, run_dir: str, model_dir: str, fmt: str) -> list:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     trainer_log = open(os.path.join(run_dir, "trainer.log")).read()
@@ -127,14 +134,19 @@ def check_run(proc, run_dir: str, model_dir: str, fmt: str):
     last = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), master)
     ours = model.forward(last, mcfg, jnp.asarray([ids], jnp.int32))
     np.testing.assert_allclose(np.asarray(ours), hf_logits, atol=2e-4, rtol=2e-4)
+    return steps
 
 
-def test_base_model_on_humaneval_as_the_readme_says(tmp_path, checkpoint):
+def test_base_model_on_humaneval_as_the_readme_says(tmp_path, checkpoint_f32):
+    """On a float32 checkpoint: bitwise at every step (the roles compute in bf16), and the update laid
+    out by real length (HumanEval's prompts vary 5x in length)."""
     base = readme_commands()[0]
     assert "PROMPT_FORMAT=completion" in base
     run_dir = str(tmp_path / "run")
-    check_run(run_readme_line(base, checkpoint, humaneval_file(tmp_path), run_dir), run_dir, checkpoint,
-              "completion")
+    steps = check_run(run_readme_line(base, checkpoint_f32, humaneval_file(tmp_path), run_dir), run_dir,
+                      checkpoint_f32, "completion")
+    for r in steps:
+        assert r["len/packed"] == 1 and r["len/padding_frac"] <= 0.15, r
 
 
 def test_instruction_model_on_mbpp_and_apps_as_the_readme_says(tmp_path, checkpoint):
