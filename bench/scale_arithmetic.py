@@ -48,6 +48,9 @@ def main(argv=None) -> None:
     p.add_argument("--prompt-len", type=int, default=1024)
     p.add_argument("--max-new-tokens", type=int, default=16384)
     p.add_argument("--completion-mean", type=int, default=8192, help="mean completion tokens (ASSUMED)")
+    p.add_argument("--padding", type=float, default=0.06,
+                   help="share of the update's positions that are padding when laid out by length (packing.py: "
+                        "8 bucket lengths per octave, at most 1/8; MEASURED 0.042 on HumanEval, bench/bench_lengths.py)")
     p.add_argument("--mfu", type=float, default=0.4, help="trainer model-FLOPs utilisation (ASSUMED)")
     p.add_argument("--decode-eff", type=float, default=0.3, help="share of HBM bandwidth a decode step reaches")
     p.add_argument("--link-gb-s", type=float, default=25.0, help="each host's network, GB/s (200 Gb/s)")
@@ -97,8 +100,12 @@ def main(argv=None) -> None:
           f"holds it after about {2 * hop + math.ceil(math.log2(workers + 1)) * 16 * 2**20 / (a.link_gb_s * GB):.1f} s")
 
     # ---- rollouts per second (ASSUMED mfu / decode efficiency, PUBLISHED peaks)
-    flops_token = 6 * P + 6 * cfg.num_layers * cfg.num_heads * cfg.head_dim * T   # + causal attention, fwd+bwd
-    train_s = rollouts * T * flops_token / (a.trainer_chips * chip["bf16_tflops"] * 1e12 * a.mfu)
+    row_flops = lambda n: n * (6 * P + 6 * cfg.num_layers * cfg.num_heads * cfg.head_dim * n)  # + causal attention, fwd+bwd
+    real = a.prompt_len + a.completion_mean
+    positions = real / (1 - a.padding)          # a row laid out by its real length (packing.py)
+    chip_flops = a.trainer_chips * chip["bf16_tflops"] * 1e12 * a.mfu
+    fixed_s = rollouts * row_flops(T) / chip_flops  # every row padded to T
+    train_s = rollouts * row_flops(positions) / chip_flops
     step_bytes = 2 * P / a.worker_chips + seqs * kv_token * (a.prompt_len + a.completion_mean) / a.worker_chips
     decode_step_s = step_bytes / (chip["hbm_gb_s"] * GB * a.decode_eff)
     worker_tok_s = seqs * 1 / decode_step_s
@@ -112,8 +119,10 @@ def main(argv=None) -> None:
         return train + max(latency_s, fleet) if k == 0 else max(train, fleet, latency_s / k)
 
     print("\n3. Rollouts per second to keep the trainer busy:")
-    print(f"   a step trains on {rollouts} x {T} tokens (padded to T: {a.completion_mean + a.prompt_len} of {T} are real) "
-          f"= {rollouts * T * flops_token / 1e18:.1f} EFLOP: {train_s:.0f} s at {a.mfu:.0%} MFU")
+    print(f"   a step trains on {rollouts} rows of {real:,} real tokens on average, laid out by length "
+          f"({a.padding:.0%} padding: {positions:,.0f} positions per row) = {rollouts * row_flops(positions) / 1e18:.1f} "
+          f"EFLOP: {train_s:.0f} s at {a.mfu:.0%} MFU (every row padded to T = {T}: "
+          f"{rollouts * row_flops(T) / 1e18:.1f} EFLOP, {fixed_s:.0f} s, {1 - row_flops(real) / row_flops(T):.0%} of it padding)")
     print(f"   workers: a decode step {decode_step_s * 1e3:.1f} ms ({a.decode_eff:.0%} of HBM bandwidth), {seqs} rows -> "
           f"{worker_tok_s:,.0f} tokens/s per worker, {workers * worker_tok_s / 1e3:,.0f}k for the fleet: a step's "
           f"{tokens / 1e6:.1f}M tokens in {fleet_s:.0f} s, but its longest row takes {latency_s:.0f} s")
