@@ -176,6 +176,17 @@ class ModelConfig:
 #       process that imports this file on a machine with JAX's CUDA plugin, unless XLA_FLAGS already
 #       names the flag) every token was.
 #       XLA reads XLA_FLAGS when its first backend starts, so this must run before any jax computation.
+#   (i) a row's log-probs are a function of the row alone (its tokens, from position 0): not of the
+#       length it is padded to, the rows beside it, how many there are, or the chunking. That is what
+#       lets the trainer cut each microbatch to its rows' own length (packing.py) and still match the
+#       sampler, which ran the row at the full cache length. Why it holds: rows are right-padded, so a
+#       row's keys sit at 0..n-1 whatever the padding; padded keys are masked to exact zeros (d); the
+#       _row_sum tree (g) pairs element j with j + width/2, so zeros past n only add x + 0 = x and the
+#       real keys are summed in the same order at every padded length; the bf16 x bf16 -> f32 dots
+#       were measured row-count invariant from 1 row on. Proven by tests/test_packing.py (alone, in a
+#       batch, at other lengths, beside other rows; negative control: float32 compute, which changes
+#       bits with the layout). Rows are never concatenated into one sequence: a row's keys would then
+#       start at an offset, and the tree would add them in another order.
 # With bf16_fix=False: plain bf16 einsums, no remat: the negative control that shows the mismatch.
 # A float32 config runs its matmuls at Precision.HIGHEST: float32 means float32 on every backend
 # (JAX's default lets GPUs use TF32 and TPUs bf16 passes; measured on the H200: logits 3e-4 away from
@@ -793,13 +804,17 @@ def _sample(u_B, logp_BV, top_p, greedy: bool, use_top_p: bool):
     return jnp.minimum(tok_B, logp_BV.shape[-1] - 1).astype(jnp.int32)
 
 
-@partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p"))
+@partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p", "prefill_len"))
 def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top_p, eos_id, pad_id, *,
-                  max_new_tokens: int, greedy: bool, use_top_p: bool):
+                  max_new_tokens: int, greedy: bool, use_top_p: bool, prefill_len: int):
     B, T = prompt_BT.shape
     rows_B = jnp.arange(B)
-    # Prefill IS the forward's layer stack over the full padded [B, T]: its K/V are forward's K/V.
-    x_BTD, (k_cache, v_cache) = _hidden(params, cfg, prompt_BT, return_kv=True)
+    # Prefill IS the forward's layer stack, over the first prefill_len positions (the prompts): its K/V
+    # are forward's K/V (PRECISION POLICY (i): the same bits as over the full [B, T]); the cache
+    # positions after it start as zeros, each written by decode before any query attends to it.
+    x_BTD, (k_cache, v_cache) = _hidden(params, cfg, prompt_BT[:, :prefill_len], return_kv=True)
+    grow = [(0, 0)] * 3 + [(0, T - prefill_len), (0, 0)]  # [L, B, K, P, H] -> [L, B, K, T, H]
+    k_cache, v_cache = jnp.pad(k_cache, grow), jnp.pad(v_cache, grow)
     head = _remat(cfg, partial(_head_logits, cfg))
     w = _unembed_matrix(params, cfg)
     x_BD = x_BTD[rows_B, prompt_len_B - 1]
@@ -850,8 +865,22 @@ def _row_keys(key, B: int):
     return key
 
 
+FIT_MIN_SAVING = 0.25
+"""generate(fit=True) shortens the cache or the prefill only when that saves at least this share of
+its length: every new length compiles the sampler once, which a small saving does not repay."""
+
+
+def _fit_len(n: int, cap: int) -> int:
+    """n rounded up to a multiple of max(8, 2^(floor(log2 n) - 3)) (8 lengths per octave, like
+    packing.bucket_len), at least MIN_CHUNK; cap itself when that is not FIT_MIN_SAVING shorter."""
+    step = max(8, (1 << (max(n, 1).bit_length() - 1)) // 8)
+    fitted = max(MIN_CHUNK, -(-n // step) * step)
+    return fitted if fitted <= (1 - FIT_MIN_SAVING) * cap else cap
+
+
 def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, max_new_tokens: int,
-             temperature: float = 1.0, top_p: float = 1.0, eos_id: int | None = None, pad_id: int = 0) -> dict:
+             temperature: float = 1.0, top_p: float = 1.0, eos_id: int | None = None, pad_id: int = 0,
+             fit: bool = True) -> dict:
     """Sample completions with a full-length KV cache.
 
     prompt_BT: int32 [B, T], each row's prompt right-padded with pad_id to the fixed length T (the cache
@@ -865,6 +894,10 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
     completion depends only on its prompt, its key and the weights, not on the other rows: the same
     keys give common random numbers across evaluations (inference_worker.py: row_keys).
     Fewer than MIN_DECODE_ROWS rows are padded with dummy rows internally (PRECISION POLICY (e)).
+    fit (default True): the work is sized to the rows, not to T: the KV cache holds the longest prompt
+    plus max_new_tokens and the prefill runs over the longest prompt, each rounded up by _fit_len
+    (and left at full length where that saves under FIT_MIN_SAVING); the outputs are padded back to T. By PRECISION POLICY (i) this
+    changes no bit of the result (tests/test_packing.py); fit=False runs everything at T.
     """
     prompt_BT = np.asarray(prompt_BT)
     prompt_len_B = np.asarray(prompt_len_B)
@@ -887,9 +920,216 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
         prompt_BT = np.concatenate([prompt_BT, np.full((n_rows - B, T), pad_id, prompt_BT.dtype)])
         prompt_len_B = np.concatenate([prompt_len_B, np.ones(n_rows - B, prompt_len_B.dtype)])
         keys_B = jnp.concatenate([keys_B, jax.random.split(keys_B[0], n_rows - B)])
+    longest = int(prompt_len_B.max())
+    C = _fit_len(longest + max_new_tokens, T) if fit else T  # the cache length
+    P = min(_fit_len(longest, T), C) if fit else T            # the prefill length
     tokens_BT, logp_BT, mask_BT, n_B = _generate_jit(
-        params, cfg, jnp.asarray(prompt_BT, jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), keys_B,
+        params, cfg, jnp.asarray(prompt_BT[:, :C], jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), keys_B,
         jnp.float32(temperature), jnp.float32(top_p), jnp.int32(-1 if eos_id is None else eos_id),
-        jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1)
-    out = {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT, "completion_len_B": n_B}
-    return {k: np.asarray(v)[:B] for k, v in out.items()}
+        jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1,
+        prefill_len=P)
+    grow = ((0, 0), (0, T - C))  # back to [B, T]: pad tokens, log-prob 0, mask 0
+    out = {"tokens_BT": np.pad(np.asarray(tokens_BT), grow, constant_values=pad_id),
+           "logp_BT": np.pad(np.asarray(logp_BT), grow), "mask_BT": np.pad(np.asarray(mask_BT), grow),
+           "completion_len_B": np.asarray(n_B)}
+    return {k: v[:B] for k, v in out.items()}
+
+
+# ------------------------------------- continuous batching (sampler) -------------------------------------
+# generate() decodes B rows until the slowest is done: a row that ends early keeps its slot idle.
+# generate_continuous() keeps a fixed number of decode slots busy instead: when a row ends (eos, its
+# token budget, or a full cache) the next waiting row is prefilled into the freed slot.
+# Layout: the device state (_cb_init) holds the KV cache, L arrays [S, K, C, H] (S slots, C = cache_len,
+# uint16 bits for bf16 as in _generate_jit), and per slot: the hidden state to sample from next (x_SD),
+# the count of tokens sampled (n_S), live flag, token budget, prompt length, PRNG key, and the sampled
+# tokens / log-probs so far ([S, M], M = the largest budget). Two jitted programs act on it (donated,
+# so the cache is updated in place):
+#   _cb_prefill: new rows' prompts through the forward's layer stack (_hidden, return_kv) at a short
+#     padded length Tp (a power of two >= 16, at most C: few compiles), K/V written into cache
+#     positions [0, Tp) of their slots, x at the last prompt position kept for the first sample;
+#   _cb_decode: a while loop; each step samples one token per live slot from x_SD (row r's i-th token
+#     from uniform(fold_in(key_r, i)), as _generate_jit), records it, then runs _decode_step for all
+#     slots at their own positions. It returns to the host as soon as enough slots are free while
+#     rows are waiting (or no slot is live); the host harvests ended rows and prefills new ones.
+# Bitwise: per row the same ops as generate() alone with T = cache_len: decode over the full-length
+# cache with S >= MIN_DECODE_ROWS rows (PRECISION POLICY (d), (e)); the prefill differs only in
+# padding (Tp positions instead of T, other rows in the batch), which the layer stack does not see:
+# causal masks give padded positions probability 0, _row_sum's tree over zero padding is exact, and
+# the bf16 matmuls are row-count invariant: PRECISION POLICY (i) (tests/test_continuous_batching.py
+# checks it bit for bit against generate() and token_logprobs).
+# Cache positions a slot has not written for its current row (stale K/V of a previous row) are
+# always masked out: a row writes position p (prefill or decode) before any query attends to it.
+
+
+def _cb_init(params, cfg: ModelConfig, slots: int, cache_len: int, width: int, keys_S):
+    """The empty continuous-batching state (see the comment above) for `slots` slots."""
+    cdt = jnp.uint16 if cfg.jdtype == jnp.bfloat16 else cfg.jdtype
+    shape = (slots, cfg.num_kv_heads, cache_len, cfg.head_dim)
+    cache = tuple(tuple(jnp.zeros(shape, cdt) for _ in range(cfg.num_layers)) for _ in range(2))
+    return {"cache": cache, "x_SD": jnp.zeros((slots, cfg.hidden_size), cfg.jdtype),
+            "n_S": jnp.zeros((slots,), jnp.int32), "live_S": jnp.zeros((slots,), bool),
+            "budget_S": jnp.ones((slots,), jnp.int32), "plen_S": jnp.ones((slots,), jnp.int32),
+            "keys_S": keys_S, "tok_SM": jnp.zeros((slots, width), jnp.int32),
+            "logp_SM": jnp.zeros((slots, width), jnp.float32)}
+
+
+@partial(jax.jit, static_argnames=("cfg",), donate_argnames=("state",))
+def _cb_prefill(params, cfg, state, prompt_nT, prompt_len_n, slot_n, keys_n, budget_n):
+    """Prefill n rows (prompts right-padded to Tp) into slots slot_n (repeated slots carry identical
+    rows: padding of n to a bucket)."""
+    n, Tp = prompt_nT.shape
+    x_nTD, (k_LnKTH, v_LnKTH) = _hidden(params, cfg, prompt_nT, return_kv=True)
+    k_cache, v_cache = state["cache"]
+    k_cache = tuple(c.at[slot_n, :, :Tp].set(_as_bits(k_LnKTH[i])) for i, c in enumerate(k_cache))
+    v_cache = tuple(c.at[slot_n, :, :Tp].set(_as_bits(v_LnKTH[i])) for i, c in enumerate(v_cache))
+    x_nD = x_nTD[jnp.arange(n), prompt_len_n - 1]
+    return dict(state, cache=(k_cache, v_cache), x_SD=state["x_SD"].at[slot_n].set(x_nD),
+                n_S=state["n_S"].at[slot_n].set(0), live_S=state["live_S"].at[slot_n].set(True),
+                budget_S=state["budget_S"].at[slot_n].set(budget_n),
+                plen_S=state["plen_S"].at[slot_n].set(prompt_len_n), keys_S=state["keys_S"].at[slot_n].set(keys_n))
+
+
+@partial(jax.jit, static_argnames=("cfg", "greedy", "use_top_p"), donate_argnames=("state",))
+def _cb_decode(params, cfg, state, temperature, top_p, eos_id, waiting, refill, *, greedy: bool, use_top_p: bool):
+    """Sample + decode steps until no slot is live, or min(refill, waiting) slots are free while rows
+    wait. Returns (state, steps run, tokens sampled for live rows)."""
+    head = _remat(cfg, partial(_head_logits, cfg))
+    w = _unembed_matrix(params, cfg)
+    S, M = state["tok_SM"].shape
+    C = state["cache"][0][0].shape[2]
+
+    def cond(carry):
+        live_S = carry[0]["live_S"]
+        free = S - jnp.sum(live_S.astype(jnp.int32))
+        refill_now = (waiting > 0) & (free >= jnp.minimum(refill, waiting))
+        return jnp.any(live_S) & ~refill_now
+
+    def body(carry):
+        st, steps, useful = carry
+        live_S, n_S = st["live_S"], st["n_S"]
+        u_S = jax.vmap(lambda k, i: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(st["keys_S"], n_S)
+        logp_SV = _log_softmax(cfg, head(params["final_norm"], w, st["x_SD"]), temperature)
+        tok_S = _sample(u_S, logp_SV, top_p, greedy, use_top_p)
+        tok_logp_S = jnp.take_along_axis(logp_SV, tok_S[:, None], axis=-1)[:, 0]
+        write_SM = live_S[:, None] & (jnp.arange(M)[None, :] == n_S[:, None])
+        n_S = n_S + live_S.astype(jnp.int32)
+        ended_S = (tok_S == eos_id) | (n_S >= st["budget_S"])
+        pos_S = jnp.clip(st["plen_S"] + n_S - 1, 0, C - 1)  # the new token's position (ended slots: harmless)
+        cache, x_SD = _decode_step(params, cfg, st["cache"], tok_S, pos_S)
+        st = dict(st, cache=cache, x_SD=x_SD, n_S=n_S, live_S=live_S & ~ended_S,
+                  tok_SM=jnp.where(write_SM, tok_S[:, None], st["tok_SM"]),
+                  logp_SM=jnp.where(write_SM, tok_logp_S[:, None], st["logp_SM"]))
+        return st, steps + 1, useful + jnp.sum(live_S.astype(jnp.int32))
+
+    return jax.lax.while_loop(cond, body, (state, jnp.int32(0), jnp.int32(0)))
+
+
+def _cb_bucket(n: int, cap: int, least: int = 1) -> int:
+    """The power of two >= max(n, least), at most cap (cap itself past it)."""
+    return min(cap, 1 << (max(n, least) - 1).bit_length())
+
+
+def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_len: int, max_new_tokens,
+                        slots: int = MIN_DECODE_ROWS, temperature: float = 1.0, top_p: float = 1.0,
+                        eos_id: int | None = None, pad_id: int = 0, refill: int = 1) -> dict:
+    """Sample completions for R prompts with continuous batching over `slots` decode rows.
+
+    prompts: R token-id sequences of any lengths 1 <= len < cache_len. key: one PRNG key (split into R)
+    or R keys, one per row, as generate(). max_new_tokens: an int or R ints (a per-row budget); a row
+    also ends at eos_id or when its cache is full (prompt_len + completion_len == cache_len).
+    Per row the result equals generate() on that row alone with T = cache_len and the same key, bit for
+    bit (tokens, completion length, log-probs): a completion depends only on its prompt, its key and
+    the weights, never on its neighbours, its slot or when it was admitted.
+    Rows are admitted in the given order (row r before row r + 1; finished rows free their slot for
+    the next one), so a GRPO worker that lists a prompt's G samples next to each other gets each group
+    done at about the same time. refill: the decode loop returns to the host (to prefill waiting rows)
+    once min(refill, rows waiting) slots are free; 1 keeps the slots fullest, larger means fewer host
+    round trips. slots >= MIN_DECODE_ROWS (PRECISION POLICY (e)).
+    Returns numpy values in input order: tokens (R int32 arrays, prompt + completion), logp (R float32
+    arrays, one per completion token: the log-prob under the FULL tempered distribution, as generate()),
+    prompt_len_R, completion_len_R, and stats (decode_steps: sample+decode steps run; useful_tokens:
+    tokens sampled for rows; slot_util = useful_tokens / (slots * decode_steps); host_round_trips;
+    prefill_calls). continuous_to_batch() turns it into generate()'s [B, T] arrays."""
+    prompts = [np.asarray(p).reshape(-1) for p in prompts]
+    R = len(prompts)
+    if R == 0:
+        raise ValueError("generate_continuous: no prompts")
+    if slots < MIN_DECODE_ROWS:
+        raise ValueError(f"slots must be >= MIN_DECODE_ROWS = {MIN_DECODE_ROWS} (PRECISION POLICY (e)), got {slots}")
+    if not 1 < cache_len <= cfg.max_seq_len:
+        raise ValueError(f"cache_len must be in [2, max_seq_len = {cfg.max_seq_len}], got {cache_len}")
+    plen_R = np.array([p.size for p in prompts], np.int64)
+    if plen_R.min() < 1 or plen_R.max() >= cache_len:
+        raise ValueError(f"need 1 <= prompt length < cache_len = {cache_len}; got lengths in "
+                         f"[{plen_R.min()}, {plen_R.max()}]")
+    for p in prompts:
+        if not np.issubdtype(p.dtype, np.integer) or p.min() < 0 or p.max() >= cfg.vocab_size:
+            raise ValueError(f"prompt token ids must be integers in [0, {cfg.vocab_size})")
+    budget_R = np.broadcast_to(np.asarray(max_new_tokens, np.int64), (R,))
+    if budget_R.min() < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    budget_R = np.minimum(budget_R, cache_len - plen_R)
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    if not 0 <= pad_id < cfg.vocab_size or (eos_id is not None and not 0 <= eos_id < cfg.vocab_size):
+        raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {cfg.vocab_size})")
+    keys_R = _row_keys(key, R)
+    width = int(budget_R.max())
+    state = _cb_init(params, cfg, slots, cache_len, width, keys_R[np.zeros(slots, np.int32)])
+    scalars = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(-1 if eos_id is None else eos_id))
+    flags = dict(greedy=temperature == 0, use_top_p=top_p < 1)
+    slot_row = np.full(slots, -1)
+    tokens, logp = [None] * R, [None] * R
+    comp_R = np.zeros(R, np.int32)
+    nxt = steps = useful = trips = prefills = 0
+    while True:
+        free = np.flatnonzero(slot_row < 0)
+        k = min(free.size, R - nxt)
+        if k:  # admit rows nxt .. nxt + k - 1, padded (repeating the first) to a power-of-two count
+            rows = np.arange(nxt, nxt + k)
+            n = 1 << (k - 1).bit_length()
+            pad = np.concatenate([np.arange(k), np.zeros(n - k, np.int64)])
+            Tp = _cb_bucket(int(plen_R[rows].max()), cache_len, least=MIN_CHUNK)
+            prompt_nT = np.full((n, Tp), pad_id, np.int32)
+            for j, r in enumerate(rows[pad]):
+                prompt_nT[j, :plen_R[r]] = prompts[r]
+            slot_row[free[:k]] = rows
+            state = _cb_prefill(params, cfg, state, jnp.asarray(prompt_nT), jnp.asarray(plen_R[rows][pad], jnp.int32),
+                                jnp.asarray(free[:k][pad], jnp.int32), keys_R[rows[pad]],
+                                jnp.asarray(budget_R[rows][pad], jnp.int32))
+            nxt += k
+            prefills += 1
+        if not (slot_row >= 0).any():
+            break
+        state, s, u = _cb_decode(params, cfg, state, *scalars, jnp.int32(R - nxt), jnp.int32(refill), **flags)
+        live, n_S, tok_SM, logp_SM, s, u = jax.device_get(
+            (state["live_S"], state["n_S"], state["tok_SM"], state["logp_SM"], s, u))
+        steps, useful, trips = steps + int(s), useful + int(u), trips + 1
+        for sl in np.flatnonzero((slot_row >= 0) & ~live):
+            r, c = slot_row[sl], int(n_S[sl])
+            tokens[r] = np.concatenate([prompts[r].astype(np.int32), tok_SM[sl, :c]])
+            logp[r], comp_R[r] = logp_SM[sl, :c].copy(), c
+            slot_row[sl] = -1
+    stats = {"decode_steps": steps, "useful_tokens": useful, "slot_util": useful / max(slots * steps, 1),
+             "host_round_trips": trips, "prefill_calls": prefills}
+    return {"tokens": tokens, "logp": logp, "prompt_len_R": plen_R.astype(np.int32), "completion_len_R": comp_R,
+            "stats": stats}
+
+
+def continuous_to_batch(out: dict, T: int, pad_id: int = 0) -> dict:
+    """generate_continuous()'s result in generate()'s layout: tokens_BT (prompt + completion, right-padded
+    with pad_id to T), logp_BT (float32, the completion tokens' log-probs at their positions, 0
+    elsewhere), mask_BT (1.0 on completion tokens), completion_len_B; B = R rows in input order."""
+    R = len(out["tokens"])
+    lens = [t.size for t in out["tokens"]]
+    if max(lens) > T:
+        raise ValueError(f"T = {T} is shorter than the longest row ({max(lens)} tokens)")
+    tokens_BT = np.full((R, T), pad_id, np.int32)
+    logp_BT = np.zeros((R, T), np.float32)
+    mask_BT = np.zeros((R, T), np.float32)
+    for r, (t, lp, p) in enumerate(zip(out["tokens"], out["logp"], out["prompt_len_R"])):
+        tokens_BT[r, :t.size] = t
+        logp_BT[r, p:t.size] = lp
+        mask_BT[r, p:t.size] = 1.0
+    return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT,
+            "completion_len_B": np.asarray(out["completion_len_R"], np.int32)}

@@ -190,3 +190,20 @@ def test_roles_compute_in_bf16_whatever_the_checkpoint_stores():
     assert trainer.Config().dtype == "bfloat16"
     with pytest.raises(ValueError, match="dtype"):
         trainer.Config(dtype="float16")
+
+
+def test_generate_sized_to_its_rows_gives_the_bits_of_the_full_length():
+    """generate(fit=True) runs its cache at the longest prompt + max_new_tokens and its prefill at the
+    longest prompt (both far below T = 256 here); tokens and log-probs equal fit=False's, bitwise."""
+    params = _params(CFG)
+    rng = np.random.default_rng(5)
+    prompt_len = rng.integers(3, 30, 16)
+    prompts = np.zeros((16, 256), np.int32)
+    for b, n in enumerate(prompt_len):
+        prompts[b, :n] = rng.integers(1, CFG.vocab_size, n)
+    assert model._fit_len(int(prompt_len.max()) + 40, 256) < 128 and model._fit_len(200, 256) == 256
+    kw = dict(max_new_tokens=40, eos_id=5)
+    fitted = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), **kw)
+    full = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), fit=False, **kw)
+    for k in ("tokens_BT", "logp_BT", "mask_BT", "completion_len_B"):
+        assert fitted[k].shape == full[k].shape and np.array_equal(fitted[k], full[k]), k
