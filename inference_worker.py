@@ -90,6 +90,11 @@ class Config:
     after at most this long (at once when our restarted successor says hello)"""
     bf16_fix: bool = True
     """precision policy / RLAX fix on; must match the trainer's (launch.sh passes both the same)"""
+    slots: int = 0
+    """continuous batching (model.generate_continuous): a batch's rows share this many decode rows
+    (>= 16), a row that ends hands its slot to the next row, so a long completion no longer keeps the
+    others' slots idle; worth it with more rows than slots (--batch-items x G). 0 = one generate() call,
+    every row decoded until the batch's longest ends. The same tokens and log-probs either way"""
     dtype: str = "bfloat16"
     """what the model computes in (hf_io.compute_dtype_override): bfloat16, float32 or checkpoint; must
     match the trainer's --dtype (launch.sh passes both DTYPE)"""
@@ -130,6 +135,8 @@ class Config:
 
     def __post_init__(self):
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
+        if self.slots and self.slots < model.MIN_DECODE_ROWS:
+            raise ValueError(f"slots must be 0 (off) or >= {model.MIN_DECODE_ROWS}, got {self.slots}")
         if self.batch_items < 1 or self.pull_every < 1 or not 0 < self.lease_s <= 3600 or self.slow_s < 0:
             raise ValueError("batch_items and pull_every must be >= 1, lease_s in (0, 3600], slow_s >= 0")
         if not 0 < self.relay_timeout_s <= 600 or self.fetch_delay_s < 0:
@@ -493,10 +500,19 @@ class Worker:
         t0 = time.monotonic()
         version = self.version
         with self.timeline.span("sample", version=version, rows=rows) as span:
-            out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B,
-                                 row_keys(cfg.seed, items, version, rows),
-                                 max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                                 eos_id=eos, pad_id=self.pad_id)
+            keys = row_keys(cfg.seed, items, version, rows)
+            if cfg.slots:  # continuous batching over the items' rows (no dummy rows needed)
+                n = sum(i.group_size for i in items)
+                res = model.generate_continuous(
+                    self.params, self.mcfg, [prompt_BT[b, :prompt_len_B[b]] for b in range(n)], keys[:n],
+                    cache_len=seq_len, max_new_tokens=max_new, slots=cfg.slots, temperature=temperature,
+                    top_p=top_p, eos_id=eos, pad_id=self.pad_id)
+                out = model.continuous_to_batch(res, seq_len, self.pad_id)
+                span["slot_util"] = round(res["stats"]["slot_util"], 4)
+            else:
+                out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B, keys,
+                                     max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                                     eos_id=eos, pad_id=self.pad_id)
             out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id, eos)
             span["tokens"] = int(out["mask_BT"].sum())
         sample_s = time.monotonic() - t0

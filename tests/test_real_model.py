@@ -14,6 +14,7 @@ the groups (its cap) for nothing. What must hold: the run finishes, rewards arri
 equal the trainer's bit for bit, and $RUN_DIR/final loads in transformers with its tokenizer and
 gives the logits of the trainer's last weights.
 """
+import glob
 import gzip
 import json
 import os
@@ -83,7 +84,7 @@ def humaneval_file(tmp_path) -> str:
     return str(path)
 
 
-def run_readme_line(line: str, model_dir: str, data: str, run_dir: str) -> subprocess.CompletedProcess:
+def run_readme_line(line: str, model_dir: str, data: str, run_dir: str, **env) -> subprocess.CompletedProcess:
     line = re.sub(r"\bMODEL=\S+", f"MODEL={model_dir}", line)
     line = re.sub(r"\bDATA=\S+", f"DATA={data}", line)
     # Sizes for a 2-core CPU: 2 steps of 4 prompts, 32-token completions, 2 held-out problems
@@ -92,7 +93,7 @@ def run_readme_line(line: str, model_dir: str, data: str, run_dir: str) -> subpr
     line = re.sub(r"--prompts-per-step \d+", "--prompts-per-step 4", line)
     line = re.sub(r"--heldout \d+", "--heldout 2", line)
     env = {**os.environ, "RUN_DIR": run_dir, "PORT": str(free_port()), "RECIPE": "--kl-beta 0.2",
-           "EVAL": "--eval-every 0 --eval-samples 4"}
+           "EVAL": "--eval-every 0 --eval-samples 4", **env}
     return subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -138,13 +139,19 @@ def check_run(proc, run_dir: str, model_dir: str, fmt: str) -> list:
 
 
 def test_base_model_on_humaneval_as_the_readme_says(tmp_path, checkpoint_f32):
-    """On a float32 checkpoint: bitwise at every step (the roles compute in bf16), and the update laid
-    out by real length (HumanEval's prompts vary 5x in length)."""
+    """On a float32 checkpoint, with the workers' continuous batching on (16 slots for up to 4 items
+    x 8 rows): bitwise at every step (the roles compute in bf16, a row's bits do not depend on its slot or
+    length), and the update laid out by real length (HumanEval's prompts vary 5x in length)."""
     base = readme_commands()[0]
     assert "PROMPT_FORMAT=completion" in base
     run_dir = str(tmp_path / "run")
-    steps = check_run(run_readme_line(base, checkpoint_f32, humaneval_file(tmp_path), run_dir), run_dir,
-                      checkpoint_f32, "completion")
+    proc = run_readme_line(base, checkpoint_f32, humaneval_file(tmp_path), run_dir,
+                           WORKER_ARGS="--slots 16 --batch-items 4")
+    steps = check_run(proc, run_dir, checkpoint_f32, "completion")
+    assert "--slots 16" in open(os.path.join(run_dir, "commands.sh")).read()
+    spans = [json.loads(line) for path in glob.glob(os.path.join(run_dir, "timeline", "worker-*.jsonl"))
+             for line in open(path)]
+    assert any(0 < s.get("slot_util", 0) <= 1 for s in spans)  # the workers sampled with continuous batching
     for r in steps:
         assert r["len/packed"] == 1 and r["len/padding_frac"] <= 0.15, r
 
