@@ -183,10 +183,19 @@ class ModelConfig:
 #       row's keys sit at 0..n-1 whatever the padding; padded keys are masked to exact zeros (d); the
 #       _row_sum tree (g) pairs element j with j + width/2, so zeros past n only add x + 0 = x and the
 #       real keys are summed in the same order at every padded length; the bf16 x bf16 -> f32 dots
-#       were measured row-count invariant from 1 row on. Proven by tests/test_packing.py (alone, in a
+#       were measured row-count invariant (the attention dots with at least MIN_ATTN_ROWS rows: (j)). Proven by tests/test_packing.py (alone, in a
 #       batch, at other lengths, beside other rows; negative control: float32 compute, which changes
 #       bits with the layout). Rows are never concatenated into one sequence: a row's keys would then
 #       start at an offset, and the tree would add them in another order.
+#   (j) the two batched attention dots (q.k and p.v, batched over B, K) get at least MIN_ATTN_ROWS rows
+#       (G * T query rows per kv head): decode has only G = N / K of them, so zero query heads are padded
+#       into each group there (their outputs are dropped). XLA:CPU runs these dots in YNNPACK, whose
+#       cost model picks a kernel per dot shape (m, n, k): the kernels it picks for m <= 2 (up to m = 6
+#       for some short contractions, k = 16..100) sum in another order than those for larger m, so the
+#       projections' "row-count invariant" does not hold for a dot of 1 or 2 rows. Measured: m >= 8 gave
+#       the bits of m = 1024 for every shape tried; without the padding, G <= 2 with head_dim 64 or 128
+#       left 3-9% of the sampled tokens' log-probs off token_logprobs (one p.v output in ~10^3 rounded
+#       to the neighbouring bf16, then the cache diverged).
 # With bf16_fix=False: plain bf16 einsums, no remat: the negative control that shows the mismatch.
 # A float32 config runs its matmuls at Precision.HIGHEST: float32 means float32 on every backend
 # (JAX's default lets GPUs use TF32 and TPUs bf16 passes; measured on the H200: logits 3e-4 away from
@@ -194,6 +203,7 @@ class ModelConfig:
 # =====================================================================================================
 
 MIN_DECODE_ROWS = 16
+MIN_ATTN_ROWS = 8  # (j)
 PARITY_XLA_FLAGS = "--xla_gpu_enable_triton_gemm=false"  # (h)
 _CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")  # what `pip install jax[cuda12|13]` brings
 
@@ -406,7 +416,12 @@ def _attention(cfg: ModelConfig, q_BTNH, k_BKSH, v_BKSH, mask_BTS):
     Scores and softmax in f32; probabilities cast to the activation dtype for the PV matmul (as HF)."""
     B, T, N, H = q_BTNH.shape
     K = cfg.num_kv_heads
-    q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
+    G = N // K
+    q_BTKGH = q_BTNH.reshape(B, T, K, G, H)
+    # PRECISION POLICY (j): at least MIN_ATTN_ROWS rows (G * T) per dot; zero query heads padded in, dropped below
+    g_pad = max(G, -(-MIN_ATTN_ROWS // T)) - G if cfg.bf16_fix else 0
+    if g_pad:
+        q_BTKGH = jnp.pad(q_BTKGH, ((0, 0), (0, 0), (0, 0), (0, g_pad), (0, 0)))
     s_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH, k_BKSH, preferred_element_type=jnp.float32,
                          precision=_precision(cfg))
     s_BKGTS = s_BKGTS * np.float32(1.0 / math.sqrt(H))
@@ -416,7 +431,7 @@ def _attention(cfg: ModelConfig, q_BTNH, k_BKSH, v_BKSH, mask_BTS):
     p_BKGTS = _to_act(cfg, p_BKGTS / _row_sum(cfg, p_BKGTS))
     # output head-major then transposed (exact): XLA:CPU has no bf16 x bf16 -> f32 kernel for the
     # BTKGH output layout (UNIMPLEMENTED in DotThunk) and this one is its fast path
-    o_BKGTH = _einsum(cfg, "BKGTS,BKSH->BKGTH", p_BKGTS, v_BKSH)
+    o_BKGTH = _einsum(cfg, "BKGTS,BKSH->BKGTH", p_BKGTS, v_BKSH)[:, :, :G]
     return o_BKGTH.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
