@@ -13,8 +13,8 @@ length as its own token budget. A random model has no notion of "done", so these
 the step at which a trained policy would emit eos; both sides get the same rows, keys and budgets and
 both stop a row exactly there.
   static:     what the worker does today: the rows in order, in batches of --slots rows, each batch one
-              model.generate call with every prompt padded to one T (the cache length), prefill over all
-              T positions, then decoded until its longest row is done (max_new_tokens = the batch's
+              model.generate call (prompts padded to one T; generate sizes its cache and prefill to the
+              batch's longest prompt and budget), decoded until its longest row is done (max_new_tokens = the batch's
               largest budget; a shorter row's tokens past its budget are not useful: with eos it would
               be done, its slot idle). generate is bitwise per row, so cutting at the budget is the
               same completion the row would get alone.
