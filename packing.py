@@ -8,10 +8,12 @@ kept. The trainer's batch is then laid out as follows (pack_batch):
 
   1. each minibatch keeps its rows (the optimizer steps see the same data as with split_batch);
   2. inside it, rows are sorted by real length, longest first;
-  3. a microbatch takes the next rows whose length rounds up to the same bucket length (bucket_len:
-     8 lengths per octave, so a row is padded by at most 1/8 of its bucket), as many as fit the
-     memory budget at that length (rows_for), in a power of two (few distinct shapes, few compiles);
-  4. each microbatch's arrays are cut to its bucket length.
+  3. a microbatch's length is its longest row's bucket length T_b (bucket_len: 8 lengths per octave);
+     it takes the next rows that are longer than (1 - MAX_ROW_PADDING) x T_b, as many as fit the memory
+     budget at that length (rows_for), in a power of two: few distinct shapes (each compiles once) and
+     few, full microbatches, while no row but the longest is padded by MAX_ROW_PADDING of its
+     microbatch or more (the longest by less than one bucket step);
+  4. each microbatch's arrays are cut to T_b.
 
 Why this is bitwise: model.py's PRECISION POLICY makes a row's log-probs independent of the padded
 length, the number of rows and the neighbouring rows (tests/test_packing.py checks each against a
@@ -31,6 +33,12 @@ MIN_BUCKET = 16
 """The shortest bucket length (also model.MIN_CHUNK: a head chunk keeps >= 16 rows)."""
 STEPS_PER_OCTAVE = 8
 """Bucket lengths per doubling: a row is padded by less than 1 / STEPS_PER_OCTAVE of its bucket."""
+MAX_ROW_PADDING = 0.15
+"""A row joins a microbatch of length T_b only if it is longer than (1 - MAX_ROW_PADDING) x T_b.
+Measured on HumanEval chat-prompt batches (8 prompts x 16 rows of 1-16 new tokens, 250 drawn steps):
+padding 6.9% median, 8.8% at the 99th percentile, 8.9% at most; 5.4 microbatches per step; 44 distinct
+shapes over the 250 steps. One bucket length per microbatch instead: 4.1% padding, 18 microbatches per
+step, 94 shapes (each compiled once: the first steps of a run are then mostly compiling)."""
 
 
 def bucket_len(n: int, cap: int | None = None) -> int:
@@ -52,17 +60,18 @@ def real_lengths(mask_BT) -> np.ndarray:
 
 
 def plan(lengths, rows_for, cap: int) -> list[tuple[np.ndarray, int]]:
-    """The microbatches of one minibatch: [(row indices, bucket length)], longest rows first.
+    """The microbatches of one minibatch: [(row indices, length T_b)], longest rows first.
     lengths: real length per row; rows_for(T_b): the most rows a microbatch of length T_b may hold
-    (>= 1); cap: the run's T. Every row is in exactly one microbatch."""
+    (>= 1); cap: the run's T. Every row is in exactly one microbatch, whose length T_b is the bucket
+    length of its longest row; every other row in it is longer than (1 - MAX_ROW_PADDING) x T_b."""
     lengths = np.asarray(lengths)
     order = np.argsort(-lengths, kind="stable")
-    buckets = np.array([bucket_len(n, cap) for n in lengths[order]], dtype=np.int64)
+    sorted_len = lengths[order]
     out, i = [], 0
     while i < len(order):
-        T_b = int(buckets[i])
-        same = int(np.sum(buckets[i:] == T_b))  # sorted, so these are the next `same` rows
-        take = min(max(int(rows_for(T_b)), 1), same)
+        T_b = bucket_len(sorted_len[i], cap)
+        fits = max(int(np.sum(sorted_len[i:] > (1 - MAX_ROW_PADDING) * T_b)), 1)  # the next `fits` rows
+        take = min(max(int(rows_for(T_b)), 1), fits)
         take = 1 << (take.bit_length() - 1)  # a power of two: shapes repeat across steps
         out.append((order[i:i + take], T_b))
         i += take
