@@ -105,9 +105,10 @@ class Config:
     max_new_tokens: int = 16
     """longest completion (the embedded task's answers are one short line)"""
     seq_len: int = 0
-    """T: fixed length of prompt + completion, in sampler and trainer alike; 0 = from the data: the
-    longest prompt plus max_new_tokens, rounded up to a power of two (fit_seq_len), at most the model's
-    max; the embedded task uses the model's max"""
+    """T: the rollouts' row length on the wire (prompt + completion + padding) and the longest any row
+    may be; each side computes on less (generate sizes its cache to its rows, the update is laid out by
+    real length: packing.py). 0 = from the data: the longest prompt plus max_new_tokens, rounded up to
+    a power of two (fit_seq_len), at most the model's max; the embedded task uses the model's max"""
     prompt_format: str = ""
     """how a problem becomes the model's text and a completion becomes a program (prompts.py):
     "completion" (base models: the program is prompt + completion) or "chat" (instruction models: the
@@ -558,7 +559,7 @@ class Trainer:
         else:
             stream = tasks.train_problems(cfg.seed)
             self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
-        # T, one for the run (the sampler and the update compile once): from the data's longest prompt
+        # T, one for the run (the rows' length on the wire): from the data's longest prompt
         self.T = cfg.seq_len or (fit_seq_len([self.prompt_len(p) for p in problems], cfg.max_new_tokens,
                                              self.mcfg.max_seq_len) if cfg.data else self.mcfg.max_seq_len)
         if self.T > self.mcfg.max_seq_len:

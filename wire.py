@@ -306,7 +306,7 @@ class WorkItem:
     item_id: str              # "train/<cursor index>|<problem id>" or "eval/<step>/<j>|<problem id>"
     prompt: str
     group_size: int           # G
-    seq_len: int              # T: prompt + completion, fixed so sampler and trainer compile once
+    seq_len: int              # T: prompt + completion + padding, the rollout's row length
     max_new_tokens: int
     min_version: int          # never sample with weights older than this (the staleness bound)
     lineage: str = ""         # the trainer process that enqueued it
