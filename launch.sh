@@ -35,7 +35,11 @@ cd "$(dirname "$0")"
 RUN_DIR=${RUN_DIR:-runs/$(date +%Y%m%d-%H%M%S)}
 STEPS=${STEPS:-250}                 # optimizer steps
 WORKERS=${WORKERS:--1}              # inference workers; -1 = 2 on the CPU, else one per WORKER_CHIPS left
-MAX_STALENESS=${MAX_STALENESS:-0}   # 0 = strict on-policy; k = rollouts up to k versions old are used
+MAX_STALENESS=${MAX_STALENESS:-0}   # 0 = strict on-policy; k = rollouts up to k versions old are used;
+                                    # auto = the bound sets itself each step, in [0, STALENESS_CEILING],
+                                    # keeping offpolicy/k3_kl under STALENESS_TARGET (trainer --staleness-target)
+STALENESS_CEILING=${STALENESS_CEILING:-4}
+STALENESS_TARGET=${STALENESS_TARGET:-0.01}
 PULL_EVERY=${PULL_EVERY:-1}         # workers check for new weights every this many batches
 MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems; empty = the embedded task
@@ -197,6 +201,9 @@ for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
 done
 
 fix_flag=$([ "$BF16_FIX" = 1 ] && echo --bf16-fix || echo --no-bf16-fix)
+if [ "$MAX_STALENESS" = auto ]; then staleness_flags="--max-staleness $STALENESS_CEILING --staleness-target $STALENESS_TARGET"
+elif [[ $MAX_STALENESS =~ ^[0-9]+$ ]]; then staleness_flags="--max-staleness $MAX_STALENESS"
+else refuse "MAX_STALENESS=$MAX_STALENESS: expected a number of versions or auto"; fi
 case $DTYPE in bfloat16|float32|checkpoint) fix_flag+=" --dtype $DTYPE" ;;
   *) refuse "DTYPE=$DTYPE: expected bfloat16, float32 or checkpoint" ;; esac
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
@@ -235,7 +242,7 @@ for role in "${ORDER[@]}"; do
       cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
       cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag} ${FLAGS[$role]} $WORKER_ARGS" ;;
-    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS --max-staleness $MAX_STALENESS --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
+    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
         cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"
       fi ;;

@@ -89,6 +89,34 @@ def items_to_feed(max_staleness: int, batch_size: int, outstanding: int) -> int:
     return max(0, (max_staleness + 1) * batch_size - outstanding)
 
 
+AUTO_WAIT_FRAC = 0.1
+"""auto_staleness loosens the bound only when the trainer waited for rollouts longer than this share of
+its step: a trainer that never waits gains nothing from staler data."""
+
+
+def auto_staleness(limit: int, kl: float | None, waited: float, target: float, ceiling: int) -> int:
+    """THE STALENESS BOUND, set by itself (trainer --staleness-target, launch.sh MAX_STALENESS=auto): the
+    bound for the next step from what the last one measured.
+      kl      offpolicy/k3_kl: the k3 KL between the policies that sampled the batch's stale rows and the
+              trainer's, over their tokens; None when the batch had no stale rows (nothing measured);
+      waited  the share of the step the trainer spent waiting for rollouts.
+    Rules, first match:
+      kl > target                                         -> limit - 1 (too far off-policy; not below 0)
+      waited > AUTO_WAIT_FRAC and (kl is None or kl <= target / 2)
+                                                          -> limit + 1 (the trainer starves and the data
+                                                             is healthy; not above ceiling)
+      otherwise                                           -> limit
+    Change it only between batches (the batch being assembled was admitted under the old bound)."""
+    if not (isinstance(ceiling, int) and ceiling >= 0 and target > 0):
+        raise ValueError(f"auto_staleness needs ceiling >= 0 and target > 0, got {ceiling}, {target}")
+    limit = min(max(limit, 0), ceiling)
+    if kl is not None and kl > target:
+        return max(limit - 1, 0)
+    if waited > AUTO_WAIT_FRAC and (kl is None or kl <= target / 2):
+        return min(limit + 1, ceiling)
+    return limit
+
+
 # ----------------------------------------------------------------------------- the worker's side
 
 SAMPLE, WAIT, ABANDON = "sample", "wait", "abandon"

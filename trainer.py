@@ -146,7 +146,16 @@ class Config:
     must divide prompts_per_step"""
     # --- staleness (the rule is lifecycle.usable)
     max_staleness: int = 0
-    """k: train only on rollouts at most k versions old when they enter a batch; 0 = strict on-policy"""
+    """k: train only on rollouts at most k versions old when they enter a batch; 0 = strict on-policy.
+    With --staleness-target > 0, the ceiling of the bound that sets itself"""
+    staleness_target: float = 0.0
+    """> 0: the bound sets itself (launch.sh MAX_STALENESS=auto): it starts at 0 and moves by one after
+    each step, between 0 and --max-staleness, by lifecycle.auto_staleness: down when offpolicy/k3_kl
+    (policy drift over the stale rows) exceeds this target, up when the trainer waited for rollouts and
+    the KL is at most half of it. Logged as staleness/limit. launch.sh's MAX_STALENESS=auto uses 0.01,
+    the middle of the KL targets PPO's adaptive penalty was run with (d_targ 0.003-0.03, Schulman et
+    al. 2017); measured here at staleness 1-2 on the embedded task: 3e-4 to 9e-3. 0: the bound is
+    --max-staleness, fixed"""
     # --- numerics
     bf16_fix: bool = True
     """the RLAX fix (model.py PRECISION POLICY); --no-bf16-fix reproduces the mismatch"""
@@ -198,6 +207,8 @@ class Config:
                              "checkpoint_every and keep_checkpoints must be >= 1")
         if min(self.max_staleness, self.eval_every, self.seq_len, self.microbatch, self.memory_budget_gb) < 0:
             raise ValueError("max_staleness, eval_every, seq_len, microbatch and memory_budget_gb must be >= 0")
+        if not self.staleness_target >= 0:
+            raise ValueError(f"staleness_target must be >= 0, got {self.staleness_target}")
         if not 0 <= self.pack_min_saving <= 1:
             raise ValueError(f"pack_min_saving must be in [0, 1], got {self.pack_min_saving}")
         if not 0 <= self.max_verifier_failure_frac <= 1:
@@ -497,7 +508,8 @@ class Trainer:
         # Every training prompt without a final fate, and the rules for giving it one (lifecycle.py):
         # the collector decides what to enqueue, what a reply brings, the batch and the checkpoint's
         # share of them; this class does the I/O around it.
-        self.books = lifecycle.Books(cfg.max_staleness, cfg.prompts_per_step, self.lineage, self.record)
+        self.books = lifecycle.Books(0 if cfg.staleness_target > 0 else cfg.max_staleness, cfg.prompts_per_step,
+                                     self.lineage, self.record)
         self.collector = lifecycle.Collector(self.books, self.training_item)
         # (infra failures, programs) of recent training groups: is the verifier broken?
         self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
@@ -880,6 +892,12 @@ class Trainer:
             mm = grpo.mismatch_metrics(logp_behav_BT[on_policy], logp_BT[on_policy], mask_BT[on_policy])
             metrics.update({f"mismatch/{k}": float(v) for k, v in mm.items()})
             self.write_mismatch_histogram(logp_BT[on_policy] - logp_behav_BT[on_policy], mask_BT[on_policy] > 0)
+        # How off-policy the stale rows are: the same statistics between the policy that sampled them
+        # and ours (policy drift over their staleness, plus any numerical mismatch)
+        if (~on_policy).any():
+            mm = grpo.mismatch_metrics(logp_behav_BT[~on_policy], logp_BT[~on_policy], mask_BT[~on_policy])
+            metrics.update({f"offpolicy/{k}": float(mm[k]) for k in
+                            ("k3_kl", "mean_abs_logp_diff", "frac_ratio_outside_0.5_2", "num_tokens")})
         return metrics
 
     MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats
@@ -978,7 +996,11 @@ class Trainer:
             step_s = time.monotonic() - t0
             metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
                             "throughput/rollouts_per_s": cfg.prompts_per_step * self.gcfg.group_size / step_s,
-                            "throughput/tokens_per_s": tokens / step_s})
+                            "throughput/tokens_per_s": tokens / step_s, "staleness/limit": self.books.max_staleness})
+            if cfg.staleness_target > 0:  # the bound for the next batch (this one was admitted under the old)
+                self.books.max_staleness = lifecycle.auto_staleness(
+                    self.books.max_staleness, metrics.get("offpolicy/k3_kl"), wait_s / step_s,
+                    cfg.staleness_target, cfg.max_staleness)
             if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
                 metrics.update(self.evaluate())
             self.write_metrics(metrics)

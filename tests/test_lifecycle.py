@@ -10,7 +10,8 @@ sampling that waits for weights, a slow worker that sits on its rollouts while t
 then submits them at once, verifier (infra) failures, duplicate submissions, forged leases, rollouts
 of another lineage or of the wrong shape or version under a genuine lease, expired leases, lost and
 twice-read replies, worker kills and hellos, param-server restarts (serving the weights last
-persisted, maybe older), and trainer SIGTERM or SIGKILL + resume. After every event:
+persisted, maybe older), and trainer SIGTERM or SIGKILL + resume; in one variant the bound itself
+moves between batches (MAX_STALENESS=auto). After every event:
   - nothing is trained on that is staler than k, of another lineage, from a group with an
     infra_error status, not sampled by a worker, or trained before;
   - every prompt the cursor handed out has exactly one fate or is in flight, the ledger's trained
@@ -72,6 +73,43 @@ def test_check_batch_asserts_the_bound_at_the_update():
     (0, 4, 0, 4), (0, 4, 3, 1), (0, 4, 4, 0), (0, 4, 9, 0), (1, 4, 0, 8), (2, 4, 5, 7)])
 def test_items_to_feed(k, B, outstanding, want):
     assert lc.items_to_feed(k, B, outstanding) == want
+
+
+@pytest.mark.parametrize("limit, kl, waited, want", [
+    (2, 3e-3, 0.5, 1),      # too far off-policy: tighten, even while the trainer starves
+    (0, 3e-3, 0.5, 0),      # ... never below 0
+    (1, None, 0.5, 2),      # starving, nothing stale measured: loosen
+    (1, 4e-4, 0.5, 2),      # starving, KL at most half the target: loosen
+    (1, 7e-4, 0.5, 1),      # starving, KL between half the target and the target: hold
+    (4, 1e-4, 0.9, 4),      # at the ceiling: hold
+    (9, 1e-4, 0.9, 4),      # a limit above the ceiling is brought back to it
+    (2, 1e-4, 0.05, 2),     # healthy but the trainer hardly waited: nothing to gain, hold
+    (2, None, 0.0, 2),
+])
+def test_auto_staleness_table(limit, kl, waited, want):
+    """MAX_STALENESS=auto with target 1e-3 and ceiling 4: tighten on a degraded KL, loosen only when
+    the trainer starves and the data is healthy, never past [0, ceiling]."""
+    assert lc.auto_staleness(limit, kl, waited, target=1e-3, ceiling=4) == want
+
+
+def test_auto_staleness_in_a_closed_loop():
+    """Against toy worlds where the off-policy KL grows with the bound: the bound climbs while the
+    trainer starves and the data is healthy, and stops where the trainer no longer waits (world 1), or
+    where the KL passes half the target (world 2); when the KL degrades (world 3: the policy starts
+    moving fast) it comes down; it never leaves [0, ceiling]."""
+    def run(kl_per_version, starving_below, steps=20, start=0):
+        limit, seen = start, []
+        for _ in range(steps):
+            kl = None if limit == 0 else kl_per_version * limit
+            limit = lc.auto_staleness(limit, kl, 0.4 if limit < starving_below else 0.0, target=1e-3, ceiling=4)
+            seen.append(limit)
+        return seen
+    assert run(2e-4, starving_below=3)[-5:] == [3] * 5
+    assert run(4e-4, starving_below=9)[-5:] == [2] * 5
+    assert run(6e-4, starving_below=9, start=4)[-5:] == [1] * 5  # 4 -> 3 -> 2 -> 1 (6e-4 <= 1e-3: hold)
+    assert max(run(1e-5, starving_below=9)) == 4
+    with pytest.raises(ValueError):
+        lc.auto_staleness(0, None, 0.5, target=0.0, ceiling=4)
 
 
 @pytest.mark.parametrize("minv, ilin, v, lin, newest, want", [
@@ -349,8 +387,10 @@ class Sim:
     the model's own record: the version it trained at, the leases the server issued, who sent what.
     Each event returns whether it did anything."""
 
-    def __init__(self, rng: random.Random, k: int, B: int):
-        self.rng, self.k, self.B = rng, k, B
+    def __init__(self, rng: random.Random, k: int, B: int, auto: bool = False):
+        """k: the staleness bound; with auto, its ceiling: a trainer starts at 0 and after each step
+        the bound moves anywhere in [0, k], as trainer --staleness-target moves it (between batches)."""
+        self.rng, self.k, self.B, self.auto = rng, k, B, auto
         self.instance, self.weights, self.persisted = 0, (-1, ""), (-1, "")
         self.restart_param_server()
         self.workers = {f"w{i}": Worker(f"w{i}", slow=i == 0, incarnation="0") for i in range(4)}
@@ -393,7 +433,7 @@ class Sim:
         """A trainer process: a new lineage; a resume restores the checkpoint and cuts the ledger back."""
         self.n_lineage += 1
         self.lineage = f"L{self.n_lineage}"
-        books = lc.Books(self.k, self.B, self.lineage, lambda i, f: self.ledger.append((i, f)))
+        books = lc.Books(0 if self.auto else self.k, self.B, self.lineage, lambda i, f: self.ledger.append((i, f)))
         self.collector = lc.Collector(books, self.new_item)
         self.ps_instance, self.last_reply, self.offered = None, [], 0
         if checkpoint is not None:
@@ -428,10 +468,13 @@ class Sim:
 
     def feed(self):
         self.connect()
-        fates = len(self.ledger)
+        fates, before = len(self.ledger), len(self.collector.books.in_flight)
         items = self.collector.feed()
         skipped = len(self.ledger) - fates  # too long for the budget: a fate at once
-        assert len(self.collector.books.in_flight) + skipped == (self.k + 1) * self.B, "not topped up to (k + 1) x B"
+        # topped up to (bound + 1) x B; above it only after the bound came down (nothing is taken back)
+        bound = self.collector.books.max_staleness
+        assert len(self.collector.books.in_flight) + skipped == max((bound + 1) * self.B, before), \
+            "not topped up to (k + 1) x B"
         self.q.enqueue([i.to_dict() for i in items], requeue=False)
         return bool(items)
 
@@ -471,13 +514,17 @@ class Sim:
             return False
         batch = self.collector.batch()
         assert len({r.item_id for r in batch}) == len(batch) == self.B
+        bound = self.collector.books.max_staleness  # the bound this batch was admitted under
+        assert bound <= self.k
         for r in batch:  # what may be trained on, against the model's own version and record
-            assert r.lineage == self.lineage and 0 <= self.version - r.version <= self.k, \
-                f"trained a rollout of {r.lineage} v{r.version} at {self.lineage} v{self.version}, k={self.k}"
+            assert r.lineage == self.lineage and 0 <= self.version - r.version <= bound, \
+                f"trained a rollout of {r.lineage} v{r.version} at {self.lineage} v{self.version}, k={bound}"
             assert INFRA not in r.statuses, f"trained {r.item_id}, a group the verifier failed on"
             assert r.worker in self.workers, f"trained a rollout sent by {r.worker}"
             assert r.item_id not in self.trained, f"trained {r.item_id} twice"
         self.collector.trained()
+        if self.auto:  # Trainer.run: the bound for the next batch, set between batches
+            self.collector.books.max_staleness = self.rng.randint(0, self.k)
         self.version, self.offered = self.version + 1, 0
         self.trained += [r.item_id for r in batch]
         self.commit(self.collector.version, self.lineage)  # Trainer.push_trained
@@ -698,10 +745,10 @@ EVENTS = {  # event: weight
     "kill_worker": 0.2}
 
 
-def run_sequence(seed: int, k: int, B: int, n_events: int) -> Sim:
+def run_sequence(seed: int, k: int, B: int, n_events: int, auto: bool = False) -> Sim:
     """n_events events that did something, each followed by the invariants' check; then the drain."""
     rng = random.Random(seed)
-    sim = Sim(rng, k, B)
+    sim = Sim(rng, k, B, auto)
     act = {"get": sim.get, "lost_reply": lambda: sim.get(lost=True), "replayed_reply": lambda: sim.get(replay=True)}
     names, weights = zip(*EVENTS.items())
     done = 0
@@ -727,3 +774,14 @@ def test_random_lifecycles_keep_every_invariant(k):
     # B prompts in flight, all asking for its version, so nothing can age past the bound).
     assert steps > 1000 and fates[lc.TRAINED] > 1000, (steps, fates)
     assert all(fates[f] >= 50 for f in lc.FATES if f != lc.DROPPED_STALE or k > 0), fates
+
+
+def test_random_lifecycles_with_a_bound_that_moves():
+    """MAX_STALENESS=auto: the bound starts at 0 after every trainer start and moves anywhere in
+    [0, 2] between batches; 100 sequences keep every invariant, each batch within the bound it was
+    admitted under, and rollouts that a lowered bound makes too stale are dropped with their fate."""
+    fates = collections.Counter()
+    for seed in range(100):
+        sim = run_sequence(seed * 11 + 5, 2, B=1 + seed % 3, n_events=150, auto=True)
+        fates.update(f for _, f in sim.ledger)
+    assert fates[lc.TRAINED] > 500 and fates[lc.DROPPED_STALE] > 20, fates

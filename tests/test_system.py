@@ -141,6 +141,25 @@ def test_staleness_bound_with_a_slow_and_a_fast_worker(roles, tmp_path, tiny):
     assert max(r["rollouts/dropped_stale"] for r in metrics(run_dir)) > 0
 
 
+def test_a_bound_that_sets_itself_loosens_while_the_trainer_starves(roles, tmp_path, tiny):
+    """MAX_STALENESS=auto (--staleness-target): the bound starts at 0, is logged every step
+    (staleness/limit), every batch stays within the bound it was admitted under, and with a slow worker
+    keeping the trainer waiting the bound rises (it never passes the ceiling, 3); stale rows' policy
+    drift is measured (offpolicy/k3_kl)."""
+    run_dir = str(tmp_path / "run")
+    trainer, _ = start_system(roles, run_dir, tiny, workers=({"batch_items": 1}, {"slow_s": 1, "lease_s": 0.6}),
+                              trainer_args=["--steps", "16", "--max-staleness", "3", "--staleness-target", "0.01"])
+    finish(roles, trainer, timeout_s=300)
+    steps = [r for r in metrics(run_dir) if "reward/mean" in r]
+    limits = [r["staleness/limit"] for r in steps]
+    assert len(steps) == 16 and limits[0] == 0 and max(limits) >= 1 and max(limits) <= 3, limits
+    assert all(r["staleness/max"] <= r["staleness/limit"] for r in steps), [(r["staleness/max"], r["staleness/limit"]) for r in steps]
+    for a, b in zip(limits, limits[1:]):
+        assert abs(a - b) <= 1  # one version at a time
+    stale = [r for r in steps if r["staleness/max"] > 0]
+    assert stale and all(r["offpolicy/k3_kl"] >= 0 and r["offpolicy/num_tokens"] > 0 for r in stale)
+
+
 def test_greedy_evaluation_is_the_mode_of_the_same_weights_and_mixed_leases_do_not_stall(roles, tmp_path):
     """eval/greedy_pass@1, decoded by the workers, equals greedy decoding of the same weights in this
     process; and the workers' leases, which mix sampled and greedy evaluation items, are sampled group
