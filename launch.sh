@@ -204,7 +204,8 @@ fix_flag=$([ "$BF16_FIX" = 1 ] && echo --bf16-fix || echo --no-bf16-fix)
 if [ "$MAX_STALENESS" = auto ]; then staleness_flags="--max-staleness $STALENESS_CEILING --staleness-target $STALENESS_TARGET"
 elif [[ $MAX_STALENESS =~ ^[0-9]+$ ]]; then staleness_flags="--max-staleness $MAX_STALENESS"
 else refuse "MAX_STALENESS=$MAX_STALENESS: expected a number of versions or auto"; fi
-case $DTYPE in bfloat16|float32|checkpoint) fix_flag+=" --dtype $DTYPE" ;;
+case $DTYPE in bfloat16) ;;   # the roles' default: no flag
+  float32|checkpoint) fix_flag+=" --dtype $DTYPE" ;;
   *) refuse "DTYPE=$DTYPE: expected bfloat16, float32 or checkpoint" ;; esac
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
