@@ -1,7 +1,7 @@
 """Asynchrony: steps per minute and held-out pass@1 / pass@8 after the same wall time, for
-MAX_STALENESS 0, 1 and 2 with the same workers (launch.sh's default run: 2 workers, 1 verifier).
+MAX_STALENESS 0, 1, 2 and auto with the same workers (launch.sh's default run: 2 workers, 1 verifier).
 
-Run:  python bench/bench_async.py --seconds 120          # 3 runs of 120 s + evaluations (~8 min)
+Run:  python bench/bench_async.py --seconds 120          # 4 runs of 120 s + evaluations (~11 min)
       python bench/bench_async.py --staleness 0 2 --seconds 60 --keep-dir /tmp/async
 
 Each run: bash launch.sh with STEPS large (10000), the default recipe (k3 KL beta 0.2, DAPO dynamic
@@ -90,7 +90,8 @@ def evaluate(cfg, params, n_problems: int, n_samples: int = 8, seed: int = 0) ->
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--staleness", nargs="+", default=["0", "1", "2", "auto"],
+                    help="MAX_STALENESS values: numbers of versions, or auto (the bound that sets itself)")
     ap.add_argument("--seconds", type=float, default=120.0, help="wall time of each run")
     ap.add_argument("--heldout", type=int, default=64, help="held-out problems per evaluation")
     ap.add_argument("--keep-dir", default="", help="keep the run dirs here (staleness-<k>), for the breakdown part")
@@ -116,12 +117,14 @@ def main():
             print(f"staleness {k}: no checkpoint ({e})", flush=True)
             ev = {"pass1": float("nan"), "pass8": float("nan")}
         stale = [r.get("staleness/mean", 0.0) for r in rows]
+        limits = [r["staleness/limit"] for r in rows if "staleness/limit" in r]
         print(f"staleness {k}: {steps} steps in {wall:.0f} s; held-out pass@1 {ev['pass1']:.3f} pass@8 {ev['pass8']:.3f}",
               flush=True)
         print(f"RESULT name=asynchrony staleness={k} steps={steps} wall_s={wall:.1f} "
               f"steps_per_min={steps / wall * 60:.2f} pass1={ev['pass1']:.4f} pass8={ev['pass8']:.4f} "
               f"pass1_start={start['pass1']:.4f} pass8_start={start['pass8']:.4f} heldout={args.heldout} "
-              f"mean_staleness={(sum(stale) / len(stale) if stale else 0):.3f} run_dir={run_dir}", flush=True)
+              f"mean_staleness={(sum(stale) / len(stale) if stale else 0):.3f} "
+              f"max_limit={max(limits, default=0)} run_dir={run_dir}", flush=True)
 
 
 if __name__ == "__main__":
