@@ -42,23 +42,12 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import model  # noqa: E402
-
-
-def make_params(cfg, seed=0):
-    """Random weights drawn in numpy (no per-shape compiles): norms 1, biases N(0, 0.1), matrices N(0, 0.08)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "norm" in name:
-            return jnp.ones(leaf.shape, cfg.jdtype)
-        return jnp.asarray((0.1 if "bias" in name else 0.08) * rng.standard_normal(leaf.shape, np.float32), cfg.jdtype)
-    return jax.tree_util.tree_map_with_path(draw, jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0))))
+from random_weights import random_params  # noqa: E402
 
 
 def draw_rows(args, vocab):
@@ -121,7 +110,7 @@ def main(argv=None) -> dict:
                             num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.hidden // args.heads,
                             intermediate_size=2 * args.hidden, max_seq_len=T, rope_theta=1e4, rms_norm_eps=1e-6,
                             qkv_bias=True, tie_embeddings=False)
-    params = make_params(cfg, args.seed)
+    params = random_params(cfg, args.seed)
     prompts, budget = draw_rows(args, cfg.vocab_size)
     keys = jax.random.split(jax.random.key(args.seed + 1), args.rows)
     useful = int(budget.sum())

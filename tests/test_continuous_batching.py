@@ -17,24 +17,13 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import model  # noqa: E402
+from random_weights import random_params  # noqa: E402
 
 CFG = model.ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                         intermediate_size=128, max_seq_len=256, rope_theta=1e4, rms_norm_eps=1e-6, qkv_bias=True,
                         tie_embeddings=False)
 T, M, R, SLOTS, TEMP = 64, 28, 40, 16, 0.8
 SCORE = jax.jit(model.token_logprobs, static_argnums=1)
-
-
-def _params(cfg):
-    """Random weights drawn in numpy (no per-shape jax compiles): norms 1, biases N(0, 0.1), matrices N(0, 0.08)."""
-    rng = np.random.default_rng(0)
-
-    def draw(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "norm" in name:
-            return jnp.ones(leaf.shape, cfg.jdtype)
-        return jnp.asarray((0.1 if "bias" in name else 0.08) * rng.standard_normal(leaf.shape, np.float32), cfg.jdtype)
-    return jax.tree_util.tree_map_with_path(draw, jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0))))
 
 
 def _reference(params, prompts, keys, eos_id):
@@ -51,7 +40,7 @@ def _reference(params, prompts, keys, eos_id):
 
 @pytest.fixture(scope="module")
 def setup():
-    params = _params(CFG)
+    params = random_params(CFG)
     rs = np.random.RandomState(0)
     plen = rs.randint(2, 37, R)
     prompts = [rs.randint(1, CFG.vocab_size, n).astype(np.int32) for n in plen]

@@ -18,24 +18,12 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import memory  # noqa: E402
 import model  # noqa: E402
+from random_weights import random_params  # noqa: E402
 
 BIG_V = dict(vocab_size=40_000, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
              intermediate_size=64, max_seq_len=256, rope_theta=1e4, rms_norm_eps=1e-6, qkv_bias=True)
 T = 100
 SCORE = jax.jit(model.token_logprobs, static_argnums=1, static_argnames=("chunk_tokens", "query_chunk"))
-
-
-def _params(cfg):
-    """Random weights (numpy, no per-shape jax compiles): norms 1, biases N(0, 0.1), matrices N(0, 0.08)
-    (larger than init_params' 0.02, so that the next-token distributions are far from uniform)."""
-    rng = np.random.default_rng(0)
-
-    def draw(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "norm" in name:
-            return jnp.ones(leaf.shape, cfg.jdtype)
-        return jnp.asarray((0.1 if "bias" in name else 0.08) * rng.standard_normal(leaf.shape, np.float32), cfg.jdtype)
-    return jax.tree_util.tree_map_with_path(draw, jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0))))
 
 
 def test_chunk_len():
@@ -60,7 +48,7 @@ def test_generate_logprobs_bitwise_equal_chunked_token_logprobs(monkeypatch):
     model._default_chunking; its decode == forward parity is not bitwise on this CPU even unchunked.)
     Tied embeddings (Qwen2.5-0.5B's head); the untied head is in test_chunked_gradients_match_unchunked."""
     cfg = model.ModelConfig(**BIG_V, tie_embeddings=True, dtype="bfloat16")
-    params = _params(cfg)
+    params = random_params(cfg)
     # generate's prefill: 16 rows x T; 16 * 4 heads * T * 4 bytes per query position -> chunks of 32
     monkeypatch.setattr(model, "ATTN_CHUNK_BYTES", 32 * 16 * 4 * T * 4)
     assert model._query_chunk_len(cfg, model.MIN_DECODE_ROWS, T, None) == 32
@@ -102,7 +90,7 @@ def test_chunked_gradients_match_unchunked():
     adv = jnp.asarray([[0.7], [-1.3]], jnp.float32)
     for dtype, rel in [("float32", 1e-5), ("bfloat16", 2 ** -6)]:
         cfg = model.ModelConfig(**{**BIG_V, "num_layers": 1}, tie_embeddings=False, dtype=dtype)
-        params = _params(cfg)
+        params = random_params(cfg)
 
         def grads(p, chunk_tokens, query_chunk):
             def loss(p):

@@ -13,6 +13,7 @@ import grpo
 import hf_io
 import model
 import packing
+from random_weights import random_params
 import trainer
 
 CFG = model.ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
@@ -87,17 +88,6 @@ def test_pack_batch_keeps_each_minibatch_and_unpack_restores_row_order():
     assert 0 <= packing.padding_frac(packed) < packing.padding_frac(trainer.split_batch(data, 3, 5))
 
 
-def _params(cfg, seed=0):
-    """Random weights larger than init_params' (next-token distributions far from uniform)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        if "norm" in jax.tree_util.keystr(path):
-            return jnp.ones(leaf.shape, cfg.jdtype)
-        return jnp.asarray(0.08 * rng.standard_normal(leaf.shape, np.float32), cfg.jdtype)
-    return jax.tree_util.tree_map_with_path(draw, jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0))))
-
-
 def _layouts(cfg):
     """The log-probs of 5 rows of different real lengths scored five ways: at the full T = 256 in a
     batch of 16 (the other rows random), each alone at its own bucket length, all five at the longest
@@ -109,7 +99,7 @@ def _layouts(cfg):
     rows[:] = rng.integers(1, cfg.vocab_size, (16, 256))
     for b, n in enumerate(lengths):
         rows[b, n:] = 0
-    params = _params(cfg)
+    params = random_params(cfg)
     lp = lambda toks: np.asarray(SCORE(params, cfg, jnp.asarray(toks)))  # noqa: E731
     full = lp(rows)
     alone = [lp(rows[b:b + 1, :packing.bucket_len(n)]) [0] for b, n in enumerate(lengths)]
@@ -138,15 +128,21 @@ def test_row_logprobs_do_not_depend_on_length_neighbours_or_row_count():
             np.testing.assert_allclose(a, b, atol=1e-4)
 
 
-def test_sampled_logprobs_equal_scoring_at_the_bucket_length():
-    """What the sampler reports at its cache length T is what the trainer computes on the row cut to
-    its bucket length (the trainer's packed microbatches), bitwise."""
-    params = _params(CFG)
-    rng = np.random.default_rng(2)
-    prompt_len = rng.integers(3, 40, 16)
+def _prompts(seed: int, longest: int):
+    """16 random prompts of 3..longest-1 tokens, right-padded to T = 256: (prompt_BT, prompt_len_B)."""
+    rng = np.random.default_rng(seed)
+    prompt_len = rng.integers(3, longest, 16)
     prompts = np.zeros((16, 256), np.int32)
     for b, n in enumerate(prompt_len):
         prompts[b, :n] = rng.integers(1, CFG.vocab_size, n)
+    return prompts, prompt_len
+
+
+def test_sampled_logprobs_equal_scoring_at_the_bucket_length():
+    """What the sampler reports at its cache length T is what the trainer computes on the row cut to
+    its bucket length (the trainer's packed microbatches), bitwise."""
+    params = random_params(CFG)
+    prompts, prompt_len = _prompts(seed=2, longest=40)
     out = model.generate(params, CFG, prompts, prompt_len, jax.random.key(3), max_new_tokens=48, eos_id=5)
     data = {"tokens_BT": out["tokens_BT"], "mask_BT": out["mask_BT"]}
     packed, order = packing.pack_batch(data, 1, lambda T_b: 4)
@@ -165,7 +161,7 @@ def test_packed_update_equals_the_fixed_length_update():
     must still count every row once."""
     cfg = dataclasses.replace(CFG, num_layers=1)
     data = _rollout_batch(16, 96, seed=3)
-    master = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), _params(cfg, seed=4))
+    master = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), random_params(cfg, seed=4))
     opt = optax.sgd(1.0)
     update = trainer.make_update(cfg, grpo.GRPOConfig(loss_agg="seq_mean_token_sum_norm", max_len=64,
                                                       is_correction="none"), opt, 1.0)
@@ -196,12 +192,8 @@ def test_roles_compute_in_bf16_whatever_the_checkpoint_stores():
 def test_generate_sized_to_its_rows_gives_the_bits_of_the_full_length():
     """generate(fit=True) runs its cache at the longest prompt + max_new_tokens and its prefill at the
     longest prompt (both far below T = 256 here); tokens and log-probs equal fit=False's, bitwise."""
-    params = _params(CFG)
-    rng = np.random.default_rng(5)
-    prompt_len = rng.integers(3, 30, 16)
-    prompts = np.zeros((16, 256), np.int32)
-    for b, n in enumerate(prompt_len):
-        prompts[b, :n] = rng.integers(1, CFG.vocab_size, n)
+    params = random_params(CFG)
+    prompts, prompt_len = _prompts(seed=5, longest=30)
     assert model._fit_len(int(prompt_len.max()) + 40, 256) < 128 and model._fit_len(200, 256) == 256
     kw = dict(max_new_tokens=40, eos_id=5)
     fitted = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), **kw)
