@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import cli
+import continuous
 import hf_io
 import lifecycle
 import model
@@ -91,7 +92,7 @@ class Config:
     bf16_fix: bool = True
     """precision policy / RLAX fix on; must match the trainer's (launch.sh passes both the same)"""
     slots: int = 0
-    """continuous batching (model.generate_continuous): a batch's rows share this many decode rows
+    """continuous batching (continuous.generate_continuous): a batch's rows share this many decode rows
     (>= 16), a row that ends hands its slot to the next row, so a long completion no longer keeps the
     others' slots idle; worth it with more rows than slots (--batch-items x G). 0 = one generate() call,
     every row decoded until the batch's longest ends. The same tokens and log-probs either way"""
@@ -503,11 +504,11 @@ class Worker:
             keys = row_keys(cfg.seed, items, version, rows)
             if cfg.slots:  # continuous batching over the items' rows (no dummy rows needed)
                 n = sum(i.group_size for i in items)
-                res = model.generate_continuous(
+                res = continuous.generate_continuous(
                     self.params, self.mcfg, [prompt_BT[b, :prompt_len_B[b]] for b in range(n)], keys[:n],
                     cache_len=seq_len, max_new_tokens=max_new, slots=cfg.slots, temperature=temperature,
                     top_p=top_p, eos_id=eos, pad_id=self.pad_id)
-                out = model.continuous_to_batch(res, seq_len, self.pad_id)
+                out = continuous.continuous_to_batch(res, seq_len, self.pad_id)
                 span["slot_util"] = round(res["stats"]["slot_util"], 4)
             else:
                 out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B, keys,

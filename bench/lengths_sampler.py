@@ -1,5 +1,5 @@
 """Sampler stage of the real-lengths benchmark: static batches (model.generate) against continuous batching
-(model.generate_continuous) on a long-tailed completion-length distribution, side by side in one run.
+(continuous.generate_continuous) on a long-tailed completion-length distribution, side by side in one run.
 
 Run:  python bench/lengths_sampler.py                      # defaults below, a few minutes on 2 CPU cores
       python bench/lengths_sampler.py --rows 64 --repeats 5 --hidden 128
@@ -18,7 +18,7 @@ both stop a row exactly there.
               largest budget; a shorter row's tokens past its budget are not useful: with eos it would
               be done, its slot idle). generate is bitwise per row, so cutting at the budget is the
               same completion the row would get alone.
-  continuous: one model.generate_continuous call on all rows, --slots decode slots, per-row budgets;
+  continuous: one continuous.generate_continuous call on all rows, --slots decode slots, per-row budgets;
               a row that ends frees its slot for the next waiting row (prefill over its real prompt
               tokens only).
 Both use the same cache length T = --prompt-max + --long-max (each row fits), bf16 with the precision
@@ -46,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import continuous  # noqa: E402
 import model  # noqa: E402
 from random_weights import random_params  # noqa: E402
 
@@ -79,7 +80,7 @@ def run_static(params, cfg, prompts, keys, budget, T, slots):
 
 def run_continuous(params, cfg, prompts, keys, budget, T, slots, refill):
     t0 = time.perf_counter()
-    out = model.generate_continuous(params, cfg, prompts, keys, cache_len=T, max_new_tokens=budget, slots=slots,
+    out = continuous.generate_continuous(params, cfg, prompts, keys, cache_len=T, max_new_tokens=budget, slots=slots,
                                     refill=refill)
     return time.perf_counter() - t0, out
 

@@ -1,4 +1,4 @@
-"""Continuous batching in the sampler (model.generate_continuous): bit for bit the same per row as
+"""Continuous batching in the sampler (continuous.generate_continuous): bit for bit the same per row as
 model.generate() on that row alone, whatever the slot, the neighbours or the admission order.
 
 Run:  python -m pytest -q tests/test_continuous_batching.py     (about a minute on a 2-core CPU)
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import continuous  # noqa: E402
 import model  # noqa: E402
 from random_weights import random_params  # noqa: E402
 
@@ -51,7 +52,7 @@ def setup():
         prompt_BT[i, :plen[i]] = prompts[i]
     out = model.generate(params, CFG, prompt_BT, plen[:16], keys[:16], max_new_tokens=M, temperature=TEMP)
     eos_id = int(np.argmax(np.bincount(out["tokens_BT"][out["mask_BT"] > 0], minlength=CFG.vocab_size)))
-    cont = model.generate_continuous(params, CFG, prompts, keys, slots=SLOTS, cache_len=T, max_new_tokens=M,
+    cont = continuous.generate_continuous(params, CFG, prompts, keys, slots=SLOTS, cache_len=T, max_new_tokens=M,
                                      temperature=TEMP, eos_id=eos_id)
     return dict(params=params, prompts=prompts, keys=keys, eos_id=eos_id, cont=cont,
                 refs=_reference(params, prompts, keys, eos_id))
@@ -77,7 +78,7 @@ def test_continuous_equals_generate_row_by_row(setup):
     assert st["useful_tokens"] == n_R.sum() and st["host_round_trips"] > 1
     assert 0 < st["slot_util"] <= 1
     # the batch layout helper gives generate()'s arrays
-    batch = model.continuous_to_batch(cont, T)
+    batch = continuous.continuous_to_batch(cont, T)
     for r, ref in enumerate(refs):
         for k in ("tokens_BT", "logp_BT", "mask_BT"):
             assert np.array_equal(batch[k][r], ref[k]), (r, k)
@@ -86,7 +87,7 @@ def test_continuous_equals_generate_row_by_row(setup):
 
 def test_logprobs_equal_token_logprobs(setup):
     """The reported log-probs == token_logprobs (the trainer's function) on the completion tokens, bitwise."""
-    batch = model.continuous_to_batch(setup["cont"], T)
+    batch = continuous.continuous_to_batch(setup["cont"], T)
     lp = np.asarray(SCORE(setup["params"], CFG, jnp.asarray(batch["tokens_BT"]), TEMP))
     m = batch["mask_BT"] > 0
     assert m.sum() == setup["cont"]["completion_len_R"].sum()
@@ -99,7 +100,7 @@ def test_admission_order_and_slot_do_not_change_rows(setup):
     perm = np.random.RandomState(3).permutation(R)
     prompts = [setup["prompts"][i] for i in perm]
     for slots, refill in ((SLOTS, 4), (32, 1)):
-        out = model.generate_continuous(setup["params"], CFG, prompts, setup["keys"][perm], slots=slots, cache_len=T,
+        out = continuous.generate_continuous(setup["params"], CFG, prompts, setup["keys"][perm], slots=slots, cache_len=T,
                                         max_new_tokens=M, temperature=TEMP, eos_id=setup["eos_id"], refill=refill)
         _assert_rows_equal(out, [setup["refs"][i] for i in perm], range(R))
 
@@ -108,7 +109,7 @@ def test_per_row_budget_and_cache_full(setup):
     """A per-row max_new_tokens, and rows that end because the cache is full (prompt + completion = T)."""
     prompts = [np.arange(1, n + 1, dtype=np.int32) for n in (3, 50, 60, 10)] * 4
     budget = [5, 40, 40, 1] * 4
-    out = model.generate_continuous(setup["params"], CFG, prompts, jax.random.key(1), slots=SLOTS, cache_len=T,
+    out = continuous.generate_continuous(setup["params"], CFG, prompts, jax.random.key(1), slots=SLOTS, cache_len=T,
                                     max_new_tokens=budget, temperature=TEMP)
     assert out["completion_len_R"].tolist() == [5, 14, 4, 1] * 4
     assert all(t.size == p + n for t, p, n in zip(out["tokens"], out["prompt_len_R"], out["completion_len_R"]))
@@ -116,17 +117,17 @@ def test_per_row_budget_and_cache_full(setup):
 
 def test_rejects_bad_arguments(setup):
     with pytest.raises(ValueError, match="slots"):
-        model.generate_continuous(setup["params"], CFG, [[1, 2]], jax.random.key(0), slots=8, cache_len=T,
+        continuous.generate_continuous(setup["params"], CFG, [[1, 2]], jax.random.key(0), slots=8, cache_len=T,
                                   max_new_tokens=4)
     with pytest.raises(ValueError, match="prompt length"):
-        model.generate_continuous(setup["params"], CFG, [list(range(1, T + 1))], jax.random.key(0), cache_len=T,
+        continuous.generate_continuous(setup["params"], CFG, [list(range(1, T + 1))], jax.random.key(0), cache_len=T,
                                   max_new_tokens=4)
 
 
 def test_top_p_rows_equal_generate(setup):
     """Nucleus sampling (top_p < 1, another compiled sampler) is per row generate()'s too: 20 rows."""
     prompts, keys = setup["prompts"][:20], setup["keys"][:20]
-    out = model.generate_continuous(setup["params"], CFG, prompts, keys, slots=SLOTS, cache_len=T, max_new_tokens=M,
+    out = continuous.generate_continuous(setup["params"], CFG, prompts, keys, slots=SLOTS, cache_len=T, max_new_tokens=M,
                                     temperature=TEMP, top_p=0.7, eos_id=setup["eos_id"])
     for r, p in enumerate(prompts):
         prompt_1T = np.zeros((1, T), np.int32)
@@ -134,3 +135,100 @@ def test_top_p_rows_equal_generate(setup):
         ref = model.generate(setup["params"], CFG, prompt_1T, np.array([p.size]), keys[r:r + 1], max_new_tokens=M,
                              temperature=TEMP, top_p=0.7, eos_id=setup["eos_id"])
         _assert_rows_equal(out, [{k: v[0] for k, v in ref.items()}], [r])
+
+
+# ----------------------------------------------------------------------------- in-flight weight updates
+
+def _newer(params, seed: int = 5):
+    """The next version: every weight moved by ~2% (an optimizer step's size, not a different model)."""
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda w: (np.asarray(w, np.float32) * (1 + 0.02 * rng.standard_normal(w.shape, np.float32))
+                                   ).astype(w.dtype), params)
+
+
+def _swap_run(setup, mode, swap_after=6):
+    """20 rows over 16 slots with weights v0; after `swap_after` decode steps v1 is swapped in (rows in
+    progress keep going), and the rest run to their end. Returns the rows in input order."""
+    new = jax.tree.map(jnp.asarray, _newer(setup["params"]))
+    engine = continuous.Slots(setup["params"], CFG, slots=SLOTS, cache_len=T, width=M, version=0,
+                              temperature=TEMP, eos_id=setup["eos_id"])
+    rows = [continuous.Row(p, setup["keys"][r], M, tag=r) for r, p in enumerate(setup["prompts"][:20])]
+    for row in rows:
+        engine.add(row)
+    ended = engine.step(max_steps=swap_after)
+    engine.swap(new, 1, mode)
+    while engine.busy():
+        ended += engine.step(max_steps=4)
+    assert sorted(r.tag for r in ended) == list(range(20))
+    return rows, new
+
+
+def _score(params, rows):
+    out = {"tokens": [r.tokens for r in rows], "logp": [r.logp for r in rows],
+           "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
+           "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}
+    batch = continuous.continuous_to_batch(out, T)
+    return batch, np.asarray(SCORE(params, CFG, jnp.asarray(batch["tokens_BT"]), TEMP))
+
+
+def test_a_row_started_at_v_and_finished_at_v_plus_1_recompute(setup):
+    """mode recompute: a row in progress at the swap has its tokens before the swap recorded as version 0
+    with v0's log-probs (bitwise token_logprobs under v0), and its tokens after as version 1 with v1's
+    log-probs, bitwise token_logprobs under v1: from the swap on it is sampled exactly as v1 would."""
+    rows, new = _swap_run(setup, "recompute")
+    batch, lp_old = _score(setup["params"], rows)
+    _, lp_new = _score(new, rows)
+    crossed = 0
+    for r, row in enumerate(rows):
+        p, n = row.prompt.size, row.logp.size
+        assert row.versions.shape == (n,) and set(row.versions.tolist()) <= {0, 1}
+        assert np.all(np.diff(row.versions) >= 0)  # versions only grow along a row
+        old, new_ = row.versions == 0, row.versions == 1
+        assert np.array_equal(row.logp[old], lp_old[r, p:p + n][old]), r
+        assert np.array_equal(row.logp[new_], lp_new[r, p:p + n][new_]), r
+        crossed += old.any() and new_.any()
+    assert crossed >= 8  # rows that were in progress at the swap
+    assert any((row.versions == 1).all() for row in rows)  # rows admitted after it: v1 only
+
+
+def test_keep_mode_records_versions_but_is_not_exact(setup):
+    """mode keep: the same per-token versions, tokens before the swap bitwise v0's; after the swap a row
+    that started with v0 attends to v0's keys and values, so its log-probs are NOT v1's (that is why
+    lifecycle.exact_tokens leaves them out of mismatch/bitwise_frac), while rows that started with v1
+    are bitwise v1's."""
+    rows, new = _swap_run(setup, "keep")
+    _, lp_old = _score(setup["params"], rows)
+    _, lp_new = _score(new, rows)
+    differs = 0
+    for r, row in enumerate(rows):
+        p, n = row.prompt.size, row.logp.size
+        old, new_ = row.versions == 0, row.versions == 1
+        assert np.array_equal(row.logp[old], lp_old[r, p:p + n][old]), r
+        if not old.any():
+            assert np.array_equal(row.logp, lp_new[r, p:p + n]), r
+        elif new_.any():
+            differs += not np.array_equal(row.logp[new_], lp_new[r, p:p + n][new_])
+    assert differs >= 5, differs
+
+
+def test_drop_removes_waiting_and_running_rows(setup):
+    """Slots.drop (the worker abandons a dead trainer's rows): dropped rows never come back, the others
+    still equal generate() alone, and the freed slots are reused."""
+    engine = continuous.Slots(setup["params"], CFG, slots=SLOTS, cache_len=T, width=M, temperature=TEMP,
+                              eos_id=setup["eos_id"])
+    rows = [continuous.Row(p, setup["keys"][r], M, tag=r) for r, p in enumerate(setup["prompts"][:24])]
+    for row in rows:
+        engine.add(row)
+    ended = engine.step(max_steps=3)
+    gone = engine.drop(lambda row: row.tag % 3 == 0)
+    assert sorted(r.tag for r in gone) == [t for t in range(24) if t % 3 == 0 and t not in {r.tag for r in ended}]
+    while engine.busy():
+        ended += engine.step(max_steps=5)
+    kept = sorted({r.tag for r in ended})
+    assert kept == sorted(set(range(24)) - {r.tag for r in gone})
+    by_tag = {r.tag: r for r in ended}
+    for t in kept:
+        ref, p = setup["refs"][t], by_tag[t].prompt.size
+        n = ref["completion_len_B"]
+        assert np.array_equal(by_tag[t].tokens, ref["tokens_BT"][:p + n]), t
+        assert np.array_equal(by_tag[t].logp, ref["logp_BT"][p:p + n]), t
