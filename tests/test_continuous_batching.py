@@ -1,5 +1,7 @@
-"""Continuous batching in the sampler (continuous.generate_continuous): bit for bit the same per row as
-model.generate() on that row alone, whatever the slot, the neighbours or the admission order.
+"""Continuous batching in the sampler (continuous.py): bit for bit the same per row as model.generate()
+on that row alone, whatever the slot, the neighbours or the admission order; and in-flight weight
+updates (continuous.Slots.swap): per-token versions, and in mode recompute the tokens after the swap
+bitwise the new weights' token_logprobs.
 
 Run:  python -m pytest -q tests/test_continuous_batching.py     (about a minute on a 2-core CPU)
 
