@@ -25,9 +25,15 @@ The loop, one batch at a time:
      staleness bound: `max_staleness` decides how far ahead of itself the trainer enqueues, and so
      how stale a rollout can get by the time it is used.
   2. Lease up to `batch_items` items and sample G completions for each in ONE decode batch,
-     padded to a fixed row count so the jitted sampler compiles once. All tokens of a batch come
-     from one weight version: weights are only swapped between batches. Leases are short
-     (`lease_s`); the heartbeat renews them every lease_s / 3 until the rollouts are submitted.
+     padded to a fixed row count so the jitted sampler compiles once (or over --slots decode slots,
+     continuous.py). All tokens of a batch come from one weight version: weights are only swapped
+     between batches. Leases are short (`lease_s`); the heartbeat renews them every lease_s / 3
+     until the rollouts are submitted.
+     With --inflight keep|recompute (run_inflight) there are no batches: rows stream through the
+     decode slots, each new version is swapped in between decode steps without dropping the rows in
+     progress (their KV cache kept, or recomputed under the new weights), items are leased as slots
+     free up and submitted as soon as their G rows end, and each token records the version that
+     sampled it (lifecycle.py: a rollout's version is its oldest token's).
   3. Cut each completion at its stop string, build its program (prompts.assemble_program: prompt +
      completion for base models, the fenced code of the answer for chat models), send it with the
      item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
@@ -96,6 +102,14 @@ class Config:
     (>= 16), a row that ends hands its slot to the next row, so a long completion no longer keeps the
     others' slots idle; worth it with more rows than slots (--batch-items x G). 0 = one generate() call,
     every row decoded until the batch's longest ends. The same tokens and log-probs either way"""
+    inflight: str = "off"
+    """in-flight weight updates (lifecycle.INFLIGHT_MODES): "keep" or "recompute" stream rows through
+    continuous batching (--slots, 16 if 0) and swap in each new weight version between decode steps
+    without dropping the rows in progress, keeping their KV cache or recomputing it under the new
+    weights (continuous.Slots.swap); each token records the version that sampled it. "off": a batch's
+    rows are sampled with one version, weights swapped between batches"""
+    inflight_steps: int = 16
+    """--inflight: decode steps per device call, i.e. how often we look for new weights and lease work"""
     dtype: str = "bfloat16"
     """what the model computes in (hf_io.compute_dtype_override): bfloat16, float32 or checkpoint; must
     match the trainer's --dtype (launch.sh passes both DTYPE)"""
@@ -103,6 +117,13 @@ class Config:
     """base sampling seed; each batch's key also folds in the item ids and the weight version"""
     slow_s: float = 0.0
     """testing knob: sleep this long after sampling each batch, to make a deliberately slow worker"""
+    token_delay_s: float = 0.0
+    """benchmark knob: sleep this long per decode step, a sampler whose time goes to per-token latency (a
+    long decode on a big model) rather than to this machine's cores (bench/bench_async.py --latency-bound)"""
+    length_tail: float = 0.0
+    """benchmark knob (needs --slots or --inflight): each row's token budget drawn from a long tail,
+    max_new_tokens x min(1, 0.1 / (1 - u)^(1 / length_tail)), u uniform per item and row: with 1.0,
+    half the rows get at most a fifth of the budget and one in ten all of it. 0: max_new_tokens"""
     max_batches: int = 0
     """stop after this many batches (0: run until killed)"""
     timeout_s: float = 20.0
@@ -149,6 +170,12 @@ class Config:
                              "is required")
         if self.verifier_ping_s <= 0 or self.verifier_cooldown_s < 0:
             raise ValueError("verifier_ping_s must be > 0, verifier_cooldown_s >= 0")
+        if self.inflight not in lifecycle.INFLIGHT_MODES or self.inflight_steps < 1:
+            raise ValueError(f"--inflight must be one of {lifecycle.INFLIGHT_MODES} and --inflight-steps >= 1")
+        if self.inflight != lifecycle.OFF:
+            self.slots = self.slots or model.MIN_DECODE_ROWS
+        if self.token_delay_s < 0 or self.length_tail < 0 or (self.length_tail and not self.slots):
+            raise ValueError("token_delay_s and length_tail must be >= 0; length_tail needs --slots or --inflight")
         self.name = self.name or f"worker-{os.getpid()}"
 
 
@@ -233,6 +260,14 @@ def row_keys(seed: int, items: list, version: int, rows: int):
     n = sum(len(k) for k in keys)
     keys.append(jax.random.split(jax.random.fold_in(base, version), rows - n))  # dummy rows
     return jnp.concatenate(keys)
+
+
+def row_budgets(item: wire.WorkItem, tail: float) -> list:
+    """The token budget of each of the item's G rows (Config.length_tail), a function of the item id."""
+    if not tail:
+        return [item.max_new_tokens] * item.group_size
+    u = np.random.default_rng(zlib.crc32(item.item_id.encode())).random(item.group_size)
+    return [max(1, int(item.max_new_tokens * min(1.0, 0.1 / (1 - x) ** (1 / tail)))) for x in u]
 
 
 def verify_jobs(items: list, texts: list) -> list:
@@ -435,13 +470,12 @@ class Worker:
         client._connect()
         raise TimeoutError(f"{client.name}: no reply to {msg.TYPE} ({what}) from {client.addr} {why}")
 
-    def run_batch(self) -> int:
+    def lease(self, wait_s: float) -> list:
+        """Lease up to batch_items work items (their leases renewed by the heartbeat from now on)."""
         cfg = self.cfg
-        if self.params is None or self.batches % cfg.pull_every == 0:
-            self.pull()
-        leased = self.ps.call(wire.LeaseWork(cfg.name, cfg.batch_items, cfg.lease_s, wait_s=1.0,
+        leased = self.ps.call(wire.LeaseWork(cfg.name, cfg.batch_items, cfg.lease_s, wait_s=wait_s,
                                              incarnation=self.incarnation),
-                              timeout_s=cfg.timeout_s + 1, what="work items").items
+                              timeout_s=cfg.timeout_s + wait_s, what="work items").items
         items = []
         for data in leased:
             try:
@@ -449,6 +483,13 @@ class Worker:
             except wire.WireError as e:
                 log(cfg, f"skipping malformed work item: {e}")
         self.heartbeat.hold(items)
+        return items
+
+    def run_batch(self) -> int:
+        cfg = self.cfg
+        if self.params is None or self.batches % cfg.pull_every == 0:
+            self.pull()
+        items = self.lease(wait_s=1.0)
         try:
             # One generate() call needs one seq_len and one set of sampling settings: a lease that
             # mixes them (sampled and greedy evaluation items, say) is sampled group by group.
@@ -486,7 +527,13 @@ class Worker:
             return False
         return isinstance(reply, wire.WeightsUnchanged) and (reply.version, reply.lineage) == (self.version, self.lineage)
 
+    def eos_for(self, stop: tuple):
+        """The token that ends a row: the stop string when it is one token, else the tokenizer's eos."""
+        stop_ids = [self.tokenizer.encode(s) for s in stop]
+        return stop_ids[0][0] if len(stop) == 1 and len(stop_ids[0]) == 1 else self.tokenizer.eos_id
+
     def sample_and_submit(self, items: list) -> int:
+        """Sample the items' G rows each with the weights we hold (one version), then finish them."""
         cfg, first = self.cfg, items[0]
         if self.wait_for_weights(items) == lifecycle.ABANDON:
             log(cfg, f"abandoning {len(items)} items of trainer lineage {first.lineage!r}: the param server "
@@ -495,9 +542,7 @@ class Worker:
         seq_len, max_new, temperature, top_p, stop = settings(first)
         rows = cfg.batch_items * max(i.group_size for i in items)
         prompt_BT, prompt_len_B = build_prompts(items, self.tokenizer, rows, self.pad_id)
-        stop_ids = [self.tokenizer.encode(s) for s in stop]
-        eos = stop_ids[0][0] if len(stop) == 1 and len(stop_ids[0]) == 1 else self.tokenizer.eos_id
-
+        eos = self.eos_for(stop)
         t0 = time.monotonic()
         version = self.version
         with self.timeline.span("sample", version=version, rows=rows) as span:
@@ -506,21 +551,36 @@ class Worker:
                 n = sum(i.group_size for i in items)
                 res = continuous.generate_continuous(
                     self.params, self.mcfg, [prompt_BT[b, :prompt_len_B[b]] for b in range(n)], keys[:n],
-                    cache_len=seq_len, max_new_tokens=max_new, slots=cfg.slots, temperature=temperature,
-                    top_p=top_p, eos_id=eos, pad_id=self.pad_id)
+                    cache_len=seq_len, max_new_tokens=sum((row_budgets(i, cfg.length_tail) for i in items), []),
+                    slots=cfg.slots, temperature=temperature, top_p=top_p, eos_id=eos, pad_id=self.pad_id)
                 out = continuous.continuous_to_batch(res, seq_len, self.pad_id)
                 span["slot_util"] = round(res["stats"]["slot_util"], 4)
+                steps = res["stats"]["decode_steps"]
             else:
                 out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B, keys,
                                      max_new_tokens=max_new, temperature=temperature, top_p=top_p,
                                      eos_id=eos, pad_id=self.pad_id)
-            out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id, eos)
+                steps = int(out["completion_len_B"].max())
+            if cfg.token_delay_s:
+                time.sleep(steps * cfg.token_delay_s)
             span["tokens"] = int(out["mask_BT"].sum())
-        sample_s = time.monotonic() - t0
+        return self.finish(items, out, prompt_len_B, np.full(out["tokens_BT"].shape, version, np.int32),
+                           time.monotonic() - t0)
+
+    def finish(self, items: list, out: dict, prompt_len_B, versions_BT, sample_s: float) -> int:
+        """Cut each completion at its stop string, verify every program, submit one rollout per item.
+        versions_BT: the version that sampled each token (one version for a batch sampled without
+        in-flight updates: the rollout then carries only that)."""
+        cfg = self.cfg
+        stop = settings(items[0])[4]
+        out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id,
+                                               self.eos_for(stop))
         if cfg.slow_s:
             time.sleep(cfg.slow_s)
         t1 = time.monotonic()
-        with self.timeline.span("verify", version=version, programs=len(texts)):
+        sampled = out["mask_BT"][:len(texts)] > 0
+        versions = sorted(set(versions_BT[:len(texts)][sampled].tolist())) or [self.version]
+        with self.timeline.span("verify", version=versions[0], programs=len(texts)):
             verdicts = self.verify(verify_jobs(items, texts))
         verify_s = time.monotonic() - t1
         t2 = time.time()
@@ -528,16 +588,18 @@ class Worker:
         r = 0
         for item in items:
             rows_G = slice(r, r + item.group_size)
+            mask_GT, versions_GT = out["mask_BT"][rows_G].astype(np.float32), versions_BT[rows_G].astype(np.int32)
+            per_token = len(versions) > 1 or cfg.inflight != lifecycle.OFF
             rollout = wire.Rollout(
-                item_id=item.item_id, version=version, lineage=self.lineage, worker=cfg.name,
-                prompt_len=int(prompt_len_B[r]),
+                item_id=item.item_id, version=lifecycle.rollout_version(versions_GT, mask_GT), lineage=self.lineage,
+                worker=cfg.name, prompt_len=int(prompt_len_B[r]),
                 tokens_GT=out["tokens_BT"][rows_G].astype(np.int32),
-                logp_behav_GT=out["logp_BT"][rows_G].astype(np.float32),
-                mask_GT=out["mask_BT"][rows_G].astype(np.float32),
+                logp_behav_GT=out["logp_BT"][rows_G].astype(np.float32), mask_GT=mask_GT,
                 rewards_G=np.array([float(v["reward"]) for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),
                 statuses=[str(v["status"]) for v in verdicts[rows_G]],
-                texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s)
+                texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s,
+                versions_GT=versions_GT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight)
             try:
                 status = self.ps.call(wire.SubmitRollout(cfg.name, item.item_id, item.lease, rollout.to_dict()),
                                       what="rollout receipt").info.get("status")
@@ -546,14 +608,113 @@ class Worker:
             if status != "accepted":
                 log(cfg, f"rollout {item.item_id} was {status}")
             r += item.group_size
-        self.timeline.add("submit", t2, time.time(), version=version)
+        self.timeline.add("submit", t2, time.time(), version=versions[-1])
         n_tokens = int(out["mask_BT"].sum())
         infra = lifecycle.infra_failures([v["status"] for v in verdicts])
-        log(cfg, f"v{version}: {len(items)} items, {n_tokens} tokens in {sample_s:.2f}s "
-                 f"({n_tokens / max(sample_s, 1e-9):.0f} tok/s), verified in {verify_s:.2f}s, "
-                 f"reward {np.mean([v['reward'] for v in verdicts]):.2f}"
+        log(cfg, f"v{'-'.join(map(str, versions[::max(len(versions) - 1, 1)]))}: {len(items)} items, "
+                 f"{n_tokens} tokens in {sample_s:.2f}s ({n_tokens / max(sample_s, 1e-9):.0f} tok/s), "
+                 f"verified in {verify_s:.2f}s, reward {np.mean([v['reward'] for v in verdicts]):.2f}"
                  + (f", {infra} verifier failures" if infra else ""))
         return len(items)
+
+    # -- --inflight keep|recompute: rows streamed through continuous batching, weights swapped in flight
+    def run_inflight(self) -> None:
+        """The loop with in-flight weight updates. The decode slots stay busy: every inflight_steps
+        decode steps we look for a new weight version (swapped into the rows in progress, `sync`),
+        lease more items when no row is waiting for a slot, admit rows into free slots, and submit each
+        item as soon as its G rows have ended. An item whose settings differ from the stream's (a
+        greedy evaluation item) is sampled on its own, with one version (sample_and_submit)."""
+        cfg = self.cfg
+        engine, stream, groups = None, None, {}  # groups: item_id -> [item, rows, monotonic start]
+        while not cfg.max_batches or self.batches < cfg.max_batches:
+            try:
+                self.pull()
+                engine = self.sync(engine, groups)
+                if engine is None or not engine.waiting:
+                    items = self.lease(wait_s=0.0 if engine is not None and engine.busy() else 1.0)
+                    for item in items:
+                        if engine is not None and engine.busy() and settings(item) != stream:
+                            self.batches += self.sample_and_submit([item]) > 0
+                        elif self.wait_for_weights([item]) != lifecycle.ABANDON:
+                            if engine is None or (not engine.busy() and settings(item) != stream):
+                                engine, stream = self.new_engine(item), settings(item)
+                            engine = self.sync(engine, groups)
+                            groups[item.item_id] = [item, self.admit(engine, item), time.monotonic()]
+                            continue
+                        self.heartbeat.drop([item])
+                if engine is None or not engine.busy():
+                    continue
+                with self.timeline.span("sample", version=engine.version, rows=engine.live()) as span:
+                    before = engine.stats["decode_steps"]
+                    ended = engine.step(max_steps=cfg.inflight_steps)
+                    steps = engine.stats["decode_steps"] - before
+                    if cfg.token_delay_s:
+                        time.sleep(steps * cfg.token_delay_s)
+                    span["tokens"] = sum(r.logp.size for r in ended)
+                for item_id in dict.fromkeys(row.tag[0] for row in ended):  # an item's rows may end together
+                    item, rows, t0 = groups[item_id]
+                    if all(r.logp is not None for r in rows):
+                        del groups[item.item_id]
+                        self.submit_streamed(item, rows, time.monotonic() - t0)
+                        self.heartbeat.drop([item])
+                        self.batches += 1
+            except (TimeoutError, wire.RemoteError) as e:
+                log(cfg, f"{type(e).__name__}: {e}; retrying")
+                time.sleep(0.5)
+
+    def new_engine(self, item: wire.WorkItem) -> continuous.Slots:
+        """A continuous-batching engine for items with this item's settings, on the weights we hold."""
+        seq_len, max_new, temperature, top_p, stop = settings(item)
+        engine = continuous.Slots(self.params, self.mcfg, slots=self.cfg.slots, cache_len=seq_len, width=max_new,
+                                  version=self.version, temperature=temperature, top_p=top_p,
+                                  eos_id=self.eos_for(stop), pad_id=self.pad_id)
+        engine.lineage = self.lineage
+        return engine
+
+    def sync(self, engine, groups: dict):
+        """Bring the engine to the weights we hold. Same lineage, newer version: swapped in between two
+        decode steps, the rows in progress kept (--inflight keep: their KV cache as it is; recompute:
+        recomputed under the new weights). Another lineage: the rows in progress belong to a trainer
+        that is gone; they are dropped (lifecycle.worker_action's ABANDON) and the new one enqueues its own."""
+        if engine is None or (engine.version, engine.lineage) == (self.version, self.lineage):
+            return engine
+        if engine.lineage != self.lineage:
+            gone = {row.tag[0] for row in engine.drop(lambda row: True)} | set(groups)
+            if gone:
+                log(self.cfg, f"abandoning {len(gone)} items of trainer lineage {engine.lineage!r}: the param "
+                              f"server now serves lineage {self.lineage!r}")
+            self.heartbeat.drop([groups.pop(i)[0] for i in gone if i in groups])
+            engine.lineage, engine.params, engine.version = self.lineage, self.params, self.version
+            return engine
+        t0 = time.time()
+        engine.swap(self.params, self.version, self.cfg.inflight)
+        self.timeline.add("swap", t0, time.time(), version=self.version, rows=engine.live())
+        return engine
+
+    def admit(self, engine: continuous.Slots, item: wire.WorkItem) -> list:
+        """The item's G rows into the engine's queue, keyed by the item and the version they start with."""
+        ids = self.tokenizer.encode(item.prompt)
+        if not 0 < len(ids) <= item.seq_len - item.max_new_tokens:
+            raise ValueError(f"item {item.item_id}: prompt of {len(ids)} tokens does not fit "
+                             f"seq_len {item.seq_len} with max_new_tokens {item.max_new_tokens}")
+        keys = row_keys(self.cfg.seed, [item], self.version, item.group_size)
+        rows = [continuous.Row(np.asarray(ids, np.int32), keys[g], budget, tag=(item.item_id, g))
+                for g, budget in enumerate(row_budgets(item, self.cfg.length_tail))]
+        for row in rows:
+            engine.add(row)
+        return rows
+
+    def submit_streamed(self, item: wire.WorkItem, rows: list, sample_s: float) -> None:
+        """An item whose G rows all ended: laid out [G, T] with the version of each token, then finished."""
+        T = item.seq_len
+        out = continuous.continuous_to_batch(
+            {"tokens": [r.tokens for r in rows], "logp": [r.logp for r in rows],
+             "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
+             "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}, T, self.pad_id)
+        versions_GT = np.full((len(rows), T), -1, np.int32)
+        for g, r in enumerate(rows):
+            versions_GT[g, r.prompt.size:r.prompt.size + r.versions.size] = r.versions
+        self.finish([item], out, np.full(len(rows), rows[0].prompt.size), versions_GT, sample_s)
 
     def hello(self) -> None:
         """Tell the param server we (re)started: a predecessor of ours' leases go back to work now."""
@@ -571,6 +732,8 @@ class Worker:
         log(self.cfg, f"started: param server {self.cfg.param_server}, verifier{'s' if len(self.verifiers) > 1 else ''} "
                       f"{self.cfg.verifier}")
         self.hello()
+        if self.cfg.inflight != lifecycle.OFF:
+            return self.run_inflight()
         while not self.cfg.max_batches or self.batches < self.cfg.max_batches:
             try:
                 if self.run_batch():

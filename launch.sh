@@ -41,6 +41,8 @@ MAX_STALENESS=${MAX_STALENESS:-0}   # 0 = strict on-policy; k = rollouts up to k
 STALENESS_CEILING=${STALENESS_CEILING:-4}
 STALENESS_TARGET=${STALENESS_TARGET:-0.01}
 PULL_EVERY=${PULL_EVERY:-1}         # workers check for new weights every this many batches
+INFLIGHT=${INFLIGHT:-off}           # keep | recompute: workers swap in new weights between decode steps,
+                                    # rows in progress keep their KV cache or have it recomputed; off: between batches
 MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems; empty = the embedded task
 SEED=${SEED:-0}
@@ -81,6 +83,7 @@ EVAL=${EVAL:-"--heldout 256 --eval-every 125"}
 PROMPT_FORMAT=${PROMPT_FORMAT:-}    # chat or completion (prompts.py); empty = chat if MODEL has a chat template
 TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags (they come after RECIPE, so they win)
 WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. "--lease-s 30"
+WORKER0_ARGS=${WORKER0_ARGS:-}      # and flags for worker-0 alone (after WORKER_ARGS): a straggler, e.g. "--slow-s 3"
 VERIFIER_ARGS=${VERIFIER_ARGS:-}    # any extra verifier.py flags, e.g. "--isolation rlimits" where namespaces are missing
 # Placement (devices.py): which chips each role gets; each role checks at start that it got them.
 # A TPU role is a one-process libtpu cluster on its chips (TPU_VISIBLE_CHIPS,
@@ -207,6 +210,9 @@ else refuse "MAX_STALENESS=$MAX_STALENESS: expected a number of versions or auto
 case $DTYPE in bfloat16) ;;   # the roles' default: no flag
   float32|checkpoint) fix_flag+=" --dtype $DTYPE" ;;
   *) refuse "DTYPE=$DTYPE: expected bfloat16, float32 or checkpoint" ;; esac
+case $INFLIGHT in off) inflight_flag="" ;;   # the worker's default: no flag
+  keep|recompute) inflight_flag="--inflight $INFLIGHT" ;;
+  *) refuse "INFLIGHT=$INFLIGHT: expected off, keep or recompute" ;; esac
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
 
@@ -242,7 +248,8 @@ for role in "${ORDER[@]}"; do
     verifier|verifier-*) k=${role#verifier}; k=${k#-}
       cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
-      cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag} ${FLAGS[$role]} $WORKER_ARGS" ;;
+      cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag} ${FLAGS[$role]} $WORKER_ARGS"
+      if [ "$i" = 0 ] && [ -n "$WORKER0_ARGS" ]; then cmd+=" $WORKER0_ARGS"; fi ;;
     trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
         cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"

@@ -10,9 +10,11 @@ THE STALENESS BOUND (`usable`). A policy version is the number of batches the tr
 A rollout sampled with version v and entering a batch when the trainer is at version s has staleness
 s - v. With `max_staleness = k` the trainer trains only on rollouts with 0 <= s - v <= k, from its own
 lineage (the random name of one trainer process's policy history: after a resume, "version 7" of the
-dead process is not ours). The check runs at the moment a rollout ENTERS a batch (`Books.take`), not
-when it arrives: a rollout that waits ages. `check_batch` asserts it again at the update. k = 0 is
-strict on-policy GRPO; k > 0 lets workers lag, which is asynchronous, off-policy RL.
+dead process is not ours). With in-flight weight updates a row's tokens come from several versions;
+a rollout's version is then its OLDEST token's (`rollout_version`), so the bound holds per token.
+The check runs at the moment a rollout ENTERS a batch (`Books.take`), not when it arrives: a rollout
+that waits ages. `check_batch` asserts it again at the update. k = 0 is strict on-policy GRPO; k > 0
+lets workers lag, which is asynchronous, off-policy RL.
 
 NOTHING LOST, NOTHING USED TWICE (`Books`). Every training prompt the data cursor hands out is in
 `Books.in_flight` from the moment it is enqueued until it gets exactly one final fate, written once to
@@ -28,6 +30,10 @@ What happens to a work item, event by event:
   worker leases it                   sampled with weights >= min_version, of      worker_action
                                      the item's lineage; a dead lineage's item
                                      is abandoned (its trainer is gone)
+  a new version arrives mid-row      swapped in between decode steps (--inflight  continuous.Slots.swap,
+                                     keep|recompute); each token records the      rollout_version
+                                     version that sampled it; the rollout's
+                                     version is its oldest token's
   worker dies / lease not renewed    back to the front of the queue               param_server.WorkQueue
   restarted worker says hello        its previous incarnation's leases released   param_server.WorkQueue
   two workers submit the same item   the first is kept, the second is counted     param_server.WorkQueue
@@ -53,6 +59,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 # ----------------------------------------------------------------------------- staleness
 
@@ -115,6 +123,51 @@ def auto_staleness(limit: int, kl: float | None, waited: float, target: float, c
     if waited > AUTO_WAIT_FRAC and (kl is None or kl <= target / 2):
         return min(limit + 1, ceiling)
     return limit
+
+
+# ----------------------------------------------------------------------------- a version per token
+
+OFF, KEEP, RECOMPUTE = "off", "keep", "recompute"
+INFLIGHT_MODES = (OFF, KEEP, RECOMPUTE)
+"""In-flight weight updates (inference_worker --inflight): OFF, a row is sampled with one version from
+its first token to its last (weights are swapped between batches); KEEP, a new version is swapped in
+between decode steps and the rows in progress go on with the KV cache the older weights computed
+(PipelineRL); RECOMPUTE, the same, but each row in progress first has its prompt and tokens so far
+run through the new weights (the cache recomputed; AReaL). A rollout records per token the version
+that sampled it (wire.Rollout.versions_GT)."""
+
+
+def rollout_version(versions_GT, mask_GT) -> int:
+    """A rollout's version for THE STALENESS BOUND: the OLDEST version that sampled any of its tokens.
+    With it, `usable` holds per token: every token trained on at version s was sampled by a version in
+    [s - k, s]. (A token-weighted age would let the first tokens of a long row, sampled long ago, in
+    under a bound they break; the mean age is logged as staleness/token_mean instead.)"""
+    m = np.asarray(mask_GT) > 0
+    if not m.any():
+        raise ValueError("a rollout without sampled tokens has no version")
+    return int(np.asarray(versions_GT)[m].min())
+
+
+def token_staleness(versions_GT, version: int):
+    """Each token's staleness at the update trained at `version`: version - the version that sampled it."""
+    return version - np.asarray(versions_GT, np.int64)
+
+
+def exact_tokens(versions_GT, mask_GT, version: int, mode: str):
+    """The sampled tokens whose log-prob the trainer at `version` computes from the same weights and the
+    same inputs as the sampler did, so under model.py's precision policy bit for bit
+    (mismatch/bitwise_frac is measured over these): sampled by `version`, and, in KEEP mode, in a row
+    sampled by `version` from its first token (a row that started with older weights keeps the cache
+    they computed, so its later tokens saw older weights' keys and values). In RECOMPUTE mode the cache
+    is the new weights' from the swap on, so every token sampled by `version` counts."""
+    if mode not in INFLIGHT_MODES:
+        raise ValueError(f"unknown in-flight mode {mode!r}; expected one of {INFLIGHT_MODES}")
+    v_GT, m_GT = np.asarray(versions_GT), np.asarray(mask_GT) > 0
+    exact = m_GT & (v_GT == version)
+    if mode == KEEP:
+        row_oldest_G = np.where(m_GT, v_GT, np.iinfo(np.int64).max).min(axis=1)
+        exact &= (row_oldest_G == version)[:, None]
+    return exact
 
 
 # ----------------------------------------------------------------------------- the worker's side

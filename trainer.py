@@ -481,6 +481,20 @@ class VerifierBroken(RuntimeError):
 
 
 
+def staleness_metrics(staleness_BT, mask_BT, max_staleness: int) -> dict:
+    """staleness/*: trainer version - sampling version over the tokens trained on (a version per token:
+    with in-flight weight updates one row holds several). max is the oldest token's (what the bound
+    checks), mean the token-weighted age, frac_k the share of tokens k versions old, k <= max_staleness,
+    mixed_row_frac the share of rows sampled by more than one version (in-flight weight updates)."""
+    s = np.asarray(staleness_BT)[np.asarray(mask_BT) > 0]
+    if s.size == 0:
+        return {}
+    rows = [np.unique(r[m > 0]) for r, m in zip(np.asarray(staleness_BT), np.asarray(mask_BT))]
+    return {"staleness/max": int(s.max()), "staleness/mean": float(s.mean()),
+            "staleness/mixed_row_frac": float(np.mean([u.size > 1 for u in rows])),
+            **{f"staleness/frac_{k}": float(np.mean(s == k)) for k in range(max_staleness + 1)}}
+
+
 class Trainer:
     def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
         # Across hosts (multihost.py) the leader (process 0) is the trainer the other roles see; every
@@ -851,12 +865,16 @@ class Trainer:
     def train_step(self) -> dict:
         """Step 3: GRPO update on the books' batch of B groups; returns the step's metrics."""
         G, batch = self.gcfg.group_size, self.collector.batch()  # THE STALENESS BOUND, asserted again
+        version = self.step_n  # the version this batch is trained at
         tokens_BT = np.concatenate([r.tokens_GT for r in batch])
         logp_behav_BT = np.concatenate([r.logp_behav_GT for r in batch])
-        mask_BT = np.concatenate([r.mask_GT for r in batch])
+        mask_BT = sampled_BT = np.concatenate([r.mask_GT for r in batch])
         rewards_BG = np.stack([r.rewards_G for r in batch])
         raw_BG = rewards_BG  # as the verifier gave them (before shaping)
-        staleness_B = np.repeat([self.step_n - r.version for r in batch], G)
+        # A version per token (in-flight weight updates: a row's tokens may come from several versions)
+        versions_BT = np.concatenate([r.token_versions() for r in batch])
+        exact_BT = np.concatenate([lifecycle.exact_tokens(r.token_versions(), r.mask_GT, version, r.inflight)
+                                   for r in batch])
         lengths_B = mask_BT.sum(1)  # completion tokens: what max_len (the generation budget) bounds
         finished_B = np.concatenate([r.finished_G for r in batch])
         # DAPO overlong punishment (added to the rewards) and overlong filter (keep_B), as configured
@@ -878,24 +896,25 @@ class Trainer:
                         "reward/partial_frac": float(np.mean((raw_BG > 0) & (raw_BG < 1))),
                         "policy/entropy": float(-(logp_behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
                         "len/completion_mean": float(mask_BT.sum(1).mean()),
-                        "staleness/max": int(staleness_B.max()), "staleness/mean": float(staleness_B.mean()),
-                        **{f"staleness/frac_{k}": float(np.mean(staleness_B == k))
-                           for k in range(self.cfg.max_staleness + 1)},
+                        **staleness_metrics(lifecycle.token_staleness(versions_BT, version), sampled_BT,
+                                            self.cfg.max_staleness),
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),
                         "len/packed": int(packed)})
         self.step_programs = [0, 0]
         # THE MEASUREMENT of the bf16 problem: the sampler's log-probs (as it reported them while
-        # sampling) against ours inside the gradient computation, on staleness-0 rows only (same weights).
-        on_policy = staleness_B == 0
-        if on_policy.any():
-            mm = grpo.mismatch_metrics(logp_behav_BT[on_policy], logp_BT[on_policy], mask_BT[on_policy])
+        # sampling) against ours inside the gradient computation, over the tokens our weights sampled
+        # from inputs our weights computed (lifecycle.exact_tokens: same weights, same inputs).
+        exact_BT &= mask_BT > 0
+        if exact_BT.any():
+            mm = grpo.mismatch_metrics(logp_behav_BT, logp_BT, exact_BT)
             metrics.update({f"mismatch/{k}": float(v) for k, v in mm.items()})
-            self.write_mismatch_histogram(logp_BT[on_policy] - logp_behav_BT[on_policy], mask_BT[on_policy] > 0)
-        # How off-policy the stale rows are: the same statistics between the policy that sampled them
-        # and ours (policy drift over their staleness, plus any numerical mismatch)
-        if (~on_policy).any():
-            mm = grpo.mismatch_metrics(logp_behav_BT[~on_policy], logp_BT[~on_policy], mask_BT[~on_policy])
+            self.write_mismatch_histogram(logp_BT - logp_behav_BT, exact_BT)
+        # How off-policy the stale tokens are: the same statistics between the policies that sampled
+        # them and ours (policy drift over their staleness, plus any numerical mismatch)
+        stale_BT = (mask_BT > 0) & (versions_BT < version)
+        if stale_BT.any():
+            mm = grpo.mismatch_metrics(logp_behav_BT, logp_BT, stale_BT)
             metrics.update({f"offpolicy/{k}": float(mm[k]) for k in
                             ("k3_kl", "mean_abs_logp_diff", "frac_ratio_outside_0.5_2", "num_tokens")})
         return metrics

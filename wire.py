@@ -342,7 +342,9 @@ class WorkItem:
 @dataclass
 class Rollout:
     """Worker -> param server -> trainer: one item's group of G sampled completions, verified.
-    Every token of it was sampled with weights `version` of `lineage`."""
+    Its tokens were sampled with weights of `lineage`: `version` is the oldest version that sampled
+    any of them (lifecycle.rollout_version: what the staleness bound checks), `versions_GT` says which
+    version sampled each token (empty: every token was sampled by `version`, as with --inflight off)."""
     KIND: typing.ClassVar[str] = "rollout"
     item_id: str
     version: int
@@ -359,6 +361,8 @@ class Rollout:
     eval: bool = False
     sample_s: float = 0.0
     verify_s: float = 0.0
+    versions_GT: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))  # int32 [G, T] or empty
+    inflight: str = "off"     # the worker's in-flight mode (lifecycle.INFLIGHT_MODES)
 
     @classmethod
     def from_dict(cls, data) -> "Rollout":
@@ -377,7 +381,20 @@ class Rollout:
             raise WireError(f"rollout.statuses must be {G} strings")
         if not 0 < r.prompt_len < T:
             raise WireError(f"rollout.prompt_len {r.prompt_len} outside (0, {T})")
+        if r.inflight not in ("off", "keep", "recompute"):
+            raise WireError(f"rollout.inflight must be off, keep or recompute, got {r.inflight!r}")
+        if r.versions_GT.size:
+            sampled = r.mask_GT > 0
+            if r.versions_GT.shape != (G, T) or r.versions_GT.dtype != np.int32:
+                raise WireError(f"rollout.versions_GT must be int32 of shape {(G, T)} (or empty)")
+            if sampled.any() and int(r.versions_GT[sampled].min()) != r.version:
+                raise WireError(f"rollout.version {r.version} is not its oldest token's version "
+                                f"{int(r.versions_GT[sampled].min())}")
         return r
+
+    def token_versions(self) -> np.ndarray:
+        """int32 [G, T]: the version that sampled each token (meaningful where mask_GT is 1)."""
+        return self.versions_GT if self.versions_GT.size else np.full(self.tokens_GT.shape, self.version, np.int32)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

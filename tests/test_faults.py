@@ -24,13 +24,13 @@ from test_system import XLA, tiny  # noqa: F401  (the module-scoped tiny model f
 TRAINER_ARGS = "--heldout 4 --eval-samples 8 --eval-every 0 --prompts-per-step 4 --checkpoint-every 2"
 
 
-def launch(run_dir, model_path, steps, workers, worker_args="--lease-s 5"):
+def launch(run_dir, model_path, steps, workers, worker_args="--lease-s 5", **settings):
     env = {**os.environ, "RUN_DIR": run_dir, "STEPS": str(steps), "WORKERS": str(workers),
            "MODEL": model_path, "PORT": str(free_port()), "TRAINER_ARGS": TRAINER_ARGS,
            "WORKER_ARGS": worker_args, "MAX_RESTARTS": "20",
            # The default recipe minus dynamic sampling: a random model earns reward 0 everywhere, so
            # every group would be filtered and each step would sample 4x more, for nothing tested here.
-           "RECIPE": "--kl-beta 0.1"}
+           "RECIPE": "--kl-beta 0.1", **settings}
     log = open(os.path.join(os.path.dirname(run_dir), os.path.basename(run_dir) + ".launch.log"), "ab")
     return subprocess.Popen(["bash", "launch.sh"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -69,10 +69,41 @@ def final_master(run_dir, steps):
     return load_file(os.path.join(run_dir, "checkpoints", f"step_{steps:06d}", "state.safetensors"))
 
 
+def assert_versions_per_token(rows, bound, measured=True):
+    """In-flight weight updates: each step within the bound per token (staleness/max is the oldest
+    token's age), the log-probs of the tokens the trainer's own version sampled from its own inputs
+    bitwise the sampler's (measured: in at least half the steps), and rows sampled by two versions
+    really occurred."""
+    steps = [r for r in rows if "reward/mean" in r]
+    assert all(r["staleness/max"] <= bound for r in steps), [r["staleness/max"] for r in steps]
+    assert all(r["mismatch/bitwise_frac"] == 1.0 for r in steps if "mismatch/bitwise_frac" in r), \
+        [r.get("mismatch/bitwise_frac") for r in steps]
+    assert not measured or sum("mismatch/bitwise_frac" in r for r in steps) >= len(steps) // 2
+    assert max(r["staleness/mixed_row_frac"] for r in steps) > 0, [r["staleness/mixed_row_frac"] for r in steps]
+
+
+def test_inflight_recompute_with_launch_sh_is_bitwise_and_bounded(tmp_path, tiny):  # noqa: F811
+    """INFLIGHT=recompute MAX_STALENESS=1: workers swap new weights into rows in progress (a token delay
+    makes rows outlive a step); the run finishes, every step's current-version tokens are bitwise the
+    trainer's, and no token older than one version is trained on."""
+    run_dir = str(tmp_path / "run")
+    proc = launch(run_dir, tiny, 6, workers=2, worker_args="--lease-s 5 --token-delay-s 0.05 --inflight-steps 2",
+                  INFLIGHT="recompute", MAX_STALENESS="1")
+    log = finish(proc, run_dir, timeout_s=300)
+    assert "--inflight recompute" in open(os.path.join(run_dir, "commands.sh")).read()
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert max(r["step"] for r in rows) == 6, log[-2000:]
+    assert_versions_per_token(rows, bound=1)
+
+
 def test_any_role_killed_at_random_moments(tmp_path, tiny):  # noqa: F811
+    """Every role SIGKILLed once at a random moment, with in-flight weight updates on (INFLIGHT=keep,
+    MAX_STALENESS=1): the run finishes, every prompt has exactly one fate, the bound holds per token."""
     run_dir, steps = str(tmp_path / "run"), 30
-    # Workers made a little slow (0.3 s per batch) so that kills land mid-run, not after it.
-    proc = launch(run_dir, tiny, steps, workers=2, worker_args="--lease-s 5 --slow-s 0.3")
+    # Workers made a little slow (0.3 s per group, 20 ms per decode step) so that kills land mid-run
+    # and new versions arrive while rows are in progress.
+    proc = launch(run_dir, tiny, steps, workers=2, worker_args="--lease-s 5 --slow-s 0.3 --token-delay-s 0.02",
+                  INFLIGHT="keep", MAX_STALENESS="1")
     rng = np.random.default_rng(2025)
     victims = list(rng.permutation(["worker-0", "worker-1", "verifier", "param_server", "trainer"]))
     wait_until(lambda: steps_done(run_dir) >= 1, 180, "the first step")
@@ -100,6 +131,9 @@ def test_any_role_killed_at_random_moments(tmp_path, tiny):  # noqa: F811
     indices = sorted(int(i.split("|")[0].split("/")[1]) for i in fates)
     assert indices == list(range(meta["cursor"]))
     assert sum(rows[-1][f"rollouts/{fate}"] for fate in lifecycle.FATES) == len(ledger)
+    # keep: a row that started with an older version keeps its cache, so only rows sampled wholly by
+    # the trainer's version are comparable, and with the workers a version ahead those are rare
+    assert_versions_per_token(rows, bound=1, measured=False)
 
 
 def test_deterministic_mode_resume_is_bit_identical(tmp_path, tiny):  # noqa: F811
