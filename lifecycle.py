@@ -162,7 +162,7 @@ def exact_tokens(versions_GT, mask_GT, version: int, mode: str):
     is the new weights' from the swap on, so every token sampled by `version` counts."""
     if mode not in INFLIGHT_MODES:
         raise ValueError(f"unknown in-flight mode {mode!r}; expected one of {INFLIGHT_MODES}")
-    v_GT, m_GT = np.asarray(versions_GT), np.asarray(mask_GT) > 0
+    v_GT, m_GT = np.asarray(versions_GT, np.int64), np.asarray(mask_GT) > 0
     exact = m_GT & (v_GT == version)
     if mode == KEEP:
         row_oldest_G = np.where(m_GT, v_GT, np.iinfo(np.int64).max).min(axis=1)

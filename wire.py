@@ -392,12 +392,17 @@ class Rollout:
                                 f"{int(r.versions_GT[sampled].min())}")
         return r
 
+    def to_dict(self) -> dict:
+        """The map that travels; the per-token fields only when they say something (a receiver that
+        predates them refuses unknown fields, and without them every token is `version`)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if not self.versions_GT.size and self.inflight == "off":
+            del data["versions_GT"], data["inflight"]
+        return data
+
     def token_versions(self) -> np.ndarray:
         """int32 [G, T]: the version that sampled each token (meaningful where mask_GT is 1)."""
         return self.versions_GT if self.versions_GT.size else np.full(self.tokens_GT.shape, self.version, np.int32)
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # ----------------------------------------------------------------------------- encoding

@@ -10,22 +10,31 @@ sampling that waits for weights, a slow worker that sits on its rollouts while t
 then submits them at once, verifier (infra) failures, duplicate submissions, forged leases, rollouts
 of another lineage or of the wrong shape or version under a genuine lease, expired leases, lost and
 twice-read replies, worker kills and hellos, param-server restarts (serving the weights last
-persisted, maybe older), and trainer SIGTERM or SIGKILL + resume; in one variant the bound itself
-moves between batches (MAX_STALENESS=auto). After every event:
+persisted, maybe older), trainer SIGTERM or SIGKILL + resume, and the version changing in the
+middle of a row: a worker in an in-flight mode (keep or recompute) that is still sampling swaps in
+the server's newer weights of its lineage between two decode steps, so its rows' later tokens are
+sampled by the newer version (rows differ; the rollout's version is its oldest token's); in one
+variant the bound itself moves between batches (MAX_STALENESS=auto). After every event:
   - nothing is trained on that is staler than k, of another lineage, from a group with an
-    infra_error status, not sampled by a worker, or trained before;
+    infra_error status, not sampled by a worker, or trained before; and per token: every token
+    trained on at version s was sampled by a version in [s - k, s] of the trainer's lineage that a
+    param server had, the one the worker sampled it with (versions_GT, or the rollout's version for
+    an old-style rollout without it);
+  - the trainer never receives a token sampled by a version of its lineage it has not made;
   - every prompt the cursor handed out has exactly one fate or is in flight, the ledger's trained
     prompts are the ones trained on, the fate counts (metrics) are the ledger's, the version is the
     number of batches trained, feeding keeps (k + 1) x B prompts in flight, and dynamic sampling
     is told how many rollouts the batch was offered;
   - the trainer sees a rollout twice only when it reads a reply twice;
   - the server accepts a rollout only under a lease it issued for that item, of its newest lineage,
-    of the item's shape and min_version, once per item; a restarted worker's hello leaves its
-    predecessor no lease;
+    of the item's shape and min_version (every token's), once per item; a restarted worker's hello
+    leaves its predecessor no lease; every rollout the model sends parses (wire.Rollout.from_dict:
+    its version is its oldest sampled token's);
   - a worker samples only with weights of the item's lineage and >= its min_version, and abandons
     only items whose lineage is not the server's newest.
 After each sequence, faults stop: the run must make 3 more steps and every worker must decide on
-what it holds (progress). Not modelled here: the Trainer's sockets and timing (collect_batch's
+what it holds (progress), and the in-flight runs must have trained on rollouts whose rows span
+several versions (k > 0). Not modelled here: the Trainer's sockets and timing (collect_batch's
 timeouts, push_trained's retries: tests/test_faults.py), evaluation items, the verifier-broken stop.
 
 Run: python -m pytest -q tests/test_lifecycle.py      (about 35 s on a 2-core CPU)
@@ -125,6 +134,107 @@ def test_worker_action(minv, ilin, v, lin, newest, want):
     assert lc.worker_action(minv, ilin, v, lin, newest) == want
 
 
+# A version per token (in-flight weight updates). Rows are [prompt, completion..., padding]; the
+# prompt and the padding are not sampled (mask 0) and carry whatever version (here 0 or junk).
+
+@pytest.mark.parametrize("versions, mask, want", [
+    ([[0, 3, 3, 3]], [[0, 1, 1, 1]], 3),                        # one version throughout (--inflight off)
+    ([[0, 4, 4, 5]], [[0, 1, 1, 1]], 4),                        # started at 4, finished at 5: the oldest
+    ([[0, 5, 6, 7]], [[0, 1, 1, 1]], 5),                        # two swaps in one row
+    ([[0, 5, 5, 5], [0, 4, 5, 0]], [[0, 1, 1, 1], [0, 1, 1, 0]], 4),  # rows differ: the group's oldest
+    ([[0, 6, 6, 6], [0, 6, 7, 0]], [[0, 1, 1, 1], [0, 1, 1, 0]], 6),  # a row that began after the swap
+    ([[9, 5, 5, 2]], [[0, 1, 1, 0]], 5),                        # unsampled positions do not count,
+    ([[-1, 5, 5, -7]], [[0., 1., 1., 0.]], 5),                  # ... whatever they hold
+    ([[0, 4, 5, 5]], [[0, 0, 1, 1]], 5),                        # a token the verifier did not see
+])
+def test_rollout_version_is_the_oldest_sampled_token(versions, mask, want):
+    got = lc.rollout_version(np.asarray(versions, np.int32), np.asarray(mask, np.float32))
+    assert got == want and type(got) is int
+
+
+@pytest.mark.parametrize("mask", [[[0, 0, 0, 0]], [[0, 0], [0, 0]], np.zeros((3, 0))])
+def test_rollout_version_needs_a_sampled_token(mask):
+    mask = np.asarray(mask, np.float32)
+    with pytest.raises(ValueError, match="without sampled tokens"):
+        lc.rollout_version(np.full(mask.shape, 3, np.int32), mask)
+
+
+@pytest.mark.parametrize("versions, version, want", [
+    ([[4, 4, 5, 5]], 5, [[1, 1, 0, 0]]),
+    ([[4, 4, 5, 5]], 4, [[0, 0, -1, -1]]),                     # a token newer than the update: negative
+    ([[0, 4, 5], [0, 5, 5]], 7, [[7, 3, 2], [7, 2, 2]]),
+    ([[2**31 - 1]], -2**31, [[-2**32 + 1]]),                   # int32 in, no overflow
+])
+def test_token_staleness(versions, version, want):
+    got = lc.token_staleness(np.asarray(versions, np.int32), version)
+    assert got.dtype == np.int64 and got.tolist() == want
+
+
+F, T_ = False, True
+ROW = [[0, 4, 4, 5, 5]]          # the issue's case: a row started at v = 4 and finished at v + 1 = 5
+ROW_MASK = [[0, 1, 1, 1, 1]]
+TWO = [[0, 5, 5, 5, 0], [0, 4, 5, 5, 5]]   # row 0 all at 5; row 1 from 4 to 5; row 0's padding at 0
+TWO_MASK = [[0, 1, 1, 1, 0], [0, 1, 1, 1, 1]]
+EXACT = [  # versions, mask, version, mode, want
+    (ROW, ROW_MASK, 5, lc.KEEP, [[F, F, F, F, F]]),        # its cache holds v 4's keys and values
+    (ROW, ROW_MASK, 5, lc.RECOMPUTE, [[F, F, F, T_, T_]]), # recomputed at the swap: v 5's tokens exact
+    (ROW, ROW_MASK, 5, lc.OFF, [[F, F, F, T_, T_]]),
+    (ROW, ROW_MASK, 4, lc.KEEP, [[F, T_, T_, F, F]]),      # before the swap, every mode is exact
+    (ROW, ROW_MASK, 4, lc.RECOMPUTE, [[F, T_, T_, F, F]]),
+    (ROW, ROW_MASK, 6, lc.RECOMPUTE, [[F] * 5]),           # nothing was sampled by v 6
+    (TWO, TWO_MASK, 5, lc.KEEP, [[F, T_, T_, T_, F], [F] * 5]),
+    (TWO, TWO_MASK, 5, lc.RECOMPUTE, [[F, T_, T_, T_, F], [F, F, T_, T_, T_]]),
+    (TWO, TWO_MASK, 4, lc.KEEP, [[F] * 5, [F, T_, F, F, F]]),
+    ([[5, 5, 5, 4]], [[1, 1, 1, 0]], 5, lc.KEEP, [[T_, T_, T_, F]]),  # an unsampled older slot: not the row's start
+    ([[5, 5, 5]], [[1, 1, 1]], 5, lc.KEEP, [[T_, T_, T_]]),
+    ([[0, 5, 5]], [[0, 0, 0]], 5, lc.KEEP, [[F, F, F]]),   # no sampled token: none exact
+    ([[0, 5, 5]], [[0, 0, 0]], 5, lc.RECOMPUTE, [[F, F, F]]),
+]
+@pytest.mark.parametrize("versions, mask, version, mode, want, dtype",
+                         [(*case, dtype) for dtype in (np.int32, np.int64) for case in EXACT])
+def test_exact_tokens(versions, mask, version, mode, want, dtype):
+    got = lc.exact_tokens(np.asarray(versions, dtype), np.asarray(mask, np.float32), version, mode)
+    assert got.dtype == np.bool_ and got.tolist() == want
+
+
+@pytest.mark.parametrize("mode", ["", "on", "KEEP", None])
+def test_exact_tokens_refuses_an_unknown_mode(mode):
+    with pytest.raises(ValueError, match="unknown in-flight mode"):
+        lc.exact_tokens(np.asarray(ROW, np.int32), np.asarray(ROW_MASK, np.float32), 5, mode)
+
+
+@pytest.mark.parametrize("v", [0, 4])
+@pytest.mark.parametrize("k, want", [(0, lc.STALE), (1, lc.OK), (2, lc.OK)])
+def test_a_row_started_at_v_and_finished_at_v_plus_1(v, k, want):
+    """The issue's case: its first tokens were sampled by v, its last by v + 1. Its version is v, so at
+    the trainer's version v + 1 it is one version stale: refused with k = 0 (a token of v would be
+    trained at v + 1), admitted with k = 1. At v + 1 no token is exact in KEEP mode (the row's cache
+    holds v's keys and values), v + 1's tokens are in RECOMPUTE mode; at v, v's tokens in both."""
+    versions = np.asarray([[0, v, v, v + 1, v + 1, 0]], np.int32)
+    mask = np.asarray([[0, 1, 1, 1, 1, 0]], np.float32)
+    assert lc.rollout_version(versions, mask) == v
+    assert lc.token_staleness(versions, v + 1)[mask > 0].tolist() == [1, 1, 0, 0]
+    late = [[F, F, F, T_, T_, F]]
+    assert lc.exact_tokens(versions, mask, v + 1, lc.KEEP).tolist() == [[F] * 6]
+    assert lc.exact_tokens(versions, mask, v + 1, lc.RECOMPUTE).tolist() == late
+    # at v, v's tokens are exact in both modes (int32: the wire's dtype)
+    assert lc.exact_tokens(versions, mask, v, lc.KEEP).tolist() == [[F, T_, T_, F, F, F]]
+    assert lc.exact_tokens(versions, mask, v, lc.RECOMPUTE).tolist() == [[F, T_, T_, F, F, F]]
+    version = lc.rollout_version(versions, mask)
+    assert lc.usable(version, "a", v + 1, "a", k) == want
+    assert lc.usable(version, "a", v, "a", k) == lc.OK          # at v itself: on-policy
+    assert lc.usable(version, "a", v + 2, "a", k) == (lc.OK if k >= 2 else lc.STALE)
+    # and as a rollout through the books: the trainer at v + 1 keeps it only with k >= 1
+    b, fates = books(k=k, B=1)
+    b.add(item(0, v))
+    r = rollout("train/0|p0", v, "a", G=1, T=6, rewards=[1.0], versions=versions, mask=mask, inflight=lc.KEEP)
+    assert r.version == v and r.token_versions().tolist() == versions.tolist()
+    assert b.receive(r, version=v + 1) == (lc.OK if want == lc.OK else lc.DROPPED_STALE)
+    assert fates == ([] if want == lc.OK else [("train/0|p0", lc.DROPPED_STALE)])
+    if want == lc.OK:
+        assert b.fill(v + 1, lambda r, seen: True) and [r.item_id for r in b.trained()] == ["train/0|p0"]
+
+
 def test_verifier_broken_needs_a_full_window_above_the_fraction():
     w = collections.deque(maxlen=3)
     w.extend([(8, 8), (8, 8)])
@@ -140,13 +250,17 @@ def test_verifier_broken_needs_a_full_window_above_the_fraction():
     assert lc.verifier_broken(collections.deque([(1, 1)], maxlen=1), 0.5)  # one program, failed
 
 
-def rollout(item_id, version, lineage, G=2, T=4, statuses=None, rewards=None, worker="w"):
+def rollout(item_id, version, lineage, G=2, T=4, statuses=None, rewards=None, worker="w", versions=None,
+            mask=None, inflight=None):
+    """A well-formed rollout; `versions` (and `inflight`) only when given: an old-style map without them."""
+    extra = {"versions_GT": versions} if versions is not None else {}
+    extra |= {"inflight": inflight} if inflight is not None else {}
     return wire.Rollout.from_dict(dict(
         item_id=item_id, version=version, lineage=lineage, worker=worker, prompt_len=1,
         tokens_GT=np.ones((G, T), np.int32), logp_behav_GT=np.zeros((G, T), np.float32),
-        mask_GT=np.ones((G, T), np.float32),
+        mask_GT=np.ones((G, T), np.float32) if mask is None else mask,
         rewards_G=np.asarray(rewards if rewards is not None else [0.0, 1.0][:G], np.float32),
-        finished_G=np.ones(G, bool), statuses=statuses or ["passed"] * G))
+        finished_G=np.ones(G, bool), statuses=statuses or ["passed"] * G, **extra))
 
 
 def item(i, version, lineage="a"):
@@ -356,6 +470,27 @@ def test_the_queue_refuses_what_no_item_asked_for():
         {"refused": 3, "old_lineage": 2, "submitted": 1}
 
 
+@pytest.mark.parametrize("v", [0, 4])
+def test_the_queue_checks_min_version_against_the_oldest_token(v):
+    """A rollout whose rows started at v and finished at v + 1 is refused for an item that asked for
+    v + 1 (its first tokens are older than that) and accepted for one that asked for v; the refused
+    item stays leased, and a rollout sampled by v + 1 throughout is accepted for it."""
+    q = queue()
+    q.enqueue([item(0, v + 1).to_dict(), item(1, v).to_dict()], requeue=False)
+    a, b = q.lease("w", 2, 10)
+    versions = np.asarray([[0, v, v, v + 1], [0, v, v + 1, v + 1]], np.int32)
+    mask = np.asarray([[0, 1, 1, 1], [0, 1, 1, 1]], np.float32)
+
+    def send(it, versions, version):
+        r = rollout(it["item_id"], version, "a", versions=versions, mask=mask, inflight=lc.RECOMPUTE)
+        return q.submit(wire.SubmitRollout("w", it["item_id"], it["lease"], r.to_dict()), "a")
+    with pytest.raises(ValueError, match=f"version {v} is older than the item's min_version {v + 1}"):
+        send(a, versions, v)
+    assert send(b, versions, v) == "accepted"
+    assert send(a, np.full((2, 4), v + 1, np.int32), v + 1) == "accepted"
+    assert [r["versions_GT"].tolist() for r in q.take(8)] == [versions.tolist(), [[v + 1] * 4] * 2]
+
+
 # ----------------------------------------------------------------------------- the whole lifecycle
 
 INFRA = "infra_error"  # the verifier's status for its own failure, as it travels (verifier.py sends it)
@@ -367,10 +502,14 @@ class Worker:
     """A simulated inference worker: the weights it holds, the items it leased (waiting for weights
     until lifecycle.worker_action says sample or abandon), the rollouts it sampled and has not
     submitted yet, and what it submitted (a duplicate sends one again). A slow worker sits on its
-    rollouts while the trainer makes a few steps, then submits them all at once."""
+    rollouts while the trainer makes a few steps, then submits them all at once. A worker in an
+    in-flight mode (`inflight`, keep or recompute: inference_worker --inflight) is still sampling
+    the rows of the rollouts it has not submitted: it may swap newer weights in between two of their
+    decode steps (Sim.swap_mid_row); one in mode off sends old-style rollouts (no versions_GT)."""
 
-    def __init__(self, name: str, slow: bool, incarnation: str):
+    def __init__(self, name: str, slow: bool, incarnation: str, inflight: str = lc.OFF):
         self.name, self.slow, self.inc, self.announced = name, slow, incarnation, False
+        self.inflight = inflight
         self.version, self.lineage = -1, ""
         self.group, self.done, self.sent = [], [], []
         self.submit_at = 0  # its rollouts are ready to submit at this trainer version
@@ -392,8 +531,12 @@ class Sim:
         the bound moves anywhere in [0, k], as trainer --staleness-target moves it (between batches)."""
         self.rng, self.k, self.B, self.auto = rng, k, B, auto
         self.instance, self.weights, self.persisted = 0, (-1, ""), (-1, "")
+        self.published = set()   # every (version, lineage) a param server ever had
+        self.made = {}           # serial (a rollout's prompt token) -> what was sampled: Sim.sampled
+        self.swaps = self.mixed_received = self.mixed_trained = 0
         self.restart_param_server()
-        self.workers = {f"w{i}": Worker(f"w{i}", slow=i == 0, incarnation="0") for i in range(4)}
+        modes = [rng.choice((lc.KEEP, lc.RECOMPUTE)), rng.choice(lc.INFLIGHT_MODES), lc.OFF, lc.KEEP]
+        self.workers = {f"w{i}": Worker(f"w{i}", slow=i == 0, incarnation="0", inflight=modes[i]) for i in range(4)}
         for w in self.workers.values():
             self.hello(w)
         self.n_lineage, self.version = 0, 0
@@ -418,6 +561,7 @@ class Sim:
             self.q.reset()
             self.issued, self.accepted = collections.defaultdict(set), set()
         self.weights = (version, lineage)
+        self.published.add(self.weights)
         if self.rng.random() < 0.7:  # on disk before the next restart, or not yet (a thread writes it)
             self.persisted = self.weights
 
@@ -494,7 +638,12 @@ class Sim:
         if not lost:  # a lost reply never reaches the trainer: it acks nothing new next time
             counts = self.collector.books.counts
             duplicates = counts[lc.ARRIVED_DUPLICATE]
-            self.collector.receive(reply, wire.Rollout.from_dict)
+            for r in self.collector.receive(reply, wire.Rollout.from_dict):
+                if r.lineage == self.lineage:  # no token from a version the trainer has not made
+                    sampled = r.token_versions()[r.mask_GT > 0]
+                    assert sampled.max() <= self.collector.version, \
+                        f"received a token of v{sampled.max()} at v{self.collector.version} of {self.lineage}"
+                    self.mixed_received += len(set(sampled.tolist())) > 1
             # Nothing used twice, at the door: the server sends each rollout once (until acked), so
             # the trainer sees a duplicate exactly when it reads a reply again.
             assert counts[lc.ARRIVED_DUPLICATE] - duplicates == (len(reply) if replay else 0), \
@@ -522,6 +671,20 @@ class Sim:
             assert INFRA not in r.statuses, f"trained {r.item_id}, a group the verifier failed on"
             assert r.worker in self.workers, f"trained a rollout sent by {r.worker}"
             assert r.item_id not in self.trained, f"trained {r.item_id} twice"
+            # THE BOUND per token: every token of the rollout, as the worker sampled it
+            made, sampled = self.made.get(int(r.tokens_GT[0, 0])), r.mask_GT > 0
+            assert made is not None and made.worker == r.worker and np.array_equal(made.mask, r.mask_GT), \
+                f"trained {r.item_id}, a rollout {r.worker} did not sample"
+            versions = r.token_versions()
+            assert np.array_equal(versions[sampled], made.versions[sampled]), \
+                f"{r.item_id}'s token versions {versions.tolist()} are not those it was sampled with " \
+                f"{made.versions.tolist()}"
+            age = self.version - versions[sampled]
+            assert age.min() >= 0 and age.max() <= bound, \
+                f"trained a token of v{versions[sampled].min()}..v{versions[sampled].max()} at v{self.version}, k={bound}"
+            assert all((v, r.lineage) in self.published for v in set(versions[sampled].tolist())), \
+                f"trained a token of {r.lineage} sampled with weights no param server had"
+            self.mixed_trained += len(set(versions[sampled].tolist())) > 1
         self.collector.trained()
         if self.auto:  # Trainer.run: the bound for the next batch, set between batches
             self.collector.books.max_staleness = self.rng.randint(0, self.k)
@@ -587,7 +750,7 @@ class Sim:
         if action == lc.SAMPLE:  # the worker's half of the bound: the item's lineage, >= its min_version
             assert w.lineage == lineage and all(w.version >= i.min_version for i in w.group), \
                 f"sampled items of {lineage} v>={need} with {w.lineage} v{w.version}"
-            w.done += [(it, self.sampled(it.item_id, w.version, w.lineage, w.name)) for it in w.group]
+            w.done += [(it, self.sampled(it.item_id, w.version, w.lineage, w.name, w.inflight)) for it in w.group]
         elif action == lc.ABANDON:  # only items whose trainer is gone: the server's newest is not theirs
             assert (w.version, w.lineage) == self.weights and w.lineage != lineage, \
                 f"abandoned items of {lineage} holding {w.lineage} v{w.version}, server at {self.weights}"
@@ -597,15 +760,56 @@ class Sim:
         w.group = []
         return True
 
-    def sampled(self, item_id, version, lineage, worker):
+    def sampled(self, item_id, version, lineage, worker, inflight=lc.OFF):
+        """A group of G = 2 rows of T = 4 slots: the prompt token (which names this sampling: the
+        serial of its record in `made`), 1 to 3 completion tokens (mask 1) and padding. In an
+        in-flight mode each row has sampled a random number of its tokens so far (`cursor`: the
+        slot of its next one) and the rollout carries versions_GT (-1 where nothing was sampled, as
+        inference_worker writes it);
+        swap_mid_row gives the tokens not sampled yet a newer version."""
         statuses = ["passed", "failed"]
         if self.rng.random() < 0.08:  # the verifier failed on one program, or on both
             statuses = [INFRA, self.rng.choice([INFRA, "passed"])]
         rewards = self.rng.choice([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
-        return dict(item_id=item_id, version=version, lineage=lineage, worker=worker, prompt_len=1,
-                    tokens_GT=np.ones((2, 4), np.int32), logp_behav_GT=np.zeros((2, 4), np.float32),
-                    mask_GT=np.ones((2, 4), np.float32), rewards_G=np.array(rewards, np.float32),
-                    finished_G=np.ones(2, bool), statuses=statuses)
+        ends = [1 + self.rng.randint(1, 3) for _ in range(2)]  # each row's slots end here
+        mask = np.zeros((2, 4), np.float32)
+        for g, end in enumerate(ends):
+            mask[g, 1:end] = 1
+        tokens = np.ones((2, 4), np.int32)
+        tokens[:, 0] = serial = len(self.made)
+        versions = np.where(mask > 0, version, -1).astype(np.int32)
+        self.made[serial] = SimpleNamespace(worker=worker, mask=mask, versions=versions, ends=ends,
+                                            cursor=[self.rng.randint(1, end) for end in ends])
+        r = dict(item_id=item_id, version=version, lineage=lineage, worker=worker, prompt_len=1,
+                 tokens_GT=tokens, logp_behav_GT=np.zeros((2, 4), np.float32),
+                 mask_GT=mask, rewards_G=np.array(rewards, np.float32),
+                 finished_G=np.ones(2, bool), statuses=statuses)
+        if inflight != lc.OFF:
+            r.update(versions_GT=versions, inflight=inflight)
+        return r
+
+    def swap_mid_row(self):
+        """The version changes in the middle of a row (inference_worker --inflight keep|recompute): a
+        worker in an in-flight mode that is still sampling (it holds rollouts it has not submitted)
+        swaps in the param server's newest weights between two decode steps, if they are newer than
+        its own and of its lineage (the only ones it can get: it pulls them now; a version the server
+        never had, or another trainer's, it cannot). Every row's tokens not sampled yet will be
+        sampled by them, and each row gets a few tokens further (maybe to its end). The rollout's
+        version is its oldest token's (lifecycle.rollout_version, as the worker computes it)."""
+        w = self.pick(lambda w: w.inflight != lc.OFF and w.done and w.lineage == self.weights[1]
+                      and w.version < self.weights[0])
+        if w is None:
+            return False
+        w.version = self.weights[0]
+        for _, r in w.done:
+            made = self.made[int(r["tokens_GT"][0, 0])]
+            made.versions = made.versions.copy()  # never mutate an array a rollout may share
+            for g, end in enumerate(made.ends):
+                made.versions[g, made.cursor[g]:end] = w.version
+                made.cursor[g] = self.rng.randint(made.cursor[g], end)
+            r.update(versions_GT=made.versions, version=lc.rollout_version(made.versions, made.mask))
+        self.swaps += 1
+        return True
 
     def send(self, worker, it_id, lease, r):
         """A submission, and the server's invariants on what it accepts: a lease it issued for that
@@ -614,13 +818,17 @@ class Sim:
         asked = self.q.items[it_id].data if it_id in self.q.items else None
         try:
             status = self.q.submit(wire.SubmitRollout(worker, it_id, lease, r), self.weights[1])
+        except wire.WireError as e:  # every rollout the model sends is well-formed, its version the oldest
+            raise AssertionError(f"{worker}'s rollout of {it_id} does not parse: {e}") from None
         except ValueError:
             return "refused"
         if status == "accepted":
             assert lease in self.issued[it_id], f"accepted {it_id} under a lease never issued for it"
             assert r["lineage"] == self.weights[1], f"accepted {it_id} of lineage {r['lineage']}"
             assert it_id not in self.accepted, f"accepted a second rollout of {it_id}"
+            versions = r["versions_GT"] if r.get("versions_GT", np.zeros(0)).size else np.full((2, 4), r["version"])
             assert (r["lineage"] == asked["lineage"] and r["version"] >= asked["min_version"]
+                    and versions[r["mask_GT"] > 0].min() >= asked["min_version"]
                     and r.get("eval", False) == asked["eval"]
                     and r["tokens_GT"].shape == (asked["group_size"], asked["seq_len"])), \
                 f"accepted a rollout of {it_id} that is not what the item asked for"
@@ -666,7 +874,8 @@ class Sim:
 
     def misfit(self):
         """A rollout under a genuine lease that is not what its item asked for: sampled with weights
-        older than its min_version, of another group size or length, or marked as an evaluation."""
+        older than its min_version (maybe only one token of one row: its version is the oldest), of
+        another group size or length, or marked as an evaluation."""
         leased = [(i, it) for i, it in self.q.items.items() if it.state == "leased"]
         if not leased or self.weights[0] < 0:
             return False
@@ -676,15 +885,19 @@ class Sim:
         r.update(tokens_GT=np.ones((G, T), np.int32), logp_behav_GT=np.zeros((G, T), np.float32),
                  mask_GT=np.ones((G, T), np.float32), rewards_G=np.zeros(G, np.float32),
                  finished_G=np.ones(G, bool), statuses=["passed"] * G)
-        if (G, T) == (2, 4):  # the right shape: older weights, or the wrong kind
-            r.update(self.rng.choice([{"version": it.data["min_version"] - 1}, {"eval": True}]))
+        if (G, T) == (2, 4):  # the right shape: older weights (maybe its first token's only), or the wrong kind
+            minv = it.data["min_version"]
+            mixed = np.full((G, T), minv, np.int32)
+            mixed[1, 1] = minv - 1
+            r.update(self.rng.choice([{"version": minv - 1}, {"eval": True},
+                                      {"version": minv - 1, "versions_GT": mixed, "inflight": lc.KEEP}]))
         self.send("misfit", it_id, it.lease, r)
         return True
 
     def kill_worker(self):
         """A worker dies with what it held; its successor says hello at its first lease."""
         w = self.rng.choice(list(self.workers.values()))
-        self.workers[w.name] = Worker(w.name, w.slow, incarnation=os.urandom(4).hex())
+        self.workers[w.name] = Worker(w.name, w.slow, incarnation=os.urandom(4).hex(), inflight=w.inflight)
         return True
 
     # -- the invariants, after every event
@@ -742,7 +955,7 @@ EVENTS = {  # event: weight
     "collect": 5, "get": 1, "lost_reply": 0.4, "replayed_reply": 0.2, "step": 2, "check_param_server": 0.3,
     "sigterm": 0.06, "sigkill": 0.06, "restart_param_server": 0.1, "expire": 0.15,
     "lease": 6, "work": 1, "submit": 4, "duplicate": 0.5, "forge": 0.3, "zombie": 0.3, "misfit": 0.3,
-    "kill_worker": 0.2}
+    "kill_worker": 0.2, "swap_mid_row": 2}
 
 
 def run_sequence(seed: int, k: int, B: int, n_events: int, auto: bool = False) -> Sim:
@@ -764,24 +977,33 @@ def run_sequence(seed: int, k: int, B: int, n_events: int, auto: bool = False) -
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_random_lifecycles_keep_every_invariant(k):
     """200 sequences of 150 events each, B = 1, 2, 3 in turn (`-s` prints how often each fate occurred)."""
-    steps, fates = 0, collections.Counter()
+    steps, fates, inflight = 0, collections.Counter(), collections.Counter()
     for seed in range(200):
         sim = run_sequence(seed * 7 + k, k, B=1 + seed % 3, n_events=150)
         steps += sim.version
         fates.update(f for _, f in sim.ledger)
-    print(f"k={k}: {steps} steps, fates {dict(fates)}")
+        inflight.update(swaps=sim.swaps, mixed_received=sim.mixed_received, mixed_trained=sim.mixed_trained)
+    print(f"k={k}: {steps} steps, fates {dict(fates)}, in-flight {dict(inflight)}")
     # The sequences trained, and every fate occurred (with k = 0 the trainer keeps only the batch's
     # B prompts in flight, all asking for its version, so nothing can age past the bound).
     assert steps > 1000 and fates[lc.TRAINED] > 1000, (steps, fates)
     assert all(fates[f] >= 50 for f in lc.FATES if f != lc.DROPPED_STALE or k > 0), fates
+    # Versions changed in the middle of rows, and (k > 0) rollouts whose rows span two or more
+    # versions were trained on; with k = 0 none can be: its oldest token is at least one version old.
+    assert inflight["swaps"] > 100, inflight
+    if k == 0:
+        assert inflight["mixed_trained"] == 0, inflight
+    else:
+        assert inflight["mixed_received"] > 100 and inflight["mixed_trained"] > 20 * k, inflight
 
 
 def test_random_lifecycles_with_a_bound_that_moves():
     """MAX_STALENESS=auto: the bound starts at 0 after every trainer start and moves anywhere in
     [0, 2] between batches; 100 sequences keep every invariant, each batch within the bound it was
     admitted under, and rollouts that a lowered bound makes too stale are dropped with their fate."""
-    fates = collections.Counter()
+    fates, mixed = collections.Counter(), 0
     for seed in range(100):
         sim = run_sequence(seed * 11 + 5, 2, B=1 + seed % 3, n_events=150, auto=True)
         fates.update(f for _, f in sim.ledger)
-    assert fates[lc.TRAINED] > 500 and fates[lc.DROPPED_STALE] > 20, fates
+        mixed += sim.mixed_trained
+    assert fates[lc.TRAINED] > 500 and fates[lc.DROPPED_STALE] > 20 and mixed > 0, (fates, mixed)

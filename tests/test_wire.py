@@ -69,6 +69,99 @@ def test_malformed_messages_are_clear_errors(frames, reason):
         wire.decode(frames)
 
 
+# ----------------------------------------------------------------------------- a version per token
+
+
+def rollout_map(drop=(), **over):
+    """A rollout map as a worker with --inflight sends it: G = 2 rows of T = 5 slots, [prompt, 3
+    completion tokens, padding] and [prompt, 4 completion tokens]; both rows started at version 4,
+    row 1 finished at 5 (the weights changed in the middle of it). Unsampled slots hold 0. `over`
+    replaces fields, `drop` removes them."""
+    d = dict(item_id="train/0|p0", version=4, lineage="L", worker="w", prompt_len=1,
+             tokens_GT=np.arange(10, dtype=np.int32).reshape(2, 5),
+             logp_behav_GT=np.full((2, 5), -0.5, np.float32),
+             mask_GT=np.array([[0, 1, 1, 1, 0], [0, 1, 1, 1, 1]], np.float32),
+             rewards_G=np.array([0.0, 1.0], np.float32), finished_G=np.array([True, False]),
+             statuses=["failed", "passed"],
+             versions_GT=np.array([[0, 4, 4, 4, 0], [0, 4, 4, 5, 5]], np.int32), inflight="keep")
+    d.update(over)
+    return {k: v for k, v in d.items() if k not in drop}
+
+
+def through_the_wire(d):
+    """The map as the param server receives it (SubmitRollout) and as the trainer does (Rollouts,
+    after the server's Rollout.to_dict): both parsed by Rollout.from_dict."""
+    msg, _ = wire.decode(wire.encode(wire.SubmitRollout("w", d["item_id"], "lease", d)))
+    at_server = wire.Rollout.from_dict(msg.rollout)
+    msg, _ = wire.decode(wire.encode(wire.Rollouts([at_server.to_dict()])))
+    return at_server, wire.Rollout.from_dict(msg.rollouts[0])
+
+
+@pytest.mark.parametrize("over", [
+    {},
+    {"inflight": "recompute"},
+    {"versions_GT": np.array([[0, 4, 5, 6, 0], [0, 5, 5, 5, 6]], np.int32)},   # two swaps; rows differ
+    {"versions_GT": np.array([[-1, 4, 4, 4, 99], [7, 5, 5, 5, 5]], np.int32)},  # unsampled slots: anything
+    {"versions_GT": np.full((2, 5), 4, np.int32), "inflight": "off"},           # one version, spelled out
+    {"version": 0, "versions_GT": np.array([[0, 0, 0, 1, 0], [0, 0, 1, 1, 1]], np.int32)},
+])
+def test_a_rollout_with_token_versions_round_trips(over):
+    import lifecycle
+    d = rollout_map(**over)
+    for r in (wire.Rollout.from_dict(d), *through_the_wire(d)):
+        assert r.version == d["version"] and r.inflight == d["inflight"]
+        assert r.versions_GT.dtype == np.int32 and np.array_equal(r.versions_GT, d["versions_GT"])
+        assert r.token_versions().dtype == np.int32 and np.array_equal(r.token_versions(), d["versions_GT"])
+        assert lifecycle.rollout_version(r.token_versions(), r.mask_GT) == r.version
+        for name in ("tokens_GT", "logp_behav_GT", "mask_GT", "rewards_G", "finished_G"):
+            assert np.array_equal(getattr(r, name), d[name]) and getattr(r, name).dtype == d[name].dtype
+
+
+@pytest.mark.parametrize("over, reason", [
+    ({"versions_GT": np.full((2, 4), 4, np.int32)}, r"versions_GT must be int32 of shape \(2, 5\)"),
+    ({"versions_GT": np.full((5, 2), 4, np.int32)}, "versions_GT must be int32 of shape"),
+    ({"versions_GT": np.full((3, 5), 4, np.int32)}, "versions_GT must be int32 of shape"),
+    ({"versions_GT": np.full(10, 4, np.int32)}, "versions_GT must be int32 of shape"),       # [G * T]
+    ({"versions_GT": np.full((1, 2, 5), 4, np.int32)}, "versions_GT must be int32 of shape"),
+    ({"versions_GT": np.full((2, 5), 4, np.int64)}, "versions_GT must be int32"),
+    ({"versions_GT": np.full((2, 5), 4, np.int16)}, "versions_GT must be int32"),
+    ({"versions_GT": np.full((2, 5), 4, np.float32)}, "versions_GT must be int32"),
+    ({"versions_GT": np.full((2, 5), 4, np.uint32)}, "versions_GT must be int32"),
+    ({"versions_GT": [[4] * 5] * 2}, "versions_GT must be ndarray"),
+    ({"version": 5}, "rollout.version 5 is not its oldest token's version 4"),   # the newest, not the oldest
+    ({"version": 3}, "is not its oldest token's version 4"),                     # older than any token
+    ({"version": 0}, "is not its oldest token's version 4"),                     # an unsampled slot's
+    ({"versions_GT": np.array([[0, 4, 4, 4, 3], [0, 4, 4, 5, 5]], np.int32), "version": 3},
+     "is not its oldest token's version 4"),                                     # ... as is padding
+    ({"inflight": "on"}, "inflight must be off, keep or recompute"),
+    ({"inflight": "KEEP"}, "inflight must be off, keep or recompute"),
+    ({"inflight": ""}, "inflight must be off, keep or recompute"),
+    ({"inflight": 1}, "inflight must be str"),
+    ({"inflight": None}, "inflight must be str"),
+])
+def test_a_rollout_with_malformed_token_versions_is_refused(over, reason):
+    d = rollout_map(**over)
+    with pytest.raises(wire.WireError, match=reason):
+        wire.Rollout.from_dict(d)
+    msg, _ = wire.decode(wire.encode(wire.SubmitRollout("w", d["item_id"], "lease", d)))
+    with pytest.raises(wire.WireError, match=reason):  # the same, as the param server receives it
+        wire.Rollout.from_dict(msg.rollout)
+
+
+@pytest.mark.parametrize("drop, over", [
+    (("versions_GT", "inflight"), {}),                       # an old worker: neither field
+    (("versions_GT",), {"inflight": "off"}),
+    ((), {"versions_GT": np.zeros((0, 0), np.int32), "inflight": "off"}),   # empty: every token at version
+])
+def test_an_old_style_rollout_parses_and_every_token_has_its_version(drop, over):
+    d = rollout_map(drop=drop, **over)
+    for r in (wire.Rollout.from_dict(d), *through_the_wire(d)):
+        assert r.inflight == "off" and r.versions_GT.size == 0
+        assert r.token_versions().dtype == np.int32 and r.token_versions().tolist() == [[4] * 5] * 2
+    assert wire.Rollout.from_dict(rollout_map(drop=drop, version=9, **over)).token_versions().tolist() == \
+        [[9] * 5] * 2  # any version: nothing to compare it with
+
+
 def test_server_answers_bad_messages_and_keeps_serving():
     server = wire.Server("echo", "tcp://127.0.0.1:0")
     port = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
