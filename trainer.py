@@ -1015,10 +1015,11 @@ class Trainer:
             step_s = time.monotonic() - t0
             metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
                             "throughput/rollouts_per_s": cfg.prompts_per_step * self.gcfg.group_size / step_s,
-                            "throughput/tokens_per_s": tokens / step_s, "staleness/limit": self.books.max_staleness})
+                            "throughput/tokens_per_s": tokens / step_s, "staleness/limit": self.books.max_staleness,
+                            "staleness/wait_frac": wait_s / step_s})
             if cfg.staleness_target > 0:  # the bound for the next batch (this one was admitted under the old)
                 self.books.max_staleness = lifecycle.auto_staleness(
-                    self.books.max_staleness, metrics.get("offpolicy/k3_kl"), wait_s / step_s,
+                    self.books.max_staleness, metrics.get("offpolicy/k3_kl"), metrics["staleness/wait_frac"],
                     cfg.staleness_target, cfg.max_staleness)
             if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
                 metrics.update(self.evaluate())

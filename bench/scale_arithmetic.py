@@ -126,10 +126,16 @@ def main(argv=None) -> None:
     print(f"   workers: a decode step {decode_step_s * 1e3:.1f} ms ({a.decode_eff:.0%} of HBM bandwidth), {seqs} rows -> "
           f"{worker_tok_s:,.0f} tokens/s per worker, {workers * worker_tok_s / 1e3:,.0f}k for the fleet: a step's "
           f"{tokens / 1e6:.1f}M tokens in {fleet_s:.0f} s, but its longest row takes {latency_s:.0f} s")
-    for k in sorted({0, 1, 2, a.staleness}):
+    mean_row_s = a.completion_mean * decode_step_s  # a row of the mean length, start to end
+    for k in sorted({0, 1, 2, 4, a.staleness}):
         t = period(k, train_s, fleet_s)
+        # token age at the update, in versions, for a row of the mean length that ends as its batch is
+        # trained: every token as old as the row's start without in-flight updates, half that on average
+        # with them (a token sampled at time u of the row is (row - u) / t versions old)
+        age = 0.0 if k == 0 else mean_row_s / t
         print(f"   staleness {k}: a step every {t:.0f} s, trainer busy {train_s / t:.0%}, {rollouts / t:.1f} rollouts/s "
-              f"({rollouts * a.completion_mean / t / 1e3:.0f}k tokens/s) from the fleet")
+              f"({rollouts * a.completion_mean / t / 1e3:.0f}k tokens/s) from the fleet; mean-length rows' tokens "
+              f"{age:.1f} versions old, {age / 2:.1f} on average with in-flight updates")
     need = rollouts / period(a.staleness, train_s, fleet_s)
     splits = range(a.worker_chips * 8, a.chips, a.worker_chips * 8)
     pace = lambda t: period(a.staleness, train_s * a.trainer_chips / t, fleet_s * workers / ((a.chips - t) // a.worker_chips))

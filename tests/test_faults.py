@@ -100,9 +100,9 @@ def test_any_role_killed_at_random_moments(tmp_path, tiny):  # noqa: F811
     """Every role SIGKILLed once at a random moment, with in-flight weight updates on (INFLIGHT=keep,
     MAX_STALENESS=1): the run finishes, every prompt has exactly one fate, the bound holds per token."""
     run_dir, steps = str(tmp_path / "run"), 30
-    # Workers made a little slow (0.3 s per group, 20 ms per decode step) so that kills land mid-run
+    # Workers made a little slow (0.3 s per group, 30 ms per decode step) so that kills land mid-run
     # and new versions arrive while rows are in progress.
-    proc = launch(run_dir, tiny, steps, workers=2, worker_args="--lease-s 5 --slow-s 0.3 --token-delay-s 0.02",
+    proc = launch(run_dir, tiny, steps, workers=2, worker_args="--lease-s 5 --slow-s 0.3 --token-delay-s 0.03 --inflight-steps 4",
                   INFLIGHT="keep", MAX_STALENESS="1")
     rng = np.random.default_rng(2025)
     victims = list(rng.permutation(["worker-0", "worker-1", "verifier", "param_server", "trainer"]))
