@@ -271,18 +271,25 @@ def row_budgets(item: wire.WorkItem, tail: float) -> list:
 
 
 def verify_jobs(items: list, texts: list) -> list:
-    """One verifier job per completion; the program is built by prompts.assemble_program, the same
-    function `python tasks.py check` uses on a dataset's reference solutions."""
+    """One verifier job per completion. Code: the program built by prompts.assemble_program (the same
+    function `python tasks.py check` uses on a dataset's reference solutions); math and reward items:
+    the completion text itself, scored by envs.py in the verifier role."""
     jobs, r = [], 0
     for item in items:
         for _ in range(item.group_size):
-            program = prompts.assemble_program(item.prompt_format, item.program_prefix, texts[r], tuple(item.stop))
-            if item.kind == "io":
-                jobs.append({"kind": "io", "program": program, "cases": item.cases, "timeout_s": item.timeout_s,
-                             "partial_reward": item.partial_reward})
-            else:  # tasks.Problem.tests is self-contained (HumanEval's ends with check(entry_point))
-                jobs.append({"kind": "assert", "program": program, "tests": item.tests,
-                             "timeout_s": item.timeout_s})
+            if item.kind == "math":
+                jobs.append({"kind": "math", "completion": texts[r], "answer": item.answer,
+                             "format": item.answer_format, "timeout_s": item.timeout_s})
+            elif item.kind == "reward":
+                jobs.append({"kind": "reward", "completion": texts[r], "row": item.row, "timeout_s": item.timeout_s})
+            else:
+                program = prompts.assemble_program(item.prompt_format, item.program_prefix, texts[r], tuple(item.stop))
+                if item.kind == "io":
+                    jobs.append({"kind": "io", "program": program, "cases": item.cases, "timeout_s": item.timeout_s,
+                                 "partial_reward": item.partial_reward})
+                else:  # tasks.Problem.tests is self-contained (HumanEval's ends with check(entry_point))
+                    jobs.append({"kind": "assert", "program": program, "tests": item.tests,
+                                 "timeout_s": item.timeout_s})
             r += 1
     return jobs
 

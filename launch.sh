@@ -44,7 +44,9 @@ PULL_EVERY=${PULL_EVERY:-1}         # workers check for new weights every this m
 INFLIGHT=${INFLIGHT:-off}           # keep | recompute: workers swap in new weights between decode steps,
                                     # rows in progress keep their KV cache or have it recomputed; off: between batches
 MODEL=${MODEL:-checkpoints/coldstart}
-DATA=${DATA:-}                      # JSONL problems; empty = the embedded task
+DATA=${DATA:-}                      # JSONL problems (code, GSM8K/MATH-style math); empty = the embedded task
+REWARD=${REWARD:-}                  # path/to/file.py:function scoring DATA's rows (prompt or messages, any
+                                    # fields): function(completion, row) -> float, run by the verifiers (envs.py)
 SEED=${SEED:-0}
 BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log-probs); 0 = plain bf16
 DTYPE=${DTYPE:-bfloat16}            # what the model computes in, whatever the checkpoint stores: bfloat16
@@ -203,6 +205,11 @@ for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
   if [ -n "${!v:-}" ] && [ ! -r "${!v}" ]; then refuse "$v=${!v}: no such readable file or directory"; fi
 done
 
+if [ -n "$REWARD" ]; then
+  if [ ! -r "${REWARD%:*}" ] || [ "${REWARD%:*}" = "$REWARD" ]; then refuse "REWARD=$REWARD: expected a readable path/to/file.py:function"; fi
+  [ -n "$DATA" ] || refuse "REWARD=$REWARD scores the rows of a DATA file: set DATA too"
+  reward_flag="--reward $REWARD"
+else reward_flag=""; fi
 fix_flag=$([ "$BF16_FIX" = 1 ] && echo --bf16-fix || echo --no-bf16-fix)
 if [ "$MAX_STALENESS" = auto ]; then staleness_flags="--max-staleness $STALENESS_CEILING --staleness-target $STALENESS_TARGET"
 elif [[ $MAX_STALENESS =~ ^[0-9]+$ ]]; then staleness_flags="--max-staleness $MAX_STALENESS"
@@ -246,11 +253,11 @@ for role in "${ORDER[@]}"; do
   case $role in
     param_server) cmd="$PYTHON param_server.py --bind $ps_bind --state-dir $RUN_DIR/param_server" ;;
     verifier|verifier-*) k=${role#verifier}; k=${k#-}
-      cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS $VERIFIER_ARGS" ;;
+      cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS${reward_flag:+ $reward_flag} $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
       cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag} ${FLAGS[$role]} $WORKER_ARGS"
       if [ "$i" = 0 ] && [ -n "$WORKER0_ARGS" ]; then cmd+=" $WORKER0_ARGS"; fi ;;
-    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
+    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA}${reward_flag:+ $reward_flag} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
         cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"
       fi ;;

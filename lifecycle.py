@@ -141,7 +141,7 @@ def rollout_version(versions_GT, mask_GT) -> int:
     """A rollout's version for THE STALENESS BOUND: the OLDEST version that sampled any of its tokens.
     With it, `usable` holds per token: every token trained on at version s was sampled by a version in
     [s - k, s]. (A token-weighted age would let the first tokens of a long row, sampled long ago, in
-    under a bound they break; the mean age is logged as staleness/token_mean instead.)"""
+    under a bound they break; the token-weighted age is logged as staleness/mean instead.)"""
     m = np.asarray(mask_GT) > 0
     if not m.any():
         raise ValueError("a rollout without sampled tokens has no version")
@@ -192,14 +192,20 @@ def worker_action(min_version: int, item_lineage: str, version: int, lineage: st
 # ----------------------------------------------------------------------------- verdicts
 
 INFRA_ERROR = "infra_error"
-"""The one verdict status that means the verifier failed (executor died, sandbox did not start, no
-answer), not the program. Every other status (passed, failed, runtime_error, timeout, ...) is the
-program's doing and scores as the verifier says. A group with an infra failure says nothing about the
+"""The verdict status that means the verifier failed (executor died, sandbox did not start, no
+answer), not the program (REWARD_ERROR is its twin for reward functions). Every other status
+(passed, failed, runtime_error, timeout, ...) is the program's doing and scores as the verifier says. A group with an infra failure says nothing about the
 policy, so it is never trained on (its advantages would compare a broken sandbox with real answers)."""
 
 
+REWARD_ERROR = "reward_error"
+"""The verdict status of a completion whose reward function (REWARD=file.py:function, envs.py) raised,
+returned no finite number or ran past its time limit: the verifier's failure to score it, counted
+with INFRA_ERROR (the group is never trained on, and a run whose rewards keep failing stops)."""
+
+
 def infra_failures(statuses: list) -> int:
-    return sum(s == INFRA_ERROR for s in statuses)
+    return sum(s in (INFRA_ERROR, REWARD_ERROR) for s in statuses)
 
 
 def verifier_broken(window: collections.deque, max_frac: float) -> bool:

@@ -251,8 +251,16 @@ def comment_header(statement: str) -> str:
     return _IO_HEADER + "#\n" + "".join(("# " + line if line.strip() else "#") + "\n" for line in lines)
 
 
+_MATH_ASK = {"hash": "Reason step by step, then give the final answer on its own line after '####'.",
+             "boxed": "Reason step by step, then put the final answer in \\boxed{}."}
+
+
 def user_message(problem) -> str:
     """The chat format's user message: an instruction sentence, the problem, the answer format."""
+    if problem.style == "math":
+        return f"{problem.prompt.strip()}\n\n{_MATH_ASK[problem.answer_format]}"
+    if problem.style == "reward":
+        return problem.prompt
     if problem.style == "io":
         return ("Solve the following programming problem in Python. The program must read from "
                 "standard input and write to standard output.\n\n"
@@ -276,8 +284,9 @@ def model_prompt(problem, fmt: str, template: ChatTemplate | None = None) -> str
     if template is None:
         raise ValueError(f"problem {problem.item_id!r}: the chat format needs the checkpoint's chat "
                          f"template (load_chat_template found none)")
-    return render_chat(template, [{"role": "user", "content": user_message(problem)}],
-                       add_generation_prompt=True)
+    messages = json.loads(problem.messages) if getattr(problem, "messages", "") else \
+        [{"role": "user", "content": user_message(problem)}]
+    return render_chat(template, messages, add_generation_prompt=True)
 
 
 def program_prefix(problem, fmt: str) -> str:
@@ -287,6 +296,8 @@ def program_prefix(problem, fmt: str) -> str:
     _check_format(fmt)
     if fmt == "chat":
         return ""
+    if problem.kind == "math":
+        return f"Question: {problem.prompt.strip()}\n{_MATH_ASK[problem.answer_format]}\nAnswer:"
     return comment_header(problem.prompt) if problem.kind == "io" else problem.prompt
 
 

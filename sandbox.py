@@ -671,7 +671,8 @@ class Limits:
 INFRA_ERROR = "infra_error"
 PROGRAM_STATUSES = ("passed", "failed", "syntax_error", "runtime_error", "timeout", "memory",
                     "crashed", "output_limit", "too_large")
-STATUSES = PROGRAM_STATUSES + (INFRA_ERROR,)
+SCORE_STATUSES = ("lenient", "reward_error")  # math and reward-function verdicts (envs.py)
+STATUSES = PROGRAM_STATUSES + SCORE_STATUSES + (INFRA_ERROR,)
 
 
 @dataclasses.dataclass

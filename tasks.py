@@ -47,6 +47,10 @@ Two sources of problems, one `Problem` type:
    `solution` and `solutions` (a list of strings, or APPS's JSON string holding one) are all kept in
    Problem.solutions; any one passing is enough. How a problem is shown to the model and how a
    completion becomes a program (chat or completion format) is prompts.py's.
+   - Math (envs.py scores them: the final answer compared as a number): GSM8K style, `question` and
+     `answer` ending in "#### <number>"; MATH style, `problem` and `solution` holding \\boxed{...}.
+   - With a reward function (trainer --reward, launch.sh REWARD=file.py:function): any row with a
+     `prompt` (text) or `messages` (a chat list) and any other fields, which the function receives.
    Every bad line (invalid JSON, missing or mistyped fields) is collected and reported together in one
    ValueError naming the file and line numbers, so a user fixes a dataset in one pass, not one line per
    run.
@@ -71,6 +75,7 @@ from typing import Iterator
 
 import numpy as np
 
+import envs
 import prompts
 
 # ----------------------------------------------------------------------------- config
@@ -119,7 +124,8 @@ class TaskConfig:
 # ----------------------------------------------------------------------------- the problem type
 
 
-STYLES = ("generated", "humaneval", "mbpp", "asserts", "io")
+STYLES = ("generated", "humaneval", "mbpp", "asserts", "io", "math", "reward")
+KINDS = ("assert", "io", "math", "reward")
 
 
 @dataclass(frozen=True)
@@ -161,10 +167,18 @@ class Problem:
     problem's statement (= prompt)."""
     shown_test: str = ""
     """MBPP: the first test, shown to the model in the prompt."""
+    answer: str = ""
+    """kind "math": the reference final answer (a number, envs.parse_number reads it)."""
+    answer_format: str = ""
+    """kind "math": how the answer is asked for, "hash" (GSM8K: after ####) or "boxed" (MATH)."""
+    row: str = ""
+    """kind "reward": the dataset line as read (JSON text): what the reward function receives."""
+    messages: str = ""
+    """kind "reward": the row's chat messages (JSON text), rendered with the chat template as given."""
 
     def __post_init__(self):
-        if self.kind not in ("assert", "io"):
-            raise ValueError(f"Problem {self.item_id!r}: kind must be 'assert' or 'io', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Problem {self.item_id!r}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "assert" and not self.tests.strip():
             raise ValueError(f"Problem {self.item_id!r}: an 'assert' problem needs non-empty tests")
         if self.kind == "io" and not self.cases:
@@ -176,8 +190,10 @@ class Problem:
         if not self.solution and self.solutions:
             object.__setattr__(self, "solution", self.solutions[0])
         if not self.style:
-            object.__setattr__(self, "style", "io" if self.kind == "io" else "asserts")
-        if self.style not in STYLES or (self.style == "io") != (self.kind == "io"):
+            object.__setattr__(self, "style", self.kind if self.kind in ("io", "math", "reward") else "asserts")
+        if self.kind == "math" and (self.answer_format not in ("hash", "boxed") or not self.answer):
+            raise ValueError(f"Problem {self.item_id!r}: a math problem needs an answer and answer_format hash|boxed")
+        if self.style not in STYLES or any((self.style == k) != (self.kind == k) for k in ("io", "math", "reward")):
             raise ValueError(f"Problem {self.item_id!r}: style must be one of {STYLES} ('io' exactly "
                              f"for kind 'io'), got {self.style!r} for kind {self.kind!r}")
         if self.kind == "io" and not self.statement:
@@ -367,8 +383,9 @@ def _references(rec: dict, own: str | None) -> tuple:
     return tuple(dict.fromkeys(x for x in found if isinstance(x, str) and x.strip()))
 
 
-def _problem_from_record(rec: dict, default_id: str) -> Problem:
-    """One JSONL record to a Problem; raises ValueError naming what is missing or mistyped."""
+def _problem_from_record(rec: dict, default_id: str, reward: bool = False) -> Problem:
+    """One JSONL record to a Problem; raises ValueError naming what is missing or mistyped. reward: the
+    run scores completions with a reward function, so any row with a prompt or messages is a task."""
     def need(name, typ=str):
         if name not in rec:
             raise ValueError(f"missing field {name!r}")
@@ -377,7 +394,18 @@ def _problem_from_record(rec: dict, default_id: str) -> Problem:
                              f"got {type(rec[name]).__name__}")
         return rec[name]
 
-    item_id = str(rec.get("item_id", rec.get("task_id", rec.get("problem_id", default_id))))
+    item_id = str(rec.get("item_id", rec.get("task_id", rec.get("problem_id", rec.get("id", default_id)))))
+    if reward:
+        return _reward_problem(rec, item_id)
+    if (math_row := envs.math_reference(rec)) is not None:  # GSM8K or MATH
+        question, answer, fmt = math_row
+        if envs.parse_number(answer) is None:
+            raise ValueError(f"the reference answer {answer!r} is not a number")
+        return Problem(item_id=item_id, prompt=question, tests="", entry_point="", kind="math",
+                       answer=answer, answer_format=fmt,
+                       solutions=(rec["answer"] if fmt == "hash" else rec["solution"],), stop=("\nQuestion:",))
+    if isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str):
+        raise ValueError("a GSM8K-style row's 'answer' must end with '#### <number>'")
     io = rec.get("input_output")
     if io is not None or "inputs" in rec or "outputs" in rec:   # stdin/stdout
         if io is not None:
@@ -443,7 +471,26 @@ def _problem_from_record(rec: dict, default_id: str) -> Problem:
                      "'tests' (asserts) or 'inputs' + 'outputs' (stdin/stdout)")
 
 
-def scan_jsonl(path: str) -> tuple[list[tuple[int, Problem]], list[str]]:
+def _reward_problem(rec: dict, item_id: str) -> Problem:
+    """A row for a reward function: a `prompt` string or a `messages` chat list, anything else kept."""
+    if isinstance(rec.get("messages"), list):
+        msgs = rec["messages"]
+        if not msgs or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                               and isinstance(m.get("content"), str) for m in msgs):
+            raise ValueError("field 'messages' must be a non-empty list of {role, content} strings")
+        text, messages = msgs[-1]["content"], json.dumps(msgs)
+    elif isinstance(rec.get("prompt"), str) and rec["prompt"]:
+        text, messages = rec["prompt"], ""
+    else:
+        raise ValueError("a row for a reward function needs 'prompt' (a string) or 'messages' (a chat list)")
+    stop = rec.get("stop")
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+        raise ValueError("field 'stop' must be a list of non-empty strings")
+    return Problem(item_id=item_id, prompt=text, tests="", entry_point="", kind="reward", row=json.dumps(rec),
+                   messages=messages, stop=tuple(stop or ()))
+
+
+def scan_jsonl(path: str, reward: bool = False) -> tuple[list[tuple[int, Problem]], list[str]]:
     """Read a dataset without stopping at a bad line: ([(line number, problem), ...], errors), every
     error a "path:line: reason" string (invalid JSON, not an object, a missing or mistyped field, a
     duplicate id). Blank lines are skipped. ValueError only if the file cannot be opened."""
@@ -463,7 +510,7 @@ def scan_jsonl(path: str) -> tuple[list[tuple[int, Problem]], list[str]]:
                 errors.append(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
                 continue
             try:
-                p = _problem_from_record(rec, default_id=f"{os.path.basename(path)}:{lineno}")
+                p = _problem_from_record(rec, default_id=f"{os.path.basename(path)}:{lineno}", reward=reward)
             except ValueError as e:
                 errors.append(f"{path}:{lineno}: {e}")
                 continue
@@ -475,7 +522,7 @@ def scan_jsonl(path: str) -> tuple[list[tuple[int, Problem]], list[str]]:
     return problems, errors
 
 
-def load_jsonl(path: str) -> list[Problem]:
+def load_jsonl(path: str, reward: bool = False) -> list[Problem]:
     """Load a dataset, one problem per line (formats in the module docstring); blank lines are skipped.
 
     Every bad line is collected (scan_jsonl); if any, one ValueError lists them all as
@@ -483,7 +530,7 @@ def load_jsonl(path: str) -> list[Problem]:
     Duplicate ids are an error too. `python tasks.py check FILE` lists them all and also runs the
     reference solutions.
     """
-    numbered, errors = scan_jsonl(path)
+    numbered, errors = scan_jsonl(path, reward)
     if errors:
         more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise ValueError(f"{len(errors)} bad line(s) in dataset {path}:\n" + "\n".join(errors[:20]) + more)
@@ -520,7 +567,8 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
     numbered, errors = scan_jsonl(path)
     for e in errors:
         print(e, file=out)
-    refs = {i: prompts.reference_completions(p, fmt) for i, (_, p) in enumerate(numbered)}
+    refs = {i: list(p.solutions) if p.kind == "math" else prompts.reference_completions(p, fmt)
+            for i, (_, p) in enumerate(numbered)}
     first_failure: dict[int, tuple[str, str]] = {}
     passed: set[int] = set()
     pending = [i for i in refs if refs[i]]
@@ -532,6 +580,10 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
                 jobs = []
                 for i in todo:
                     p = numbered[i][1]
+                    if p.kind == "math":  # the reference solution scores 1 against its own answer
+                        jobs.append({"kind": "math", "completion": refs[i][round_], "answer": p.answer,
+                                     "format": p.answer_format})
+                        continue
                     program = prompts.assemble_program(fmt, prompts.program_prefix(p, fmt), refs[i][round_],
                                                        prompts.stop_strings(p, fmt))
                     job = {"kind": p.kind, "program": program, "timeout_s": timeout_s}
@@ -596,7 +648,7 @@ if __name__ == "__main__":
         sys.exit(_check_main(sys.argv[2:]))
     if len(sys.argv) > 1:
         ps = load_jsonl(sys.argv[1])
-        kinds = {k: sum(p.kind == k for p in ps) for k in ("assert", "io")}
+        kinds = {k: sum(p.kind == k for p in ps) for k in KINDS}
         print(f"{len(ps)} problems from {sys.argv[1]}: {kinds}")
         print(ps[0].program(ps[0].solution))
     else:

@@ -81,7 +81,12 @@ class Config:
     model: str = "checkpoints/coldstart"
     """initial policy: a Hugging Face folder (config.json + safetensors)"""
     data: str = ""
-    """JSONL dataset (see tasks.load_jsonl); "" = the embedded function-synthesis task"""
+    """JSONL dataset (see tasks.load_jsonl: code, math or, with --reward, any rows); "" = the embedded
+    function-synthesis task"""
+    reward: str = ""
+    """path/to/file.py:function: score completions with this function (called by the verifier role, which
+    needs the same --reward; launch.sh REWARD passes both): every --data row with a prompt or messages
+    is a task, the function gets (completion, row) and returns the reward (envs.py)"""
     seed: int = 0
     """data order seed; with it and the cursor, the problems a run sees are fixed"""
     steps: int = 60
@@ -220,6 +225,11 @@ class Config:
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
+        if self.reward:
+            if not self.data:
+                raise ValueError("--reward scores the rows of a --data file: give one")
+            import envs
+            envs.load_reward(self.reward)  # a file or function that is not there: refuse now, not mid-run
         if not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id {self.process_id} must be in [0, num_processes={self.num_processes})")
         if self.prompts_per_step % self.minibatches:
@@ -421,7 +431,8 @@ def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: i
         item_id=item_id, prompt=prompts.model_prompt(problem, fmt, template),
         prompt_format=fmt, program_prefix=prompts.program_prefix(problem, fmt),
         partial_reward=cfg.partial_reward and problem.kind == "io" and not evaluate,
-        tests=problem.tests, entry_point=problem.entry_point or "",
+        tests=problem.tests, entry_point=problem.entry_point or "", answer=problem.answer,
+        answer_format=problem.answer_format, row=problem.row,
         kind=problem.kind, cases=[list(c) for c in problem.cases] if problem.kind == "io" else [],
         group_size=G, seq_len=T, max_new_tokens=cfg.max_new_tokens, min_version=version,
         temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
@@ -578,11 +589,13 @@ class Trainer:
         of the next training problem; problem i is fixed by (seed, i)."""
         cfg = self.cfg
         if cfg.data:
-            problems = tasks.load_jsonl(cfg.data)
+            problems = tasks.load_jsonl(cfg.data, reward=bool(cfg.reward))
+            self.math = any(p.kind == "math" for p in problems)
             self.train_set, self.heldout = tasks.split_dataset(problems, min(cfg.heldout, len(problems) // 2))
             order = np.random.default_rng(cfg.seed).permutation(len(self.train_set))
             self.problem = lambda i: self.train_set[order[i % len(order)]]
         else:
+            self.math = False
             stream = tasks.train_problems(cfg.seed)
             self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
         # T, one for the run (the rows' length on the wire): from the data's longest prompt
@@ -902,6 +915,10 @@ class Trainer:
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),
                         "len/packed": int(packed)})
         self.step_programs = [0, 0]
+        if self.math:  # strict: the answer in the format asked for (the reward); lenient: found anywhere
+            statuses = [s for r in batch for s in r.statuses]
+            metrics.update({"math/strict_acc": float(np.mean([s == "passed" for s in statuses])),
+                            "math/lenient_acc": float(np.mean([s in ("passed", "lenient") for s in statuses]))})
         # THE MEASUREMENT of the bf16 problem: the sampler's log-probs (as it reported them while
         # sampling) against ours inside the gradient computation, over the tokens our weights sampled
         # from inputs our weights computed (lifecycle.exact_tokens: same weights, same inputs).

@@ -27,6 +27,11 @@ How a verdict is reached (why it cannot be forged):
   * io-style (Codeforces): the program's stdout is captured by the executor (trusted) and compared
     token by token with the expected output; the exit status must be 0.
 The candidate, the judge and the isolation (namespaces, uids, limits, cleanup) are in sandbox.py.
+  * math and reward jobs (envs.py) run no program: a math completion's final answer is compared with
+    the reference as a number; a reward job calls the user's function (--reward file.py:function)
+    with the completion and the dataset row, in a child process of its own with the job's time limit.
+    Their statuses add "lenient" (the right answer, not in the format asked for) and "reward_error"
+    (the function raised, returned no finite number or ran too long: never scored, like infra_error).
 
 Statuses: sandbox.Verdict's docstring is the list. All but one are the program's own outcomes;
 infra_error says the verifier could not judge (an executor died twice or could not start, the
@@ -79,6 +84,7 @@ import subprocess
 import sys
 import threading
 
+import envs
 import sandbox
 from sandbox import (INFRA_ERROR, ISOLATION_MODES, LIMIT_KEYS, BoundaryError, IsolationUnavailable,
                      Limits, Verdict, _verdict, from_bytes, recv_frame, send_frame, to_plain,
@@ -103,6 +109,9 @@ class VerifierConfig:
     """Largest batch accepted in one VerifyBatch."""
     max_request_mb: int = 64
     """Largest VerifyBatch (sum of program/test/case text); bigger gets an error reply."""
+    reward: str = ""
+    """path/to/file.py:function scoring "reward" jobs, called as function(completion, row) -> float in a
+    child process with the job's time limit (envs.py; launch.sh REWARD). "": reward jobs get reward_error"""
 
     def __post_init__(self):
         if self.isolation not in ISOLATION_MODES:
@@ -112,11 +121,14 @@ class VerifierConfig:
             raise ValueError(f"executors must be in [1, 256], got {self.executors}")
         if self.max_jobs < 1 or self.max_request_mb < 1:
             raise ValueError("max_jobs and max_request_mb must be positive")
+        if self.reward:
+            envs.load_reward(self.reward)  # raises on a file or function that is not there
 
 
 # ============================================================================ jobs: validation (parent side)
 
-_JOB_KEYS = {"kind", "program", "tests", "entry_point", "cases", "partial_reward", "id"} | set(LIMIT_KEYS)
+_JOB_KEYS = {"kind", "program", "tests", "entry_point", "cases", "partial_reward", "id",
+             "completion", "answer", "format", "row"} | set(LIMIT_KEYS)
 MAX_PROGRAM_BYTES = 1 << 20
 
 
@@ -128,8 +140,10 @@ def check_job(job) -> dict:
     if unknown := set(job) - _JOB_KEYS:
         raise ValueError(f"unknown job keys {sorted(map(str, unknown))}")
     kind = job.get("kind")
+    if kind in envs.SCORED_KINDS:
+        return check_scored_job(job)
     if kind not in ("assert", "io"):
-        raise ValueError(f"job kind must be 'assert' or 'io', got {kind!r}")
+        raise ValueError(f"job kind must be 'assert', 'io', 'math' or 'reward', got {kind!r}")
     if not isinstance(job.get("program"), str):
         raise ValueError("job program must be a string")
     if kind == "assert":
@@ -151,6 +165,27 @@ def check_job(job) -> dict:
     if kind == "io":
         out["cases"] = [list(c) for c in job["cases"]]
     for key in ("tests", "entry_point", "cases"):
+        _check_utf8(key, out.get(key))
+    return out
+
+
+def check_scored_job(job: dict) -> dict:
+    """A math job {"kind": "math", "completion", "answer", "format"} or a reward job {"kind": "reward",
+    "completion", "row": the dataset line as JSON text} (envs.py scores them); ValueError if malformed."""
+    if not isinstance(job.get("completion"), str) or len(job["completion"]) > MAX_PROGRAM_BYTES:
+        raise ValueError(f"{job['kind']} job needs a completion: a string of at most {MAX_PROGRAM_BYTES} chars")
+    if job["kind"] == "math":
+        if job.get("format") not in envs.MATH_FORMATS or envs.parse_number(job.get("answer")) is None:
+            raise ValueError(f"math job needs format in {envs.MATH_FORMATS} and a numeric answer")
+    else:
+        try:
+            if not isinstance(json.loads(job.get("row")), dict):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError("reward job needs row: the dataset line, a JSON object as text") from None
+    Limits(**{k: job[k] for k in LIMIT_KEYS if k in job})
+    out = {k: v for k, v in job.items() if k != "id"}
+    for key in ("completion", "row", "answer"):
         _check_utf8(key, out.get(key))
     return out
 
@@ -264,7 +299,7 @@ class ExecutorPool:
     lost twice (or cannot be started) gets infra_error, and the pool goes on serving."""
 
     def __init__(self, executors: int = 2, isolation: str = "namespaces", hide: list[str] | None = None,
-                 use_cgroup: bool = True):
+                 use_cgroup: bool = True, reward: str = ""):
         """Raises IsolationUnavailable if `isolation` cannot be had (nothing falls back).
         use_cgroup=False: no cgroup (as on a machine without one): a kill sweep after every
         execution, and memory limited per process only. For tests and the benchmark."""
@@ -274,6 +309,7 @@ class ExecutorPool:
             sandbox.remove_stale_cgroups()  # of executors whose verifier was killed before closing
         self.isolation, self.hide = isolation, (hide or []) + sandbox.default_hidden_paths()
         self.use_cgroup = use_cgroup
+        self.scorer = envs.Scorer(reward, workers=executors)  # math and reward jobs (REWARD=file.py:fn)
         self.jobs: queue.Queue = queue.Queue()
         self.slots: list[_ExecutorProcess] = []
         try:
@@ -343,11 +379,26 @@ class ExecutorPool:
         except ValueError as e:
             future.set_result(_verdict(INFRA_ERROR, f"bad job: {e}"))
             return future
+        if job["kind"] in envs.SCORED_KINDS:  # math answers and reward functions: envs.py
+            return self._scored(self.scorer.submit(job))
         if (verdict := program_verdict(job)) is not None:
             future.set_result(verdict)
             return future
         self.jobs.put((job, future))
         return future
+
+    @staticmethod
+    def _scored(scoring: concurrent.futures.Future) -> concurrent.futures.Future:
+        """The Verdict future of an envs.Scorer job (a dict future); a scorer that failed: infra_error."""
+        out: concurrent.futures.Future = concurrent.futures.Future()
+
+        def done(f):
+            try:
+                out.set_result(verdict_from_dict(f.result()))
+            except Exception as e:  # noqa: BLE001 - the scorer's failure, not the completion's
+                out.set_result(_verdict(INFRA_ERROR, f"scorer failed: {type(e).__name__}: {e}"))
+        scoring.add_done_callback(done)
+        return out
 
     def run(self, jobs: list[dict]) -> list[Verdict]:
         verdicts = [f.result() for f in [self.submit(j) for j in jobs]]
@@ -365,6 +416,7 @@ class ExecutorPool:
             t.join(timeout=60)
         for s in self.slots:
             s.close()
+        self.scorer.close()
 
 
 # ============================================================================ public API
@@ -440,7 +492,8 @@ class VerifierService:
     def __init__(self, cfg: VerifierConfig):
         import wire
         self.wire, self.cfg = wire, cfg
-        self.pool = ExecutorPool(cfg.executors, cfg.isolation, [h for h in cfg.hide.split(",") if h])
+        self.pool = ExecutorPool(cfg.executors, cfg.isolation, [h for h in cfg.hide.split(",") if h],
+                                 reward=cfg.reward)
         self.server = wire.Server("verifier", cfg.bind, max_message_bytes=4 * cfg.max_request_mb << 20)
         self.server.on(wire.VerifyBatch, self.on_batch)
         self.pending: list[tuple[object, list]] = []

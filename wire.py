@@ -312,7 +312,7 @@ class WorkItem:
     lineage: str = ""         # the trainer process that enqueued it
     tests: str = ""           # assert-style tests (HumanEval's end with check(entry_point))
     entry_point: str = ""
-    kind: str = "assert"      # "assert" | "io" (stdin/stdout cases)
+    kind: str = "assert"      # "assert" | "io" (stdin/stdout cases) | "math" | "reward" (envs.py)
     cases: list = field(default_factory=list)
     temperature: float = 1.0
     top_p: float = 1.0
@@ -324,6 +324,9 @@ class WorkItem:
     crn_key: str = ""         # evaluation items: the key of their common random numbers
     timeout_s: float = 5.0    # per program, in the verifier
     lease: str = ""           # set by the param server when it leases the item
+    answer: str = ""          # "math": the reference final answer
+    answer_format: str = ""   # "math": "hash" (#### n) or "boxed" (\boxed{n})
+    row: str = ""             # "reward": the dataset line (JSON text) the reward function receives
 
     @classmethod
     def from_dict(cls, data) -> "WorkItem":
@@ -333,10 +336,17 @@ class WorkItem:
         if item.prompt_format not in ("chat", "completion"):
             raise WireError(f"work item {item.item_id}: prompt_format must be 'chat' or 'completion', "
                             f"got {item.prompt_format!r}")
+        if item.kind not in ("assert", "io", "math", "reward"):
+            raise WireError(f"work item {item.item_id}: kind must be assert, io, math or reward, got {item.kind!r}")
         return item
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The map that travels; the fields of math and reward items only on those items."""
+        data = dataclasses.asdict(self)
+        for name in ("answer", "answer_format", "row"):
+            if not data[name]:
+                del data[name]
+        return data
 
 
 @dataclass

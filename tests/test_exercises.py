@@ -31,7 +31,9 @@ SCHEDULE = [  # (exercise, launch.sh settings, start when: None = at once, or (r
     ("loss_agg", {"TRAINER_ARGS": f"{SMALL} --loss-agg seq_mean_token_mean"}, ("baseline", "evaluated")),
     ("rloo", {"TRAINER_ARGS": f"{SMALL} --advantage rloo"}, ("baseline", "done")),
     ("staleness", {"MAX_STALENESS": "2", "WORKERS": "2", "STEPS": "3"}, ("baseline", "done")),
+    ("reward", {"DATA": "{root}/prompts.jsonl", "REWARD": "{root}/short.py:short"}, ("baseline", "done")),
 ]
+SHORT = "def short(completion, row):\n    return 1.0 / (1 + len(completion.strip()))\n"  # exercise (v)
 TIMEOUT_S = 300  # all runs together
 
 
@@ -55,13 +57,16 @@ def two_free_ports() -> int:
 
 
 def launch(run_dir: str, settings: dict, cache: str) -> subprocess.Popen:
+    root = os.path.dirname(run_dir)
+    settings = {k: v.format(root=root) for k, v in settings.items()}
     env = {**os.environ, "RUN_DIR": run_dir, "ACCELERATOR": "cpu", "PORT": str(two_free_ports()),
            "JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
            "VERIFIER_EXECUTORS": "1", "STEPS": "1", "WORKERS": "1", "MAX_STALENESS": "0", "BF16_FIX": "1", "TRAINER_ARGS": SMALL,
            "EVAL": "--heldout 1 --eval-every 0 --eval-samples 8 --no-eval-greedy", **settings}
-    for v in ("ROLES", "PARAM_SERVER", "VERIFIER", "BIND", "VERIFIERS", "MODEL", "DATA", "RECIPE", "RESUME",
+    for v in ("ROLES", "PARAM_SERVER", "VERIFIER", "BIND", "VERIFIERS", "MODEL", "DATA", "REWARD", "RECIPE", "RESUME",
               "RLAX_CURVE_KEY", "RLAX_CURVE_CLIENTS", "RLAX_CURVE_SERVER_KEY", "TRAINER_HOSTS", "TRAINER_COORDINATOR"):
-        env.pop(v, None)
+        if v not in settings:
+            env.pop(v, None)
     log = open(run_dir + ".log", "wb")
     return subprocess.Popen(["bash", "launch.sh"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -72,6 +77,10 @@ def runs(tmp_path_factory):
     """{exercise: [metrics row of each training step]}, the runs started as SCHEDULE says."""
     root = tmp_path_factory.mktemp("exercises")
     cache, procs = str(root / "jax_cache"), {}
+    import tasks  # exercise (v)'s files, as its commands make them
+    (root / "prompts.jsonl").write_text("".join(json.dumps({"id": i, "prompt": p.prompt, "stop": ["\n"]}) + "\n"
+                                                for i, p in enumerate(tasks.train_problems(0).batch(0, 500))))
+    (root / "short.py").write_text(SHORT)
 
     def ready(when) -> bool:
         if when is None:
@@ -148,3 +157,10 @@ def test_iv_loss_aggregation_mode_changes_the_loss_on_the_same_rollouts(runs):
     # zero in each group, so the mean over sequences is 0, while token_mean weighs A_i by length.
     assert abs(seq["loss/pg"]) < 1e-5 < abs(base["loss/pg"])
     assert seq["policy/grad_norm"] != base["policy/grad_norm"]
+
+
+def test_v_a_reward_function_in_a_file_is_what_the_policy_is_paid(runs):
+    """Exercise (v): the function's values (1 / (1 + length), never >= 1), not the sandbox's 0/1."""
+    for r in runs["reward"]:
+        assert 0 < r["reward/mean"] < 1 and r["reward/pass_frac"] == 0.0, r
+        assert r["mismatch/bitwise_frac"] == 1.0

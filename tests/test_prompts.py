@@ -70,6 +70,11 @@ MBPP = {"task_id": 11, "text": "Write a python function to remove first and last
                 "            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    for i in range(len(s) - 1,-1,-1):  \r\n"
                 "        if (s[i] == ch): \r\n            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    return s ",
         "test_list": ['assert remove_Occ("hello","l") == "heo"', 'assert remove_Occ("abcda","a") == "bcd"']}
+GSM8K = {"question": "Ann has 2 cats and gets 3 more. How many cats?", "answer": "2 + 3 = 5\n#### 5"}
+MATH = {"problem": "Compute $\\frac{1}{2} + \\frac{1}{4}$.", "solution": "It is $\\boxed{\\frac{3}{4}}$."}
+REWARD_ROW = {"id": "poem", "prompt": "Write a two-line poem about rain.", "rhyme": True}
+MESSAGES_ROW = {"id": "chat", "messages": [{"role": "system", "content": "You answer in French."},
+                                           {"role": "user", "content": "Name a colour."}]}
 PLAIN = {"item_id": "sq", "prompt": "def sq(x):\n", "tests": "assert sq(3) == 9\n", "entry_point": "sq",
          "solution": "    return x * x\n"}
 
@@ -79,9 +84,11 @@ def problems(tmp_path_factory):
     """One or more problems of every dataset style, each with a reference solution."""
     he = humaneval_records()
     path = tmp_path_factory.mktemp("data") / "styles.jsonl"
-    recs = [he[0], he[32], MBPP, PLAIN, APPS]  # HumanEval/32: tests call the prompt's helper poly()
+    recs = [he[0], he[32], MBPP, PLAIN, APPS, GSM8K, MATH]  # HumanEval/32: tests call the prompt's helper poly()
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    return tasks.load_jsonl(str(path)) + tasks.heldout_problems(2)
+    rows = path.parent / "rows.jsonl"  # rows for a reward function (REWARD=file.py:function)
+    rows.write_text(json.dumps(REWARD_ROW) + "\n")
+    return tasks.load_jsonl(str(path)) + tasks.heldout_problems(2) + tasks.load_jsonl(str(rows), reward=True)
 
 
 # ----------------------------------------------------------------------------- chat templates
@@ -105,6 +112,18 @@ def test_chat_prompt_tokens_equal_transformers_apply_chat_template(hf_dirs, prob
                           "llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n"}[which])
     if which == "llama3":
         assert text.startswith("<|begin_of_text|>") and ours.encode(text)[0] == ours.encode("<|begin_of_text|>")[0]
+
+
+@pytest.mark.parametrize("which", ["chatml", "llama3", "qwen2"])
+def test_a_messages_row_is_rendered_as_given(hf_dirs, tmp_path, which):
+    """A reward row's own chat messages (a system turn included) render exactly as transformers'
+    apply_chat_template renders them."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(MESSAGES_ROW) + "\n")
+    p = tasks.load_jsonl(str(path), reward=True)[0]
+    theirs = transformers.AutoTokenizer.from_pretrained(hf_dirs[which])
+    assert prompts.model_prompt(p, "chat", prompts.load_chat_template(hf_dirs[which])) == \
+        theirs.apply_chat_template(MESSAGES_ROW["messages"], add_generation_prompt=True, tokenize=False)
 
 
 FEATURE_TEMPLATES = [
@@ -227,6 +246,10 @@ def test_formats_give_prefix_stop_and_prompt(problems):
         assert prompts.model_prompt(p, "completion") == prompts.program_prefix(p, "completion")
         if p.kind == "io":
             assert prompts.program_prefix(p, "completion").startswith("# Solve the following problem")
+        elif p.kind == "math":  # the question, how to give the answer, then the model answers
+            prefix = prompts.program_prefix(p, "completion")
+            assert prefix.startswith(f"Question: {p.prompt}") and prefix.endswith("\nAnswer:")
+            assert ("####" if p.answer_format == "hash" else "\\boxed{}") in prefix and prefix.count("\n") == 2
         else:
             assert prompts.program_prefix(p, "completion") == p.prompt
         with pytest.raises(ValueError, match="chat template"):
@@ -241,7 +264,7 @@ def test_formats_give_prefix_stop_and_prompt(problems):
 
 def test_assemble_program_for_every_style_in_both_formats(problems, pool):
     jobs, names = [], []
-    for p in problems:
+    for p in [p for p in problems if p.kind in ("assert", "io")]:  # code: math and reward have no program
         for fmt in prompts.FORMATS:
             refs = prompts.reference_completions(p, fmt)
             assert refs and len(refs) == len(p.solutions)

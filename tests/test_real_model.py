@@ -166,3 +166,59 @@ def test_instruction_model_on_mbpp_and_apps_as_the_readme_says(tmp_path, checkpo
     assert check.stdout.strip().splitlines()[-1] == "checked 7 problems: 7 reference solutions pass, 0 fail, 0 bad lines"
     run_dir = str(tmp_path / "run")
     check_run(run_readme_line(chat, checkpoint, str(data), run_dir), run_dir, checkpoint, "chat")
+
+
+# ----------------------------------------------------------------------------- other tasks (envs.py)
+
+def run_task(checkpoint, tmp_path, data_rows, **env):
+    """launch.sh on the chat checkpoint with a data file of its own: 2 steps of 4 prompts x 4 samples."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in data_rows))
+    run_dir = str(tmp_path / "run")
+    env = {**os.environ, "RUN_DIR": run_dir, "PORT": str(free_port()), "MODEL": checkpoint, "DATA": str(data),
+           "STEPS": "2", "RECIPE": "--kl-beta 0.1 --group-size 4", "EVAL": "--eval-every 0 --eval-samples 2",
+           "TRAINER_ARGS": "--max-new-tokens 24 --prompts-per-step 4 --heldout 2", **env}
+    proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["mismatch/bitwise_frac"] == 1.0 for r in steps)
+    return run_dir, steps
+
+
+def test_a_gsm8k_style_file_with_the_math_reward(tmp_path, checkpoint):
+    """GSM8K-style rows in the chat format: scored by the final answer (envs.math_verdict), strict and
+    lenient accuracy logged every step."""
+    rows = [{"question": f"Sam has {a} marbles and finds {b} more. How many marbles does Sam have now?",
+             "answer": f"{a} + {b} = {a + b}\n#### {a + b:,}"} for a, b in
+            [(3, 4), (12, 30), (7, 8), (120, 1200), (5, 5), (9, 1), (40, 2), (6, 60), (2, 2), (11, 0)]]
+    _, steps = run_task(checkpoint, tmp_path, rows)
+    for r in steps:
+        assert 0 <= r["math/strict_acc"] <= r["math/lenient_acc"] <= 1, r
+        assert r["reward/mean"] == r["math/strict_acc"]  # the reward is strict accuracy
+
+
+REWARD_FILE = '''
+def score(completion, row):
+    """The row's own score, whatever the completion says: the run's reward/mean is checkable."""
+    assert isinstance(completion, str)
+    return float(row["score"])
+'''
+
+
+def test_a_reward_function_in_a_file_scores_every_completion(tmp_path, checkpoint):
+    """REWARD=file.py:function: every step's reward/mean is exactly the mean of what the function
+    returned for that step's groups (the ledger says which rows they were)."""
+    reward = tmp_path / "my_reward.py"
+    reward.write_text(REWARD_FILE)
+    rows = [{"id": f"r{i}", "prompt": f"Write a short poem about the number {i}.", "score": i / 8} for i in range(8)]
+    rows += [{"id": "chat", "messages": [{"role": "system", "content": "You are terse."},
+                                         {"role": "user", "content": "Name a colour."}], "score": 0.9}]
+    run_dir, steps = run_task(checkpoint, tmp_path, rows, REWARD=f"{reward}:score")
+    assert f"--reward {reward}:score" in open(os.path.join(run_dir, "commands.sh")).read()
+    score = {r["id"]: r["score"] for r in rows}
+    ledger = [json.loads(line) for line in open(os.path.join(run_dir, "ledger.jsonl"))]
+    for r in steps:
+        trained = [e["item_id"].split("|", 1)[1] for e in ledger if e["fate"] == "trained" and e["step"] == r["step"]]
+        assert len(trained) == 4
+        assert r["reward/mean"] == pytest.approx(np.mean([score[i] for i in trained]), abs=1e-6), (r, trained)
