@@ -3,7 +3,7 @@
 Run:  python bench/bench_breakdown.py --runs RUN_DIR          # breakdown of a run + the grid (~4 min)
       python bench/bench_breakdown.py --runs RUN_DIR --no-grid
 
-1. Breakdown of RUN_DIR (default in bench/run_all.py: the asynchrony part's staleness-0 run), from its
+1. Breakdown of RUN_DIR (default in bench/run_all.py: the asynchrony part's k0 run, latency-bound), from its
    timeline/*.jsonl (timeline.read, timeline.totals: every role's spans of work) and metrics.jsonl:
    per role kind (trainer; worker, summed over the workers), seconds in each span (trainer: wait for
    rollouts, train, push, eval, checkpoint; worker: pull, sample, verify, submit) and the fraction of the

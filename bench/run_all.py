@@ -41,7 +41,8 @@ PARTS = {
     "weight_sync": (["bench/bench_weight_sync.py", "--sizes-mb", "256", "1024", "--repeats", "4"], 400),
     "verifier": (["bench/bench_verifier.py", "--repeats", "2", "--quick", "--no-micro"], 300),
     "e2e_trl": (["bench/bench_e2e_trl.py", "--steps", "20", "--repeats", "2", "--trl-timeout", "420"], 900),
-    "asynchrony": (["bench/bench_async.py", "--seconds", "120"], 720),
+    # 5 modes x 150 s (+ ~10 s start/stop each) + 6 evaluations of 64 problems: ~17 min on 2 cores
+    "asynchrony": (["bench/bench_async.py", "--latency-bound", "--seconds", "150"], 1500),
     "breakdown": (["bench/bench_breakdown.py"], 600),
     "lengths": (["bench/bench_lengths.py", "--repeats", "2"], 900),
 }
@@ -218,7 +219,48 @@ def rows_for(name: str, results: list, status: str) -> list:
                          f"TRL {fmt(r.get('peer_total_s'), 's')}); ours with a warm compilation cache (first "
                          f"step {fmt(r.get('ours_step1_s'), 's')}; cold {fmt(r.get('ours_cold_step1_s'), 's')})"])
     elif name == "asynchrony":
+        modes = {r["mode"]: r for r in by("asynchrony") if "mode" in r}
+        k0 = modes.get("k0", {})
+        best_k = max((modes[m].get("steps_per_min", 0) for m in ("k0", "k1") if m in modes), default=0)
         for r in by("asynchrony"):
+            if "mode" not in r:
+                continue
+            m, spm = r["mode"], r.get("steps_per_min")
+            notes = (f"pass@8 {fmt(r.get('pass8'))}; "
+                     f"{r.get('steps')} steps in {fmt(r.get('wall_s'), 's')} (steady window {fmt(r.get('window_s'), 's')}); "
+                     + (f"60 / median step {fmt(r['steps_per_min_median'])} steps/min; "
+                        if r.get("steps_per_min_median") else "")
+                     + f"step: wait {fmt(r.get('wait_s'), 's')} + train {fmt(r.get('train_s'), 's')} (medians); "
+                     f"staleness mean {fmt(r.get('staleness_mean'))}; bitwise {fmt(r.get('bitwise_frac'))}; "
+                     f"fates trained {r.get('trained')} dropped_stale {r.get('dropped_stale')}"
+                     + (f"; limit {r.get('limit_min')}..{r.get('limit_max')}" if m == "auto" else "")
+                     + (f"; swaps with rows in progress {r.get('swaps_live')}, rows of 2+ versions "
+                        f"{fmt(r.get('mixed_row_frac'))}" if m in ("keep", "recompute") and "swaps_live" in r else "")
+                     + f"; held-out {r.get('heldout')} problems, start pass@1 {fmt(r.get('pass1_start'))}; "
+                     f"token delay {r.get('token_delay_s')} s (worker-0 x{r.get('slow_factor')}), tail "
+                     f"{r.get('length_tail')}, slots {r.get('slots')} (SHORTENED)"
+                     + (f"; {r.get('crashed')} worker log(s) with a traceback" if r.get("crashed") else ""))
+            ours = (f"{fmt(spm)} steps/min, trainer busy {fmt(r.get('trainer_busy_frac', 0) * 100)}%, "
+                    f"pass@1 {fmt(r.get('pass1'))}")
+            if m in ("keep", "recompute") and k0.get("steps_per_min"):
+                ratio = spm / k0["steps_per_min"]
+                noise = 2 * r.get("pass1_diff_se", 0.0)
+                ok = ratio >= 1.5 and r.get("pass1", -1) >= k0.get("pass1", 0) - noise
+                rows.append([f"asynchrony {m} (in-flight, k=1) vs k0", ours,
+                             f"k0: {fmt(k0['steps_per_min'])} steps/min, trainer busy "
+                             f"{fmt(k0.get('trainer_busy_frac', 0) * 100)}%, pass@1 {fmt(k0.get('pass1'))}", fmt(ratio, "x"),
+                             ">= 1.5x k0, pass@1 >= k0's - 2 SE", yes(ok),
+                             f"pass@1 noise 2 SE = {fmt(noise)} (paired over problems); " + notes])
+            elif m == "auto" and best_k:
+                ratio = spm / best_k
+                rows.append(["asynchrony auto vs best fixed k", ours, f"{fmt(best_k)} steps/min (best of k0, k1)",
+                             fmt(ratio, "x"), ">= 0.9x best k", yes(ratio >= 0.9), notes])
+            else:
+                rows.append([f"asynchrony {m}", ours, "-", fmt(r.get("vs_k0"), "x") if m != "k0" else "-",
+                             "(report)", "-", notes])
+        for r in by("asynchrony"):
+            if "mode" in r:
+                continue
             rows.append([f"asynchrony MAX_STALENESS={r['staleness']}",
                          f"{fmt(r.get('steps_per_min'))} steps/min",
                          f"pass@1 {fmt(r.get('pass1'))} pass@8 {fmt(r.get('pass8'))}", "-", "(report)", "-",
@@ -269,7 +311,7 @@ def table(rows: list) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", action="append", default=[], help="part(s) to run: " + ", ".join(ORDER))
-    ap.add_argument("--runs", default="", help="run dir for the breakdown part (default: asynchrony's staleness-0 run)")
+    ap.add_argument("--runs", default="", help="run dir for the breakdown part (default: asynchrony's k0 run)")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
     ap.add_argument("--table", action="store_true", help="print the table of --out's results again; run nothing")
     args = ap.parse_args()
@@ -296,7 +338,7 @@ def main() -> int:
         if name == "asynchrony":
             argv += ["--keep-dir", keep]
         if name == "breakdown":
-            runs = args.runs or os.path.join(keep, "staleness-0")
+            runs = args.runs or os.path.join(keep, "mode-k0")  # the asynchrony part's k0 run
             argv += ["--runs", runs]
         try:
             results, status, secs, tail = run_part(name, argv, timeout)
