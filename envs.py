@@ -13,6 +13,10 @@ verifier role for verdicts, the verdict's reward is what GRPO sees):
   reward     any row with a "prompt" (text) or            your function, REWARD=file.py:function:
              "messages" (a chat list), any other fields   function(completion: str, row: dict) -> float
 
+MORE THAN ONE TURN (`run_episodes`, trainer --env python_tool): the model may write a ```python block; the
+sandbox runs it and its output comes back as the next user message, tokenized once with loss mask 0;
+the model's own tokens stay exactly as sampled (token in, token out); the last turn is scored.
+
 A completion's verdict is {passed, reward, status, detail, fraction}, as the sandbox's. Statuses of
 these kinds: "passed" (math: the right answer in the requested format), "lenient" (the right answer,
 found only by a looser extraction: the metrics report strict and lenient accuracy apart, since a gain
@@ -236,3 +240,82 @@ class Scorer:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+
+
+# ----------------------------------------------------------------------------- more than one turn
+
+ENVS = ("python_tool",)
+TOOL_SYSTEM = ("You can run Python. To run code, write one ```python code block; what it prints comes back to "
+               "you in the next message. When you know the answer, give it without a code block.")
+OBSERVATION_CHARS = 400  # a tool's output is cut to this many characters before it goes back to the model
+OBSERVATION_TOKENS = 160  # what the trainer's row length (T) reserves for each observation
+
+
+def tool_code(turn_text: str) -> str | None:
+    """The program a model turn asks to run (the python tool): its last ```python block, or None."""
+    blocks = [content for label, content in _python_blocks(turn_text)]
+    return blocks[-1] if blocks else None
+
+
+def _python_blocks(text: str):
+    import prompts
+    return [(label, content) for label, content in prompts._blocks(text) if label in prompts._PYTHON_LABELS]
+
+
+def observation(output: str) -> str:
+    """The user message that carries a tool's output back to the model."""
+    output = output if len(output) <= OBSERVATION_CHARS else output[:OBSERVATION_CHARS] + "\n[... cut]"
+    return f"Output:\n{output}" if output.strip() else "Output: (nothing printed)"
+
+
+class Episode:
+    """One row of a multi-turn rollout, token in, token out: `tokens` are the prompt, then each model
+    turn exactly as sampled and each observation tokenized once; `mask` is 1 on the model's tokens only
+    (the loss and the bitwise metric count those), `logp` the log-prob each model token was sampled
+    with (0 elsewhere). final_text: the last model turn's text, which the task's reward scores."""
+
+    def __init__(self, prompt: list):
+        self.tokens, self.mask, self.logp = list(prompt), [0.0] * len(prompt), [0.0] * len(prompt)
+        self.turns, self.tool_calls, self.final_text, self.finished, self.done = 0, 0, "", False, False
+
+
+def run_episodes(prompts_ids: list, *, max_turns: int, seq_len: int, max_new_tokens: int, sample_turn,
+                 run_code, observe, decode, eos_id: int) -> list:
+    """The python tool's episodes for a batch of rows. Each turn, every row still going samples one model
+    turn (sample_turn(row indices, token lists, budgets, turn) -> [(tokens, logps)], the sampler); a row whose turn
+    ended with eos_id and holds a ```python block, with turns left and room for an observation and at
+    least one more token, has the code run (run_code(programs) -> outputs, the sandbox) and the
+    observation's tokens appended (observe(output) -> token ids: the chat template's text between the
+    turns, tokenized once); any other row is done, its last turn the one the reward scores."""
+    eps = [Episode(p) for p in prompts_ids]
+    for turn in range(max_turns):
+        index = [i for i, e in enumerate(eps) if not e.done]
+        live = [eps[i] for i in index]
+        if not live:
+            break
+        budgets = [min(max_new_tokens, seq_len - len(e.tokens)) for e in live]
+        for e, (toks, logps) in zip(live, sample_turn(index, [list(e.tokens) for e in live], budgets, turn)):
+            toks = [int(t) for t in toks]
+            e.tokens += toks
+            e.mask += [1.0] * len(toks)
+            e.logp += [float(x) for x in logps]
+            e.turns += 1
+            e.finished = bool(toks) and toks[-1] == eos_id
+            e.final_text = decode(toks[:-1] if e.finished else toks)
+        calls = []
+        for e in live:
+            code = tool_code(e.final_text) if e.finished and turn + 1 < max_turns else None
+            if code is None:
+                e.done = True
+            else:
+                calls.append((e, code))
+        for (e, _), output in zip(calls, run_code([code for _, code in calls]) if calls else []):
+            obs = [int(t) for t in observe(observation(output))]
+            if len(e.tokens) + len(obs) + 1 >= seq_len:  # no room to answer: the episode ends here
+                e.done = True
+                continue
+            e.tool_calls += 1
+            e.tokens += obs
+            e.mask += [0.0] * len(obs)
+            e.logp += [0.0] * len(obs)
+    return eps

@@ -34,6 +34,9 @@ The loop, one batch at a time:
      progress (their KV cache kept, or recomputed under the new weights), items are leased as slots
      free up and submitted as soon as their G rows end, and each token records the version that
      sampled it (lifecycle.py: a rollout's version is its oldest token's).
+     Items of a multi-turn task (env "python_tool", envs.run_episodes) are sampled turn by turn: a
+     code block the model writes runs in the sandbox and its output is appended as the next user
+     message (tokenized once, mask 0) before the next turn; the last turn is verified.
   3. Cut each completion at its stop string, build its program (prompts.assemble_program: prompt +
      completion for base models, the fenced code of the answer for chat models), send it with the
      item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
@@ -66,6 +69,7 @@ import numpy as np
 
 import cli
 import continuous
+import envs
 import hf_io
 import lifecycle
 import model
@@ -353,6 +357,7 @@ class Worker:
                                              **hf_io.compute_dtype_override(cfg.dtype))
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.pad_id = self.tokenizer.pad_id
+        self.template = prompts.load_chat_template(cfg.model)  # multi-turn items render observations with it
         self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device
         self.incarnation = os.urandom(4).hex()  # this process: a restart is a new incarnation
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
@@ -548,6 +553,8 @@ class Worker:
             log(cfg, f"abandoning {len(items)} items of trainer lineage {first.lineage!r}: the param server "
                      f"now serves lineage {self.lineage!r} (that trainer restarted and enqueues its own)")
             return 0
+        if first.env:
+            return self.sample_episodes(items)
         seq_len, max_new, temperature, top_p, stop = settings(first)
         rows = cfg.batch_items * max(i.group_size for i in items)
         prompt_BT, prompt_len_B = build_prompts(items, self.tokenizer, rows, self.pad_id)
@@ -576,14 +583,60 @@ class Worker:
         return self.finish(items, out, prompt_len_B, np.full(out["tokens_BT"].shape, version, np.int32),
                            time.monotonic() - t0)
 
-    def finish(self, items: list, out: dict, prompt_len_B, versions_BT, sample_s: float) -> int:
+    def sample_episodes(self, items: list) -> int:
+        """Multi-turn items (env "python_tool", envs.run_episodes): each row's turns sampled with the
+        weights we hold, code blocks run in the sandbox (a verifier's "run" job), each output appended
+        as the next user message, tokenized once (mask 0); the last turn is scored once."""
+        cfg, first = self.cfg, items[0]
+        if self.template is None:
+            raise ValueError(f"{first.env} items need the checkpoint's chat template; {cfg.model} has none")
+        seq_len, max_new, temperature, top_p, stop = settings(first)
+        eos = self.eos_for(stop)
+        end_of_turn = self.tokenizer.decode([eos])
+        rows = [np.asarray(self.tokenizer.encode(i.prompt), np.int32) for i in items for _ in range(i.group_size)]
+        keys = row_keys(cfg.seed, items, self.version, len(rows))
+
+        def sample_turn(index, seqs, budgets, turn):  # row r's turn t draws from fold_in(key_r, t)
+            turn_keys = jax.vmap(jax.random.fold_in, (0, None))(keys[np.asarray(index)], turn)
+            res = continuous.generate_continuous(
+                self.params, self.mcfg, seqs, turn_keys, cache_len=seq_len, max_new_tokens=budgets,
+                slots=max(cfg.slots, model.MIN_DECODE_ROWS), temperature=temperature, top_p=top_p, eos_id=eos,
+                pad_id=self.pad_id)
+            return [(t[len(s):], lp) for t, s, lp in zip(res["tokens"], seqs, res["logp"])]
+
+        def run_code(programs):
+            verdicts = self.verify([{"kind": "run", "program": p, "timeout_s": first.timeout_s} for p in programs])
+            return [v["detail"] if v["status"] != lifecycle.INFRA_ERROR else "[the tool is unavailable]"
+                    for v in verdicts]
+
+        observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_of_turn))
+        t0, version = time.monotonic(), self.version
+        with self.timeline.span("sample", version=version, rows=len(rows)) as span:
+            episodes = envs.run_episodes([r.tolist() for r in rows], max_turns=first.max_turns, seq_len=seq_len,
+                                         max_new_tokens=max_new, sample_turn=sample_turn,
+                                         run_code=run_code, observe=observe, decode=self.tokenizer.decode, eos_id=eos)
+            span["tokens"] = int(sum(sum(e.mask) for e in episodes))
+        out = {"tokens_BT": np.full((len(rows), seq_len), self.pad_id, np.int32),
+               "logp_BT": np.zeros((len(rows), seq_len), np.float32), "mask_BT": np.zeros((len(rows), seq_len), np.float32)}
+        for b, e in enumerate(episodes):
+            n = min(len(e.tokens), seq_len)
+            out["tokens_BT"][b, :n], out["logp_BT"][b, :n], out["mask_BT"][b, :n] = e.tokens[:n], e.logp[:n], e.mask[:n]
+        env_stats = [{"turns": [e.turns], "tool_calls": [e.tool_calls]} for e in episodes]
+        return self.finish(items, out, np.array([r.size for r in rows]), np.full((len(rows), seq_len), version, np.int32),
+                           time.monotonic() - t0, texts=[e.final_text for e in episodes],
+                           finished=[e.finished for e in episodes], env_stats=env_stats)
+
+    def finish(self, items: list, out: dict, prompt_len_B, versions_BT, sample_s: float, texts=None,
+               finished=None, env_stats=None) -> int:
         """Cut each completion at its stop string, verify every program, submit one rollout per item.
         versions_BT: the version that sampled each token (one version for a batch sampled without
-        in-flight updates: the rollout then carries only that)."""
+        in-flight updates: the rollout then carries only that). texts/finished given (multi-turn
+        episodes): the completions are not cut, those texts are scored; env_stats: per row counts."""
         cfg = self.cfg
         stop = settings(items[0])[4]
-        out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id,
-                                               self.eos_for(stop))
+        if texts is None:
+            out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id,
+                                                   self.eos_for(stop))
         if cfg.slow_s:
             time.sleep(cfg.slow_s)
         t1 = time.monotonic()
@@ -608,7 +661,9 @@ class Worker:
                 finished_G=np.array(finished[rows_G], bool),
                 statuses=[str(v["status"]) for v in verdicts[rows_G]],
                 texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s,
-                versions_GT=versions_GT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight)
+                versions_GT=versions_GT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight,
+                env_stats={k: [s[k][0] for s in env_stats[rows_G]] for k in ("turns", "tool_calls")}
+                if env_stats else {})
             try:
                 status = self.ps.call(wire.SubmitRollout(cfg.name, item.item_id, item.lease, rollout.to_dict()),
                                       what="rollout receipt").info.get("status")

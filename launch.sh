@@ -45,6 +45,8 @@ INFLIGHT=${INFLIGHT:-off}           # keep | recompute: workers swap in new weig
                                     # rows in progress keep their KV cache or have it recomputed; off: between batches
 MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems (code, GSM8K/MATH-style math); empty = the embedded task
+ENV=${ENV:-}                        # python_tool: multi-turn episodes, the model's ```python blocks run in the
+                                    # sandbox and their output comes back (envs.py; chat format; --max-turns 3)
 REWARD=${REWARD:-}                  # path/to/file.py:function scoring DATA's rows (prompt or messages, any
                                     # fields): function(completion, row) -> float, run by the verifiers (envs.py)
 SEED=${SEED:-0}
@@ -205,6 +207,9 @@ for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
   if [ -n "${!v:-}" ] && [ ! -r "${!v}" ]; then refuse "$v=${!v}: no such readable file or directory"; fi
 done
 
+case $ENV in ""|python_tool) ;;
+  */*) ENV="" ;;   # a path: the shell's own ENV (POSIX sh's startup file), not ours
+  *) refuse "ENV=$ENV: expected python_tool (or nothing: one turn)" ;; esac
 if [ -n "$REWARD" ]; then
   if [ ! -r "${REWARD%:*}" ] || [ "${REWARD%:*}" = "$REWARD" ]; then refuse "REWARD=$REWARD: expected a readable path/to/file.py:function"; fi
   [ -n "$DATA" ] || refuse "REWARD=$REWARD scores the rows of a DATA file: set DATA too"
@@ -257,7 +262,7 @@ for role in "${ORDER[@]}"; do
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
       cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag} ${FLAGS[$role]} $WORKER_ARGS"
       if [ "$i" = 0 ] && [ -n "$WORKER0_ARGS" ]; then cmd+=" $WORKER0_ARGS"; fi ;;
-    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA}${reward_flag:+ $reward_flag} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
+    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA}${reward_flag:+ $reward_flag}${ENV:+ --env $ENV} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
         cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"
       fi ;;

@@ -275,9 +275,30 @@ def user_message(problem) -> str:
             f"{_ANSWER_IN_ONE_BLOCK}")
 
 
-def model_prompt(problem, fmt: str, template: ChatTemplate | None = None) -> str:
+def next_turn_text(template: ChatTemplate, content: str, end_of_turn: str) -> str:
+    """The text that follows an assistant turn the model ended with `end_of_turn` (its end-of-turn
+    token, as text) when a user message `content` comes next and the assistant answers again: what the
+    template renders between the two, with the same template variables as render_chat. Found by
+    rendering a conversation with and without the message around a marker in the assistant's turn;
+    ValueError for a template whose rendering of the longer conversation does not extend the shorter
+    or does not close the assistant's turn with end_of_turn."""
+    mark = "\u2063TURN\u2063"
+    turn = [{"role": "user", "content": "."}, {"role": "assistant", "content": mark}]
+    short = render_chat(template, turn, add_generation_prompt=False)
+    long = render_chat(template, turn + [{"role": "user", "content": content}], add_generation_prompt=True)
+    head = short[:short.index(mark) + len(mark)]
+    if not long.startswith(head):
+        raise ValueError("the chat template renders a longer conversation differently from the start")
+    tail = long[len(head):]
+    if not end_of_turn or not tail.startswith(end_of_turn):
+        raise ValueError(f"the chat template does not end an assistant turn with {end_of_turn!r}")
+    return tail[len(end_of_turn):]
+
+
+def model_prompt(problem, fmt: str, template: ChatTemplate | None = None, system: str = "") -> str:
     """The text the model continues: completion format, the program prefix; chat format, the user
-    message rendered with the checkpoint's chat template up to the assistant's turn."""
+    message rendered with the checkpoint's chat template up to the assistant's turn (after a system
+    message `system`, if given and the row has none of its own)."""
     _check_format(fmt)
     if fmt == "completion":
         return program_prefix(problem, fmt)
@@ -286,6 +307,8 @@ def model_prompt(problem, fmt: str, template: ChatTemplate | None = None) -> str
                          f"template (load_chat_template found none)")
     messages = json.loads(problem.messages) if getattr(problem, "messages", "") else \
         [{"role": "user", "content": user_message(problem)}]
+    if system and messages[0]["role"] != "system":
+        messages = [{"role": "system", "content": system}] + messages
     return render_chat(template, messages, add_generation_prompt=True)
 
 

@@ -1964,9 +1964,22 @@ class Executor:
             return _verdict("passed", f"{n_pass}/{len(cases)} cases passed", 1.0, 1.0)
         return _verdict(first_bad[0], first_bad[1], fraction, fraction if partial else 0.0)
 
+    def run_tool(self, job: dict, lim: Limits) -> Verdict:
+        """A "run" job (a tool call of a multi-turn task, envs.py): the program alone, no stdin, as an
+        io case is run; the verdict's detail is what it printed (capped with the detail, 500 chars),
+        then, if it did not exit cleanly, the status and the last line of its stderr."""
+        outcome, out, err = self.run_io_case(job["program"], "", "", lim)
+        text = out.decode("utf-8", "replace")
+        if outcome != "ok":
+            tail = err[-300:].decode("utf-8", "replace").strip().splitlines()
+            text = text[:300] + f"\n[{outcome}" + (f": {tail[-1]}]" if tail else "]")
+        return _verdict("passed" if outcome == "ok" else outcome, text)
+
     def run(self, job: dict) -> Verdict:
         lim = Limits(**{k: job[k] for k in LIMIT_KEYS if k in job})
         try:
+            if job["kind"] == "run":
+                return self.run_tool(job, lim)
             return self.run_io(job, lim) if job["kind"] == "io" else self.run_assert(job, lim)
         except ProgramBreach as e:  # the program's doing; this executor is in doubt: retire it
             self.retire = True

@@ -54,6 +54,7 @@ import optax
 
 import checkpointing
 import cli
+import envs
 import grpo
 import hf_io
 import lifecycle
@@ -83,6 +84,12 @@ class Config:
     data: str = ""
     """JSONL dataset (see tasks.load_jsonl: code, math or, with --reward, any rows); "" = the embedded
     function-synthesis task"""
+    env: str = ""
+    """"python_tool": multi-turn episodes (envs.py): the model may write ```python blocks, which the
+    sandbox runs, their output coming back as the next user message, up to --max-turns model turns; the
+    last turn is scored by the task's reward. Needs the chat format. "": one turn"""
+    max_turns: int = 3
+    """--env: model turns per episode at most"""
     reward: str = ""
     """path/to/file.py:function: score completions with this function (called by the verifier role, which
     needs the same --reward; launch.sh REWARD passes both): every --data row with a prompt or messages
@@ -225,10 +232,11 @@ class Config:
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
+        if self.env not in ("",) + envs.ENVS or not 1 <= self.max_turns <= 64:
+            raise ValueError(f"--env must be '' or one of {envs.ENVS}, --max-turns in [1, 64]")
         if self.reward:
             if not self.data:
                 raise ValueError("--reward scores the rows of a --data file: give one")
-            import envs
             envs.load_reward(self.reward)  # a file or function that is not there: refuse now, not mid-run
         if not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id {self.process_id} must be in [0, num_processes={self.num_processes})")
@@ -428,7 +436,8 @@ def problem_item(problem: tasks.Problem, item_id: str, cfg: Config, G: int, T: i
     """A work item: everything a worker needs to sample and verify one group: the text the model
     continues and how to build the program from its completion (prompts.py), the tests, the settings."""
     return wire.WorkItem(
-        item_id=item_id, prompt=prompts.model_prompt(problem, fmt, template),
+        item_id=item_id, prompt=prompts.model_prompt(problem, fmt, template, envs.TOOL_SYSTEM if cfg.env else ""),
+        env=cfg.env, max_turns=cfg.max_turns if cfg.env else 1,
         prompt_format=fmt, program_prefix=prompts.program_prefix(problem, fmt),
         partial_reward=cfg.partial_reward and problem.kind == "io" and not evaluate,
         tests=problem.tests, entry_point=problem.entry_point or "", answer=problem.answer,
@@ -562,6 +571,8 @@ class Trainer:
         if self.fmt == "chat" and self.template is None:
             raise ValueError(f"--prompt-format chat: the checkpoint {cfg.model!r} has no chat template "
                              f"(tokenizer_config.json chat_template or chat_template.jinja)")
+        if cfg.env and self.fmt != "chat":
+            raise ValueError(f"--env {cfg.env}: turns and tool outputs are chat messages; use the chat format")
         if gcfg.max_len > cfg.max_new_tokens:
             raise ValueError(f"--max-len {gcfg.max_len} is the generation budget (Dr. GRPO's and DAPO's L_max): it "
                              f"cannot exceed --max-new-tokens {cfg.max_new_tokens}, or no completion is ever overlong")
@@ -599,7 +610,10 @@ class Trainer:
             stream = tasks.train_problems(cfg.seed)
             self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
         # T, one for the run (the rows' length on the wire): from the data's longest prompt
-        self.T = cfg.seq_len or (fit_seq_len([self.prompt_len(p) for p in problems], cfg.max_new_tokens,
+        # (an episode of --max-turns turns: each turn's budget and, between turns, an observation)
+        budget = cfg.max_new_tokens if not cfg.env else cfg.max_turns * cfg.max_new_tokens + \
+            (cfg.max_turns - 1) * envs.OBSERVATION_TOKENS
+        self.T = cfg.seq_len or (fit_seq_len([self.prompt_len(p) for p in problems], budget,
                                              self.mcfg.max_seq_len) if cfg.data else self.mcfg.max_seq_len)
         if self.T > self.mcfg.max_seq_len:
             raise ValueError(f"seq_len {self.T} exceeds the model's max_seq_len {self.mcfg.max_seq_len}")
@@ -676,7 +690,8 @@ class Trainer:
 
     def prompt_len(self, problem: tasks.Problem) -> int:
         """Tokens of the text the model sees for this problem (its chat rendering in the chat format)."""
-        return len(self.tokenizer.encode(prompts.model_prompt(problem, self.fmt, self.template)))
+        system = envs.TOOL_SYSTEM if self.cfg.env else ""
+        return len(self.tokenizer.encode(prompts.model_prompt(problem, self.fmt, self.template, system)))
 
     def log(self, text: str) -> None:
         print(f"[trainer] {time.strftime('%H:%M:%S')} {text}", flush=True)
@@ -915,6 +930,9 @@ class Trainer:
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),
                         "len/packed": int(packed)})
         self.step_programs = [0, 0]
+        if any(r.env_stats for r in batch):  # multi-turn episodes (envs.py)
+            metrics.update({f"env/{k}_mean": float(np.mean([x for r in batch for x in r.env_stats.get(k, [])]))
+                            for k in ("turns", "tool_calls")})
         if self.math:  # strict: the answer in the format asked for (the reward); lenient: found anywhere
             statuses = [s for r in batch for s in r.statuses]
             metrics.update({"math/strict_acc": float(np.mean([s == "passed" for s in statuses])),

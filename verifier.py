@@ -142,8 +142,8 @@ def check_job(job) -> dict:
     kind = job.get("kind")
     if kind in envs.SCORED_KINDS:
         return check_scored_job(job)
-    if kind not in ("assert", "io"):
-        raise ValueError(f"job kind must be 'assert', 'io', 'math' or 'reward', got {kind!r}")
+    if kind not in ("assert", "io", "run"):
+        raise ValueError(f"job kind must be 'assert', 'io', 'run', 'math' or 'reward', got {kind!r}")
     if not isinstance(job.get("program"), str):
         raise ValueError("job program must be a string")
     if kind == "assert":
@@ -152,7 +152,7 @@ def check_job(job) -> dict:
         ep = job.get("entry_point")
         if ep is not None and not (isinstance(ep, str) and ep.isidentifier()):
             raise ValueError(f"entry_point must be an identifier, got {ep!r}")
-    else:
+    elif kind == "io":
         cases = job.get("cases")
         if not isinstance(cases, (list, tuple)) or not cases or not all(
                 isinstance(c, (list, tuple)) and len(c) == 2 and all(isinstance(s, str) for s in c)

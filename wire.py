@@ -327,6 +327,8 @@ class WorkItem:
     answer: str = ""          # "math": the reference final answer
     answer_format: str = ""   # "math": "hash" (#### n) or "boxed" (\boxed{n})
     row: str = ""             # "reward": the dataset line (JSON text) the reward function receives
+    env: str = ""             # "python_tool": a multi-turn episode (envs.run_episodes); "": one turn
+    max_turns: int = 1        # env: model turns at most
 
     @classmethod
     def from_dict(cls, data) -> "WorkItem":
@@ -338,14 +340,18 @@ class WorkItem:
                             f"got {item.prompt_format!r}")
         if item.kind not in ("assert", "io", "math", "reward"):
             raise WireError(f"work item {item.item_id}: kind must be assert, io, math or reward, got {item.kind!r}")
+        if item.env not in ("", "python_tool") or not 1 <= item.max_turns <= 64:
+            raise WireError(f"work item {item.item_id}: env must be '' or 'python_tool' and max_turns in [1, 64]")
         return item
 
     def to_dict(self) -> dict:
         """The map that travels; the fields of math and reward items only on those items."""
         data = dataclasses.asdict(self)
-        for name in ("answer", "answer_format", "row"):
+        for name in ("answer", "answer_format", "row", "env"):
             if not data[name]:
                 del data[name]
+        if data["max_turns"] == 1:
+            del data["max_turns"]
         return data
 
 
@@ -373,6 +379,7 @@ class Rollout:
     verify_s: float = 0.0
     versions_GT: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))  # int32 [G, T] or empty
     inflight: str = "off"     # the worker's in-flight mode (lifecycle.INFLIGHT_MODES)
+    env_stats: dict = field(default_factory=dict)  # multi-turn: {"turns": [G ints], "tool_calls": [G ints]}
 
     @classmethod
     def from_dict(cls, data) -> "Rollout":
@@ -391,6 +398,10 @@ class Rollout:
             raise WireError(f"rollout.statuses must be {G} strings")
         if not 0 < r.prompt_len < T:
             raise WireError(f"rollout.prompt_len {r.prompt_len} outside (0, {T})")
+        if r.env_stats and not (set(r.env_stats) == {"turns", "tool_calls"} and all(
+                isinstance(v, list) and len(v) == G and all(isinstance(x, int) and x >= 0 for x in v)
+                for v in r.env_stats.values())):
+            raise WireError(f"rollout.env_stats must map turns and tool_calls to {G} counts each")
         if r.inflight not in ("off", "keep", "recompute"):
             raise WireError(f"rollout.inflight must be off, keep or recompute, got {r.inflight!r}")
         if r.versions_GT.size:
@@ -408,6 +419,8 @@ class Rollout:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if not self.versions_GT.size and self.inflight == "off":
             del data["versions_GT"], data["inflight"]
+        if not self.env_stats:
+            del data["env_stats"]
         return data
 
     def token_versions(self) -> np.ndarray:

@@ -234,3 +234,26 @@ def test_drop_removes_waiting_and_running_rows(setup):
         n = ref["completion_len_B"]
         assert np.array_equal(by_tag[t].tokens, ref["tokens_BT"][:p + n]), t
         assert np.array_equal(by_tag[t].logp, ref["logp_BT"][p:p + n]), t
+
+
+def test_a_two_turn_row_scores_bitwise_on_the_model_tokens(setup):
+    """Multi-turn (envs.run_episodes): turn 1 sampled, an observation appended as plain tokens, turn 2
+    sampled from the whole prefix. token_logprobs over the finished row (what the trainer computes)
+    equals the sampler's log-prob at every model token of both turns, bit for bit."""
+    params, rs = setup["params"], np.random.RandomState(5)
+    prompts = [setup["prompts"][r][:12] for r in range(16)]
+    t1 = continuous.generate_continuous(params, CFG, prompts, setup["keys"][:16], cache_len=T, max_new_tokens=8,
+                                        temperature=TEMP)
+    obs = [rs.randint(1, CFG.vocab_size, 6).astype(np.int32) for _ in range(16)]
+    prefix = [np.concatenate([t, o]) for t, o in zip(t1["tokens"], obs)]
+    t2 = continuous.generate_continuous(params, CFG, prefix, jax.random.split(jax.random.key(9), 16), cache_len=T,
+                                        max_new_tokens=8, temperature=TEMP)
+    rows = np.zeros((16, T), np.int32)
+    for r, t in enumerate(t2["tokens"]):
+        rows[r, :t.size] = t
+    lp = np.asarray(SCORE(params, CFG, jnp.asarray(rows), TEMP))
+    for r in range(16):
+        p, n1, n2 = prompts[r].size, t1["logp"][r].size, t2["logp"][r].size
+        assert np.array_equal(lp[r, p:p + n1], t1["logp"][r]), r                # turn 1
+        start = p + n1 + obs[r].size
+        assert np.array_equal(lp[r, start:start + n2], t2["logp"][r]), r        # turn 2, after the observation

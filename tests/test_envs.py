@@ -7,6 +7,7 @@ import fractions
 import io
 import json
 
+import numpy as np
 import pytest
 
 import envs
@@ -218,3 +219,111 @@ def test_worker_jobs_for_math_and_reward_items():
                     {"kind": "reward", "completion": "a", "row": '{"score": 1}', "timeout_s": 5.0},
                     {"kind": "reward", "completion": "b", "row": '{"score": 1}', "timeout_s": 5.0}]
     assert all(verifier.check_job(j) for j in jobs)
+
+
+# ----------------------------------------------------------------------------- more than one turn
+
+EOS = 0
+
+
+def scripted(turns: dict):
+    """A scripted policy: row r's turn t is turns[(r, t)] (token ids, eos included or not), each token
+    with log-prob -(its id)/100; it records what it was shown."""
+    shown = []
+
+    def sample_turn(index, seqs, budgets, turn):
+        out = []
+        for r, seq, budget in zip(index, seqs, budgets):
+            shown.append((r, turn, list(seq), budget))
+            toks = turns[(r, turn)][:budget]
+            out.append((toks, [-t / 100 for t in toks]))
+        return out
+    return sample_turn, shown
+
+
+def text_of(ids):  # a toy tokenizer: one character per token id (id = ord, eos = 0)
+    return "".join(chr(i) for i in ids)
+
+
+def ids_of(text):
+    return [ord(c) for c in text]
+
+
+def test_a_two_turn_episode_reaches_the_trainer_token_for_token():
+    """Row 0 calls the tool, reads its output, answers; row 1 answers at once. The tokens are the prompt,
+    the model's turns exactly as sampled and the observation tokenized once; mask 1 only on the model's
+    tokens; the log-probs the tokens were sampled with; one final text per row (scored once)."""
+    call = ids_of("```python\nprint(2+3)\n```") + [EOS]
+    answer = ids_of("#### 5") + [EOS]
+    sample_turn, shown = scripted({(0, 0): call, (0, 1): answer, (1, 0): ids_of("#### 4") + [EOS]})
+    ran = []
+
+    def run_code(programs):
+        ran.extend(programs)
+        return ["5\n" for _ in programs]
+    observe = lambda text: ids_of(f"<user>{text}<assistant>")
+    prompt = ids_of("Q?")
+    eps = envs.run_episodes([prompt, prompt], max_turns=3, seq_len=200, max_new_tokens=40, sample_turn=sample_turn,
+                            run_code=run_code, observe=observe, decode=text_of, eos_id=EOS)
+    obs = observe(envs.observation("5\n"))
+    assert ran == ["print(2+3)\n"]
+    assert eps[0].tokens == prompt + call + obs + answer
+    assert eps[0].mask == [0.0] * 2 + [1.0] * len(call) + [0.0] * len(obs) + [1.0] * len(answer)
+    assert eps[0].logp == [0.0] * 2 + [-t / 100 for t in call] + [0.0] * len(obs) + [-t / 100 for t in answer]
+    assert (eps[0].turns, eps[0].tool_calls, eps[0].final_text, eps[0].finished) == (2, 1, "#### 5", True)
+    assert (eps[1].turns, eps[1].tool_calls, eps[1].final_text) == (1, 0, "#### 4")
+    # the second turn was sampled after the observation, from exactly these tokens
+    assert shown[-1] == (0, 1, prompt + call + obs, 40)
+    # scored once: one job per row, on its last turn
+    item = wire.WorkItem(item_id="m", prompt="Q?", group_size=2, seq_len=200, max_new_tokens=40, min_version=0,
+                         kind="math", answer="5", answer_format="hash", env="python_tool", max_turns=3)
+    import inference_worker
+    jobs = inference_worker.verify_jobs([item], [e.final_text for e in eps])
+    assert [envs.math_verdict(j["completion"], "5", "hash")["status"] for j in jobs] == ["passed", "failed"]
+
+
+def test_episodes_end_at_the_turn_limit_the_budget_or_the_row_length():
+    call = ids_of("```python\nprint(1)\n```") + [EOS]
+    turns = {(0, t): call for t in range(5)}
+    turns.update({(1, 0): ids_of("```python\nx\n```")})        # cut by its budget (no eos): no tool call
+    sample_turn, _ = scripted(turns)
+    observe = lambda text: ids_of(text)
+    eps = envs.run_episodes([[1], [1]], max_turns=3, seq_len=10_000, max_new_tokens=40, sample_turn=sample_turn,
+                            run_code=lambda ps: ["1"] * len(ps), observe=observe, decode=text_of, eos_id=EOS)
+    assert (eps[0].turns, eps[0].tool_calls) == (3, 2)        # the last allowed turn's call is not run
+    assert (eps[1].turns, eps[1].tool_calls, eps[1].finished) == (1, 0, False)
+    short = envs.run_episodes([[1]], max_turns=3, seq_len=len(call) + 8, max_new_tokens=40, sample_turn=sample_turn,
+                              run_code=lambda ps: ["1"] * len(ps), observe=observe, decode=text_of, eos_id=EOS)
+    assert (short[0].turns, short[0].tool_calls) == (1, 0)     # no room for the observation and an answer
+
+
+def test_observation_tokens_get_no_gradient():
+    """The loss's gradient with respect to the log-probs is zero on mask-0 positions (prompt and
+    observation tokens) and not on the model's tokens."""
+    import jax
+    import jax.numpy as jnp
+    import grpo
+    mask = jnp.asarray([[0, 1, 1, 0, 0, 1, 1, 0]], jnp.float32)
+    logp = jnp.asarray([[-1.0, -0.5, -0.2, -3.0, -2.0, -0.1, -0.7, 0.0]])
+    cfg = grpo.GRPOConfig(group_size=1, advantage="reinforce")
+    grad = jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), jnp.asarray([1.0]), mask, cfg)[0])(logp)
+    assert np.all(np.asarray(grad)[np.asarray(mask) == 0] == 0) and np.all(np.asarray(grad)[np.asarray(mask) == 1] != 0)
+
+
+def test_tool_code_and_observation():
+    assert envs.tool_code("try:\n```python\na=1\n```\nthen\n```python\nprint(a)\n```") == "print(a)\n"
+    assert envs.tool_code("no code here, #### 3") is None and envs.tool_code("```\nplain\n```") is None
+    assert envs.observation("5\n") == "Output:\n5\n" and "nothing printed" in envs.observation("  ")
+    assert envs.observation("x" * 1000).endswith("[... cut]") and len(envs.observation("x" * 1000)) < 450
+
+
+def test_the_sandbox_runs_a_tool_call_and_returns_its_output():
+    pool = verifier.ExecutorPool(1, "rlimits", use_cgroup=False)
+    try:
+        ok, err, slow = pool.run([{"kind": "run", "program": "print(6 * 7)"}, {"kind": "run", "program": "1 / 0"},
+                                  {"kind": "run", "program": "while True: pass", "timeout_s": 1.0}])
+    finally:
+        pool.close()
+    assert (ok.status, ok.detail) == ("passed", "42\n")
+    assert err.status == "runtime_error" and "ZeroDivisionError" in err.detail
+    assert slow.status == "timeout"

@@ -381,3 +381,19 @@ def test_check_reports_bad_lines_and_failing_references(tmp_path):
 def test_check_of_a_missing_file_says_so(tmp_path):
     rc, out, err = run_check(tmp_path / "nope.jsonl")
     assert rc == 2 and "does not exist" in err
+
+
+@pytest.mark.parametrize("which", ["chatml", "llama3", "qwen2"])
+def test_the_text_between_two_turns_is_the_templates(hf_dirs, which):
+    """prompts.next_turn_text: a conversation rendered by transformers with a tool's output as the next
+    user message is the one before it + the assistant's turn + its end-of-turn token + this text."""
+    import hf_local
+    folder = hf_dirs[which]
+    template, theirs = prompts.load_chat_template(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    eot = hf_local.end_of_turn(template.source)
+    first = [{"role": "system", "content": "sys"}, {"role": "user", "content": "What is 6 x 7?"}]
+    turn = "```python\nprint(6 * 7)\n```"
+    before = theirs.apply_chat_template(first, add_generation_prompt=True, tokenize=False)
+    after = theirs.apply_chat_template(first + [{"role": "assistant", "content": turn}, {"role": "user", "content": "Output:\n42"}],
+                                       add_generation_prompt=True, tokenize=False)
+    assert after == before + turn + eot + prompts.next_turn_text(template, "Output:\n42", eot)

@@ -222,3 +222,17 @@ def test_a_reward_function_in_a_file_scores_every_completion(tmp_path, checkpoin
         trained = [e["item_id"].split("|", 1)[1] for e in ledger if e["fate"] == "trained" and e["step"] == r["step"]]
         assert len(trained) == 4
         assert r["reward/mean"] == pytest.approx(np.mean([score[i] for i in trained]), abs=1e-6), (r, trained)
+
+
+def test_python_tool_episodes_with_launch_sh(tmp_path, checkpoint):
+    """ENV=python_tool on the chat checkpoint with GSM8K-style rows: the run finishes, env/turns_mean and
+    env/tool_calls_mean are logged every step (a random model seldom writes a code block, so mostly one
+    turn), the model's tokens bitwise the trainer's."""
+    rows = [{"question": f"What is {a} times {b}? Use Python if you like.", "answer": f"#### {a * b}"}
+            for a, b in [(3, 4), (12, 30), (7, 8), (11, 12), (5, 5), (9, 9), (40, 2), (6, 60)]]
+    run_dir, steps = run_task(checkpoint, tmp_path, rows, ENV="python_tool",
+                              TRAINER_ARGS="--max-new-tokens 24 --prompts-per-step 4 --heldout 2 --max-turns 2")
+    assert "--env python_tool" in open(os.path.join(run_dir, "commands.sh")).read()
+    for r in steps:
+        assert 1 <= r["env/turns_mean"] <= 2 and 0 <= r["env/tool_calls_mean"] <= 1, r
+        assert 0 <= r["math/strict_acc"] <= r["math/lenient_acc"] <= 1
