@@ -687,7 +687,8 @@ class Worker:
         decode steps we look for a new weight version (swapped into the rows in progress, `sync`),
         lease more items when no row is waiting for a slot, admit rows into free slots, and submit each
         item as soon as its G rows have ended. An item whose settings differ from the stream's (a
-        greedy evaluation item) is sampled on its own, with one version (sample_and_submit)."""
+        greedy evaluation item) or of a multi-turn task is sampled on its own, with one version
+        (sample_and_submit)."""
         cfg = self.cfg
         engine, stream, groups = None, None, {}  # groups: item_id -> [item, rows, monotonic start]
         while not cfg.max_batches or self.batches < cfg.max_batches:
@@ -697,8 +698,8 @@ class Worker:
                 if engine is None or not engine.waiting:
                     items = self.lease(wait_s=0.0 if engine is not None and engine.busy() else 1.0)
                     for item in items:
-                        if engine is not None and engine.busy() and settings(item) != stream:
-                            self.batches += self.sample_and_submit([item]) > 0
+                        if item.env or (engine is not None and engine.busy() and settings(item) != stream):
+                            self.batches += self.sample_and_submit([item]) > 0  # episodes: turn by turn
                         elif self.wait_for_weights([item]) != lifecycle.ABANDON:
                             if engine is None or (not engine.busy() and settings(item) != stream):
                                 engine, stream = self.new_engine(item), settings(item)
