@@ -26,6 +26,9 @@ The policy loss, step by step (the same step numbers mark the code in `policy_lo
                    log-ratios are clamped to [-20, 20] (as verl does) so exp() stays finite.
   Step 3  clip:    l_t = max(-A_i r_t, -A_i clip(r_t, 1 - eps_low, 1 + eps_high))   (= -min(...) of PPO)
   Step 4  dual:    if A_i < 0: l_t = min(l_t, -C_dual A_i)      [Ye et al. 2020, dual-clip PPO]
+  Step 4b cov:     clip_cov: l_t = sg(l_t) on r N random tokens with omega_low <= Cov_t <= omega_high;
+                   kl_cov:   l_t = l_t + beta |logp_t - logp_old_t| on the k N tokens of largest Cov_t,
+                   Cov_t = (logp_t - mean logp)(A_t - mean A)        [Cui et al. 2025]; none by default.
   Step 5  IS:      l_t = w_t l_t, w = f(pi_old / pi_behav) per `is_correction`, stop-gradient.
   Step 6  KL:      l_t = l_t + beta * k(logp_t, logp_ref_t)  (k1/k2/k3 of Schulman 2020); skipped if beta=0.
   Step 7  reduce:  token_mean:              sum_{i,t} m l / sum_{i,t} m                 (DAPO)
@@ -46,6 +49,9 @@ TIS: Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Polic
 Decoupled PPO: Hilton et al. 2022 ("Batch size-invariance for policy optimization", arXiv:2110.00641).
 Dual clip: Ye et al. 2020 ("Mastering Complex Control in MOBA Games", arXiv:1912.09729).
 pass@k: Chen et al. 2021 (Codex, arXiv:2107.03374, eq. 1 and its numerically stable form).
+Objectives that keep pass@k (docs/results.md measures them here): Pass@k Training: Chen et al. 2025
+(arXiv:2508.10751); NSR and W-REINFORCE: Zhu et al. 2025 (arXiv:2506.01347); Clip-Cov and KL-Cov:
+Cui et al. 2025 (arXiv:2505.22617).
 
 Shape key (suffixes of names): B batch rows (in the loss: one row per completion, i.e. prompts x G;
 in the advantage functions: one row per prompt), G group size, T token positions (the trainer's rows
@@ -61,7 +67,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ADVANTAGES = ("grpo", "drgrpo", "rloo", "reinforce")
+ADVANTAGES = ("grpo", "drgrpo", "rloo", "reinforce", "passk", "nsr", "w_reinforce")
+SIGNED_ADVANTAGES = ("nsr", "w_reinforce")  # no baseline: the sign of (2r - 1) is the advantage's
+COV_PENALTIES = ("none", "clip_cov", "kl_cov")
 POLICY_LOSSES = ("ppo", "gspo")
 LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -86,7 +94,15 @@ class GRPOConfig:
     group_size: int = 8
     """G: completions sampled per prompt (GRPO Alg. 1). >= 2 for every group baseline, >= 1 for reinforce."""
     advantage: str = "grpo"
-    """grpo: (r - mean_G)/(std_G + eps); drgrpo: r - mean_G; rloo: r_i - mean_{j!=i} r_j; reinforce: r - mean_batch."""
+    """grpo: (r - mean_G)/(std_G + eps); drgrpo: r - mean_G; rloo: r_i - mean_{j!=i} r_j; reinforce: r - mean_batch;
+    passk: the Pass@k Training advantage (Chen et al. 2025, `passk_advantages`); nsr / w_reinforce: negative
+    sample reinforcement and its weighted form (Zhu et al. 2025, `signed_advantages`)."""
+    pass_k: int = 4
+    """k of Pass@k Training (advantage=passk): a group's reward is the max reward of k of its G
+    completions, averaged over all C(G, k) subsets; 1 <= k <= G (k = 1 is GRPO's advantage exactly)."""
+    positive_weight: float = 0.1
+    """lambda of W-REINFORCE (advantage=w_reinforce, Zhu et al. 2025 use 0.1): a right completion's
+    advantage, a wrong one's being -1; NSR is lambda = 0 (advantage=nsr ignores this field)."""
     adv_eps: float = 1e-6
     """eps in the GRPO std division; > 0 (a zero-variance group gets A = 0 exactly regardless)."""
     policy_loss: str = "ppo"
@@ -118,6 +134,22 @@ class GRPOConfig:
     """DAPO overlong filtering: give truncated completions zero loss weight (see `overlong_mask`)."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose G rewards are all equal, up to 4 x B looked at (`keep_group`)."""
+    cov_penalty: str = "none"
+    """Restrain the tokens whose log-prob covaries most with their advantage, which drive the entropy
+    collapse (Cui et al. 2025, `covariance_tokens`): none | clip_cov (detach the gradient of a random
+    r of the tokens with omega_low <= Cov <= omega_high) | kl_cov (add beta |log pi - log pi_old| to the top-k of Cov)."""
+    cov_clip_frac: float = 2e-4
+    """r of Clip-Cov: the share of the (micro)batch's tokens detached (at least one); Cui et al. use 2e-4
+    on batches of millions of tokens."""
+    cov_clip_low: float = 1.0
+    """omega_low of Clip-Cov: tokens with Cov below it are never detached (Cui et al.: 1)."""
+    cov_clip_high: float = 5.0
+    """omega_high of Clip-Cov: tokens with Cov above it are never detached (Cui et al.: 5)."""
+    cov_kl_frac: float = 2e-3
+    """k of KL-Cov: the share of the (micro)batch's tokens, largest Cov first, that get the KL term (at least one)."""
+    cov_kl_coef: float = 1.0
+    """beta of KL-Cov (Cui et al.: 1). The term is 0 with gradient 0 where pi = pi_old, i.e. at the
+    batch's first optimizer step: it acts from the second (--minibatches or --ppo-epochs > 1)."""
 
     def __post_init__(self):
         def bad(field, why):
@@ -130,8 +162,21 @@ class GRPOConfig:
                 bad(name, f"must be one of {allowed}")
         if not _is_int(self.group_size) or self.group_size < 1:
             bad("group_size", "must be an int >= 1")
-        if self.advantage != "reinforce" and self.group_size < 2:
+        if self.advantage not in ("reinforce",) + SIGNED_ADVANTAGES and self.group_size < 2:
             bad("group_size", f"advantage={self.advantage!r} needs a group baseline, so G >= 2")
+        if self.advantage == "passk" and (not _is_int(self.pass_k) or not 1 <= self.pass_k <= self.group_size):
+            bad("pass_k", f"must be an int in 1..group_size ({self.group_size})")
+        if not _is_real(self.positive_weight) or self.positive_weight < 0:
+            bad("positive_weight", "must be a finite number >= 0")
+        if self.cov_penalty not in COV_PENALTIES:
+            bad("cov_penalty", f"must be one of {COV_PENALTIES}")
+        for name in ("cov_clip_frac", "cov_kl_frac"):
+            if not _is_real(getattr(self, name)) or not 0 < getattr(self, name) <= 1:
+                bad(name, "must be a share of the tokens in (0, 1]")
+        if not (_is_real(self.cov_clip_low) and _is_real(self.cov_clip_high)) or self.cov_clip_low > self.cov_clip_high:
+            bad("cov_clip_low", f"must be finite and <= cov_clip_high ({self.cov_clip_high})")
+        if not _is_real(self.cov_kl_coef) or self.cov_kl_coef < 0:
+            bad("cov_kl_coef", "must be a finite number >= 0")
         if not _is_real(self.adv_eps) or self.adv_eps <= 0:
             bad("adv_eps", "must be a finite number > 0")
         if not _is_real(self.clip_eps_low) or not 0 < self.clip_eps_low < 1:
@@ -185,10 +230,82 @@ def group_advantages(rewards_BG, cfg: GRPOConfig):
     elif cfg.advantage == "rloo":
         baseline_BG = (r_BG.sum(axis=1, keepdims=True) - r_BG) / (G - 1)  # mean of the other G-1
         adv_BG = r_BG - baseline_BG
+    elif cfg.advantage == "passk":
+        return passk_advantages(r_BG, cfg.pass_k, cfg.adv_eps)
+    elif cfg.advantage in SIGNED_ADVANTAGES:
+        return signed_advantages(r_BG, 0.0 if cfg.advantage == "nsr" else cfg.positive_weight)
     else:  # reinforce with a batch baseline
         adv_BG = r_BG - r_BG.mean()
         return jnp.where(jnp.all(r_BG == r_BG.reshape(-1)[0]), 0.0, adv_BG)
     return jnp.where(zero_variance_groups(r_BG)[:, None], adv_BG, 0.0)
+
+
+def _comb(n: int, k: int) -> int:
+    return math.comb(n, k) if 0 <= k <= n else 0
+
+
+def passk_weights(G: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(v_G, W_GG) for `passk_advantages`, over a group's rewards sorted ascending (0-based positions):
+    v[j] = C(j, k-1) / C(G, k): the share of the k-subsets whose max is the j-th smallest reward (ties
+    go to the later position; the max's VALUE is the same either way);
+    W[p, j] = the share of the k-subsets holding position p whose max is position j: C(p, k-1) / C(G-1, k-1)
+    for j = p (the other k-1 all below p), C(j-1, k-2) / C(G-1, k-1) for j > p, 0 for j < p. Rows sum to 1."""
+    v_G = np.array([_comb(j, k - 1) for j in range(G)], np.float64) / _comb(G, k)
+    W_GG = np.zeros((G, G), np.float64)
+    for p in range(G):
+        W_GG[p, p] = _comb(p, k - 1)
+        for j in range(p + 1, G):
+            W_GG[p, j] = _comb(j - 1, k - 2)
+    return v_G, W_GG / _comb(G - 1, k - 1)
+
+
+def passk_advantages(rewards_BG, k: int, eps: float = 1e-6):
+    """Pass@k Training's advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
+    Exploration and Exploitation of Large Reasoning Models", arXiv:2508.10751, analytical form), f32.
+
+    Split a group of G completions into every k-subset S (C(G, k) of them); the subset's reward is
+    max_{i in S} r_i (with 0/1 rewards: 1 if any of the k passes, i.e. pass@k); normalise the subset
+    rewards over the subsets, A_S = (R_S - mean_S R) / (std_S R + eps) (population std); a completion's
+    advantage is the mean A_S over the C(G-1, k-1) subsets that hold it. In closed form, with
+    R_bar = mean_S R_S, sigma = std_S R_S and m_i = mean_{S ni i} R_S:   A_i = (m_i - R_bar) / (sigma + eps).
+    With 0/1 rewards and N_neg wrong completions this is the paper's result:
+        R_bar = 1 - C(N_neg, k) / C(G, k),   sigma = sqrt(R_bar (1 - R_bar)),
+        A_pos = (1 - R_bar) / sigma,         A_neg = (1 - R_bar - C(N_neg - 1, k - 1) / C(G - 1, k - 1)) / sigma.
+    Any rewards work (not only 0/1): the means over subsets come from the sorted rewards with the fixed
+    weights of `passk_weights`. A wrong completion in a group that some other completion solves gets a
+    smaller penalty than under GRPO (most of its subsets pass anyway): the policy is pushed less towards
+    one answer. A group whose every k-subset has the same max (all equal, or its G - k + 1 best equal)
+    gets A = 0 exactly. k = 1 is GRPO's advantage."""
+    r_BG = jnp.asarray(rewards_BG, jnp.float32)
+    B, G = r_BG.shape
+    if not _is_int(k) or not 1 <= k <= G:
+        raise ValueError(f"passk_advantages: k={k!r} must be an int in 1..G={G}")
+    v_G, W_GG = (jnp.asarray(x, jnp.float32) for x in passk_weights(G, k))
+    order_BG = jnp.argsort(r_BG, axis=1, stable=True)
+    s_BG = jnp.take_along_axis(r_BG, order_BG, axis=1)              # ascending
+    mean_B1 = (s_BG @ v_G)[:, None]                                  # R_bar
+    var_B1 = jnp.maximum((jnp.square(s_BG) @ v_G)[:, None] - jnp.square(mean_B1), 0.0)
+    m_sorted_BG = s_BG @ W_GG.T                                      # m_i at sorted position p
+    adv_sorted_BG = (m_sorted_BG - mean_B1) / (jnp.sqrt(var_B1) + eps)
+    adv_BG = jnp.zeros_like(r_BG).at[jnp.arange(B)[:, None], order_BG].set(adv_sorted_BG)
+    constant_B1 = s_BG[:, k - 1:k] == s_BG[:, -1:]                   # every subset's max is the same value
+    return jnp.where(constant_B1, 0.0, adv_BG)
+
+
+def signed_advantages(rewards_BG, positive_weight: float):
+    """NSR and W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in
+    LLM Reasoning", arXiv:2506.01347), f32. Their rewards are +1 / -1 and their objective
+    lambda * L_PSR + L_NSR is REINFORCE without a baseline, positive samples weighted by lambda: with our
+    rewards r in [0, 1] mapped to rho = 2r - 1,
+        A_i = lambda * rho_i  if rho_i > 0,   rho_i  otherwise
+    (0/1 rewards: lambda for a right completion, -1 for a wrong one). NSR is lambda = 0: only wrong
+    completions are trained on, their probability pushed down and spread over the other tokens, which
+    keeps the model's other answers (its pass@k); W-REINFORCE (lambda = 0.1 in the paper) adds a little
+    of the positive signal. No group baseline: a group whose completions all fail is still pushed down."""
+    if not _is_real(positive_weight) or positive_weight < 0:
+        raise ValueError(f"signed_advantages: positive_weight={positive_weight!r} must be a finite number >= 0")
+    rho_BG = 2.0 * jnp.asarray(rewards_BG, jnp.float32) - 1.0
+    return jnp.where(rho_BG > 0, positive_weight * rho_BG, rho_BG)
 
 
 def zero_variance_groups(rewards_BG):
@@ -431,6 +548,60 @@ def _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig):
                 dual_BT=dual_active_BT & m_BT)
 
 
+def token_covariance(logp_BT, adv_B, mask_BT):
+    """Cov_t = (log pi(y_t) - mean log pi) * (A_t - mean A) per token, the means over the masked tokens
+    of the (micro)batch (Cui et al. 2025, eq. 11's per-token terms), stop-gradient, f32; 0 on padding.
+    A_t is its completion's advantage. A large positive Cov marks a token that is both likely and
+    rewarded (or unlikely and penalised): the updates that sharpen the policy and collapse its entropy."""
+    m_BT = jnp.asarray(mask_BT).astype(bool)
+    mf_BT = m_BT.astype(jnp.float32)
+    logp_BT = jax.lax.stop_gradient(jnp.where(m_BT, jnp.asarray(logp_BT, jnp.float32), 0.0))
+    adv_BT = jnp.where(m_BT, jnp.asarray(adv_B, jnp.float32)[:, None], 0.0)
+    cov_BT = (logp_BT - _masked_mean(logp_BT, mf_BT)) * (adv_BT - _masked_mean(adv_BT, mf_BT))
+    return jnp.where(m_BT, cov_BT, 0.0)
+
+
+def _nth_largest(x_N, n):
+    """The n-th largest of x (n >= 1, traced or not)."""
+    return jnp.sort(x_N)[::-1][n - 1]
+
+
+def covariance_tokens(logp_BT, adv_B, mask_BT, cfg: GRPOConfig, key=None):
+    """Step 4b's token selection (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
+    Reasoning Language Models", arXiv:2505.22617, section 4): a bool [B, T], True on the tokens whose
+    update is restrained. N = masked tokens of the (micro)batch, Cov = `token_covariance`:
+      clip_cov: max(1, floor(r N)) tokens drawn uniformly (with `key`) from those with
+                omega_low <= Cov <= omega_high (fewer if fewer are there); their gradient is detached.
+      kl_cov:   the max(1, floor(k N)) tokens of largest Cov (ties at the threshold all count); they get
+                beta |log pi - log pi_old| added to their loss.
+    The shares are of the tokens the loss sees at once: with gradient accumulation, of a microbatch."""
+    m_BT = jnp.asarray(mask_BT).astype(bool)
+    if cfg.cov_penalty == "none":
+        return jnp.zeros(m_BT.shape, bool)
+    cov_BT = token_covariance(logp_BT, adv_B, m_BT)
+    n_tokens = jnp.sum(m_BT)
+    if cfg.cov_penalty == "kl_cov":
+        n = jnp.maximum(jnp.floor(cfg.cov_kl_frac * n_tokens).astype(jnp.int32), 1)
+        threshold = _nth_largest(jnp.where(m_BT, cov_BT, -jnp.inf).reshape(-1), n)
+        return m_BT & (cov_BT >= threshold)
+    if key is None:
+        raise ValueError("cov_penalty='clip_cov' draws its tokens at random: pass key (a jax.random key)")
+    n = jnp.maximum(jnp.floor(cfg.cov_clip_frac * n_tokens).astype(jnp.int32), 1)
+    candidate_BT = m_BT & (cov_BT >= cfg.cov_clip_low) & (cov_BT <= cfg.cov_clip_high)
+    # a uniform random order of the candidates: the n with the largest draws (others get -1)
+    u_BT = jnp.where(candidate_BT, jax.random.uniform(key, m_BT.shape), -1.0)
+    threshold = _nth_largest(u_BT.reshape(-1), n)
+    return candidate_BT & (u_BT >= threshold)
+
+
+def tokens_key(tokens_BT):
+    """A jax.random key made from a microbatch's tokens, for Clip-Cov's draw: different rows give
+    another draw, the same rows the same one (a rerun repeats it). jit-able."""
+    t_N = jnp.asarray(tokens_BT).reshape(-1).astype(jnp.uint32)
+    mix = jnp.sum(t_N * (jnp.arange(t_N.size, dtype=jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(1)))
+    return jax.random.fold_in(jax.random.PRNGKey(0), mix)
+
+
 def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
     """Step 5: off-policy weight w_BT on rho = pi_old / pi_behav (stop-gradient), f32; 1 on padding.
 
@@ -500,24 +671,34 @@ def _is_modified(logp_old_BT, logp_behav_BT, w_BT, m_BT, cfg: GRPOConfig):
 
 
 def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
-                logp_ref_BT=None):
+                logp_ref_BT=None, key=None):
     """The policy-gradient loss (to MINIMISE) and an aux dict; see the module docstring for the steps.
 
     logp_BT: log pi_theta of the sampled tokens (differentiated). logp_old_BT: the proximal policy pi_old
     (stop-gradient; at the first step on-policy it equals logp_BT, so the ratio is exactly 1).
     logp_behav_BT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_BT: the
     reference policy, read only when kl_beta > 0. adv_B: one advantage per completion row (flatten the
-    B x G advantages). Masked positions may hold anything, -inf and NaN included.
+    B x G advantages). Masked positions may hold anything, -inf and NaN included. key: Clip-Cov's draw
+    (cov_penalty=clip_cov needs it; `tokens_key` makes one from the rows).
 
     aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
     (fraction of tokens whose clip is active, i.e. zero gradient: A<0 & r<1-eps_low / A>0 & r>1+eps_high),
     dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis or rejected by a mask),
-    num_tokens, and the arrays ratio_BT and is_weight_BT (1 on padding).
+    cov_frac (tokens Clip-Cov detached or KL-Cov penalised), num_tokens, and the arrays ratio_BT and
+    is_weight_BT (1 on padding).
     """
     logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT = _loss_inputs(
         logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg)
     s = _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg)  # Steps 1-4
     m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
+
+    # Step 4b: Clip-Cov / KL-Cov restrain the few tokens of largest covariance (none: nothing selected).
+    cov_BT = covariance_tokens(s["logp_BT"], adv_B, m_BT, cfg, key)
+    if cfg.cov_penalty == "clip_cov":  # same value, no gradient
+        s["pg_BT"] = jnp.where(cov_BT, jax.lax.stop_gradient(s["pg_BT"]), s["pg_BT"])
+    elif cfg.cov_penalty == "kl_cov":
+        d_BT = s["logp_BT"] - s["logp_old_BT"]  # |d| with gradient sign(d): 0 at d = 0, where KL(pi_old || pi) is least
+        s["pg_BT"] = s["pg_BT"] + jnp.where(cov_BT, cfg.cov_kl_coef * d_BT * jax.lax.stop_gradient(jnp.sign(d_BT)), 0.0)
 
     # Step 5: off-policy correction weight (decoupled PPO), no gradient.
     w_BT = is_weights(logp_old_BT, logp_behav_BT, m_BT, cfg)
@@ -539,6 +720,7 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
                dual_clip_frac=_masked_mean(s["dual_BT"], mf_BT),
                is_weight_mean=_masked_mean(w_BT, mf_BT),
                is_frac_modified=_masked_mean(modified_BT, mf_BT),
+               cov_frac=_masked_mean(cov_BT, mf_BT),
                num_tokens=jnp.sum(mf_BT),
                ratio_BT=jax.lax.stop_gradient(jnp.where(m_BT, s["ratio_BT"], 1.0)),
                is_weight_BT=w_BT)

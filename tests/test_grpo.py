@@ -69,15 +69,16 @@ def test_reinforce_advantage_by_hand():
     close(adv, REWARDS - 1.125)
 
 
-@pytest.mark.parametrize("advantage", grpo.ADVANTAGES)
+@pytest.mark.parametrize("advantage", [a for a in grpo.ADVANTAGES if a not in grpo.SIGNED_ADVANTAGES])
 def test_all_equal_group_gives_exact_zero_advantage(advantage):
     # 0.1*3/3 != 0.1 in floating point; the advantage must still be exactly 0, not residue/eps.
+    # (nsr and w_reinforce have no baseline: an all-wrong group is pushed down, tested on their own)
     r = np.array([[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]], np.float32)
-    adv = np.asarray(grpo.group_advantages(r, cfg_(group_size=3, advantage=advantage)))
+    adv = np.asarray(grpo.group_advantages(r, cfg_(group_size=3, advantage=advantage, pass_k=2)))
     assert np.array_equal(adv, np.zeros_like(adv))
     # a mixed batch: only the all-equal group is zeroed
-    r2 = np.array([[0.1, 0.1, 0.1], [0.0, 1.0, 1.0]], np.float32)
-    adv2 = np.asarray(grpo.group_advantages(r2, cfg_(group_size=3, advantage=advantage)))
+    r2 = np.array([[0.1, 0.1, 0.1], [0.0, 0.0, 1.0]], np.float32)
+    adv2 = np.asarray(grpo.group_advantages(r2, cfg_(group_size=3, advantage=advantage, pass_k=2)))
     assert np.all(np.isfinite(adv2))
     if advantage != "reinforce":
         assert np.array_equal(adv2[0], np.zeros(3)) and np.any(adv2[1] != 0)
@@ -609,6 +610,11 @@ def test_pass_at_k_errors():
     (dict(overlong_buffer_len=4), "overlong_buffer_len"),
     (dict(max_len=4, overlong_buffer_len=5), "overlong_buffer_len"),
     (dict(overlong_filter=True), "max_len"), (dict(overlong_penalty_factor=-1.0), "overlong_penalty_factor"),
+    (dict(advantage="passk", pass_k=0), "pass_k"), (dict(advantage="passk", pass_k=9), "pass_k"),
+    (dict(advantage="passk", pass_k=2.0), "pass_k"), (dict(positive_weight=-0.1), "positive_weight"),
+    (dict(cov_penalty="clip"), "cov_penalty"), (dict(cov_clip_frac=0.0), "cov_clip_frac"),
+    (dict(cov_kl_frac=1.5), "cov_kl_frac"), (dict(cov_clip_low=6.0), "cov_clip_low"),
+    (dict(cov_kl_coef=-1.0), "cov_kl_coef"), (dict(advantage="rloo", group_size=1), "group_size"),
 ])
 def test_config_validation(kw, field):
     with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
@@ -621,4 +627,148 @@ def test_config_valid_variants():
     GRPOConfig(advantage="drgrpo", loss_agg="seq_mean_token_sum_norm", max_len=1024)
     GRPOConfig(policy_loss="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4, loss_agg="seq_mean_token_mean")
     GRPOConfig(max_len=100, overlong_buffer_len=20, overlong_filter=True, dynamic_sampling=True)
+    GRPOConfig(group_size=1, advantage="nsr")  # no group baseline: one completion per prompt is enough
+    GRPOConfig(advantage="passk", pass_k=8, cov_penalty="kl_cov", cov_kl_frac=1.0)
     hash(GRPOConfig())  # frozen: usable as a static jit argument
+
+
+# ----------------------------------------------------------------------------------------------------
+# Objectives that keep pass@k: Pass@k Training, NSR / W-REINFORCE, Clip-Cov / KL-Cov
+
+def passk_by_enumeration(r_G, k, eps=1e-6):
+    """The definition: every k-subset's reward is its max, normalised over the subsets (population
+    std), and a completion's advantage is the mean over the subsets that hold it."""
+    subsets = list(itertools.combinations(range(len(r_G)), k))
+    R = np.array([max(r_G[i] for i in S) for S in subsets], np.float64)
+    if np.ptp(R) == 0:
+        return np.zeros(len(r_G))
+    A = (R - R.mean()) / (R.std() + eps)
+    return np.array([np.mean([a for a, S in zip(A, subsets) if i in S]) for i in range(len(r_G))])
+
+
+@pytest.mark.parametrize("G,k", [(2, 1), (4, 2), (5, 3), (6, 2), (8, 4), (8, 7), (8, 8)])
+def test_passk_advantage_equals_enumeration_over_all_subsets(G, k):
+    rng = np.random.default_rng(G * 10 + k)
+    groups = [rng.choice([0.0, 1.0], G) for _ in range(6)]            # 0/1 rewards
+    groups += [np.round(rng.random(G), 1) for _ in range(6)]           # partial rewards, with ties
+    groups += [np.zeros(G), np.ones(G), np.eye(G)[0], 1.0 - np.eye(G)[0]]
+    r_BG = np.stack(groups).astype(np.float32)
+    adv = np.asarray(grpo.group_advantages(r_BG, cfg_(group_size=G, advantage="passk", pass_k=k)))
+    want = np.stack([passk_by_enumeration(r, k) for r in r_BG])
+    close(adv, want, tol=2e-4)
+
+
+def test_passk_advantage_paper_closed_form_by_hand():
+    # G = 8, k = 4, 3 right and 5 wrong. R_bar = 1 - C(5,4)/C(8,4) = 1 - 5/70 = 13/14; sigma =
+    # sqrt(13/14 * 1/14) = 0.2575393; A_pos = (1/14)/sigma = 0.2773501; A_neg = (1/14 - C(4,3)/C(7,3))/sigma
+    # = (1/14 - 4/35)/sigma = -0.1664101. (GRPO would give +1.2909944 / -0.7745967: a wrong sample in a
+    # group that is solved anyway is penalised far less.)
+    r = np.array([[1, 0, 0, 1, 0, 0, 1, 0]], np.float32)
+    adv = grpo.group_advantages(r, cfg_(group_size=8, advantage="passk", pass_k=4))
+    close(adv, np.where(r > 0, 0.2773501, -0.1664101))
+    # k = 1 is GRPO's advantage; one wrong in eight with k = 4: every subset passes, A = 0 exactly
+    close(grpo.group_advantages(r, cfg_(group_size=8, advantage="passk", pass_k=1)),
+          grpo.group_advantages(r, cfg_(group_size=8)))
+    one_wrong = np.array([[1, 1, 1, 0, 1, 1, 1, 1]], np.float32)
+    assert np.array_equal(np.asarray(grpo.passk_advantages(one_wrong, 4)), np.zeros((1, 8)))
+
+
+def test_passk_weights_rows_are_distributions():
+    for G, k in [(8, 4), (5, 1), (6, 6)]:
+        v, W = grpo.passk_weights(G, k)
+        close(v.sum(), 1.0)
+        close(W.sum(1), np.ones(G))
+        assert np.all(np.tril(W, -1) == 0)  # a subset's max is never below a member
+
+
+def test_signed_advantages_by_hand():
+    # rho = 2r - 1 = (1, -1, 0, 0.5); W-REINFORCE (lambda 0.1): (0.1, -1, 0, 0.05); NSR: (0, -1, 0, 0)
+    r = np.array([[1.0, 0.0, 0.5, 0.75], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    close(grpo.group_advantages(r, cfg_(group_size=4, advantage="w_reinforce")), [[0.1, -1, 0, 0.05], [-1, -1, -1, -1]])
+    close(grpo.group_advantages(r, cfg_(group_size=4, advantage="w_reinforce", positive_weight=1.0)),
+          [[1, -1, 0, 0.5], [-1, -1, -1, -1]])
+    close(grpo.group_advantages(r, cfg_(group_size=4, advantage="nsr", positive_weight=0.7)),
+          [[0, -1, 0, 0], [-1, -1, -1, -1]])  # nsr is lambda = 0 whatever positive_weight says
+
+
+def test_nsr_trains_on_wrong_completions_only():
+    # On-policy, one token per completion: the loss's gradient is -A_i / N on completion i's log-prob,
+    # so NSR's is 0 on the right completions and +1/N (push down) on the wrong ones.
+    r = np.array([[1.0, 0.0, 1.0, 0.0]], np.float32)
+    adv = np.asarray(grpo.group_advantages(r, cfg_(group_size=4, advantage="nsr"))).reshape(-1)
+    logp = jnp.array([[-0.5], [-1.0], [-2.0], [-0.1]])
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), adv, jnp.ones((4, 1)),
+                                             cfg_(group_size=4, advantage="nsr"))[0])(logp)
+    close(g[:, 0], [0.0, 0.25, 0.0, 0.25])
+
+
+# two completions of 3 tokens, the last token of row 1 is padding: N = 5 tokens
+COV_LOGP = jnp.array([[-0.2, -1.0, -3.0], [-0.4, -2.2, 0.0]])
+COV_MASK = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+COV_ADV = jnp.array([1.5, -1.0])
+
+
+def test_token_covariance_by_hand():
+    # mean logp = (-0.2 - 1 - 3 - 0.4 - 2.2)/5 = -1.36; mean A = (3*1.5 - 2*1)/5 = 0.5
+    # row 0 (A - 0.5 = 1): 1.16, 0.36, -1.64; row 1 (A - 0.5 = -1.5): -1.44, 1.26, 0 (padding)
+    cov = grpo.token_covariance(COV_LOGP, COV_ADV, COV_MASK)
+    close(cov, [[1.16, 0.36, -1.64], [-1.44, 1.26, 0.0]])
+
+
+def test_kl_cov_penalises_the_largest_covariance_tokens_by_hand():
+    # k N = 0.4 * 5 = 2 tokens: the two largest Cov, 1.26 (row 1, t 1) and 1.16 (row 0, t 0).
+    cfg = cfg_(cov_penalty="kl_cov", cov_kl_frac=0.4, cov_kl_coef=2.0, is_correction="none")
+    sel = grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg)
+    assert np.array_equal(np.asarray(sel), [[True, False, False], [False, True, False]])
+    old = COV_LOGP + jnp.array([[0.1, -0.05, 0.0], [0.0, -0.05, 0.0]])   # pi moved from pi_old
+    base = cfg_(is_correction="none")
+    loss, aux = grpo.policy_loss(COV_LOGP, old, COV_ADV, COV_MASK, cfg)
+    loss0, _ = grpo.policy_loss(COV_LOGP, old, COV_ADV, COV_MASK, base)
+    close(loss - loss0, 2.0 * (0.1 + 0.05) / 5)      # beta |logp - logp_old| on the two, token mean
+    close(aux["cov_frac"], 2 / 5)
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, old, COV_ADV, COV_MASK, cfg)[0])(COV_LOGP)
+    g0 = jax.grad(lambda lp: grpo.policy_loss(lp, old, COV_ADV, COV_MASK, base)[0])(COV_LOGP)
+    # d|logp - old|/dlogp = sign(logp - old): -1 at (0,0) (logp below old), +1 at (1,1)
+    close(g - g0, [[-2.0 / 5, 0, 0], [0, 2.0 / 5, 0]])
+    # on-policy (pi = pi_old, the batch's first optimizer step) the term and its gradient are 0
+    g_on = jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), COV_ADV, COV_MASK, cfg)[0])(COV_LOGP)
+    g_on0 = jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), COV_ADV, COV_MASK, base)[0])(COV_LOGP)
+    close(g_on, g_on0)
+
+
+def test_clip_cov_detaches_random_tokens_inside_the_band():
+    # band [1, 1.2]: only Cov 1.16 (row 0, t 0) is inside; r N = 0.2 * 5 = 1 token: that one.
+    cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.2, cov_clip_low=1.0, cov_clip_high=1.2, is_correction="none")
+    key = jax.random.PRNGKey(3)
+    loss, aux = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg, key=key)
+    loss0, _ = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg_(is_correction="none"))
+    close(loss, loss0)                                  # the value is unchanged: only the gradient goes
+    grad = lambda c: jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), COV_ADV, COV_MASK, c,  # noqa: E731
+                                                          key=key)[0])(COV_LOGP)
+    g, g0 = grad(cfg), grad(cfg_(is_correction="none"))
+    close(g, np.where([[1, 0, 0], [0, 0, 0]], 0.0, g0))
+    close(aux["cov_frac"], 1 / 5)
+    with pytest.raises(ValueError, match="key"):
+        grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg)
+
+
+def test_clip_cov_draw_is_uniform_over_the_band_and_capped():
+    # band [0, 2]: Cov 1.16, 0.36, 1.26 are inside (3 candidates); one is drawn per key, each about 1/3
+    # of the time; a share above the candidates' detaches all of them, never a token outside the band.
+    cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.2, cov_clip_low=0.0, cov_clip_high=2.0)
+    draw = jax.jit(lambda key: grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg, key))
+    picks = np.stack([np.asarray(draw(jax.random.PRNGKey(i))) for i in range(300)])
+    assert np.all(picks.sum((1, 2)) == 1)
+    share = picks.mean(0)
+    assert np.all(share[[0, 1], [2, 2]] == 0) and share[1, 0] == 0      # outside the band, or padding
+    assert all(0.23 < share[i, j] < 0.44 for i, j in [(0, 0), (0, 1), (1, 1)]), share
+    every = grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, dataclasses.replace(cfg, cov_clip_frac=1.0),
+                                   jax.random.PRNGKey(0))
+    assert np.array_equal(np.asarray(every), [[True, True, False], [False, True, False]])
+
+
+def test_tokens_key_depends_on_the_rows():
+    a = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
+    same = jax.jit(grpo.tokens_key)(a)
+    assert np.array_equal(np.asarray(same), np.asarray(grpo.tokens_key(a)))
+    assert not np.array_equal(np.asarray(same), np.asarray(grpo.tokens_key(a[::-1])))
