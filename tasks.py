@@ -297,6 +297,10 @@ class TrainStream:
         combos = self._train[family]
         return make_problem(family, combos[int(rng.integers(len(combos)))], rng, self.cfg)
 
+    def keys(self) -> set[str]:
+        """problem_key of every training problem the stream can draw."""
+        return {_combo_key(f, c) for f, combos in self._train.items() for c in combos}
+
     def __iter__(self) -> Iterator[Problem]:
         i = 0
         while True:
@@ -347,6 +351,92 @@ def split_key(problem: Problem) -> tuple[str, dict[str, int]] | None:
         return None
     coeffs = {k: int(v) for k, v in (kv.split("=") for kv in m.group(2).split(","))}
     return m.group(1), coeffs
+
+
+def problem_key(problem: Problem) -> str:
+    """What counts as "the same problem" for curation (curate.py, trainer --curated/--skip-uniform): for
+    a generated problem its function, "family:coeffs" (the stream draws each function many times, with
+    other shown x); for a dataset problem its item_id."""
+    return key_of_id(problem.item_id)
+
+
+def key_of_id(item_id: str) -> str:
+    """problem_key from a problem's item_id (or a training work item's id, "train/<i>|<problem id>")."""
+    item_id = item_id.split("|", 1)[1] if item_id.startswith("train/") and "|" in item_id else item_id
+    m = re.fullmatch(r"gen/(\w+:[^/]*)/shown=.*", item_id)
+    return m.group(1) if m else item_id
+
+
+def read_keys(path: str) -> set[str]:
+    """A keep list (curate.py's keep.txt): one problem key per line; blank lines and # comments skipped."""
+    with open(path) as f:
+        keys = {line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")}
+    if not keys:
+        raise ValueError(f"keep list {path} names no problem")
+    return keys
+
+
+# ----------------------------------------------------------------------------- the training order
+
+class TrainOrder:
+    """Which training problem the trainer's cursor i is, with curation (docs/results.md measures it):
+
+    source(j) is the j-th problem of the unfiltered order (the embedded stream, or the shuffled dataset).
+      keep:         a set of problem keys (curate.py's keep.txt, `read_keys`): problems with other keys
+                    are passed over (offline curation by the starting policy's pass rate);
+      skip_uniform: N > 0: a problem whose last N groups each had all-equal rewards (all right or all
+                    wrong: zero advantage, no gradient) is passed over, with probability skip_prob,
+                    before it is sampled again (online curation; DAPO's dynamic sampling pays for a
+                    group and then drops it). The draw is fixed by (seed, j), so a resumed run repeats it.
+    Cursors are asked in increasing order (lifecycle.Collector.feed); the state (position in the source,
+    the streaks) goes into the trainer's checkpoint (`state`/`restore`). Never loops forever: after
+    MAX_PASSED_OVER problems passed over in a row, the next one is taken whatever its history."""
+
+    MAX_PASSED_OVER = 10_000
+
+    def __init__(self, source, keep: set | None = None, skip_uniform: int = 0, skip_prob: float = 1.0,
+                 seed: int = 0):
+        self.source, self.keep, self.seed = source, keep, seed
+        self.skip_uniform, self.skip_prob = skip_uniform, skip_prob
+        self.pos, self.next_cursor, self.last = 0, 0, None
+        self.streak: dict[str, int] = {}
+        self.passed_over = {"not_kept": 0, "uniform": 0}
+
+    def __call__(self, cursor: int) -> Problem:
+        if self.last is not None and cursor == self.next_cursor - 1:
+            return self.last
+        if cursor != self.next_cursor:
+            raise ValueError(f"TrainOrder: cursor {cursor} asked after {self.next_cursor - 1}: cursors come in order")
+        for _ in range(self.MAX_PASSED_OVER):
+            j, problem = self.pos, self.source(self.pos)
+            self.pos += 1
+            key = problem_key(problem)
+            if self.keep is not None and key not in self.keep:
+                self.passed_over["not_kept"] += 1
+                continue
+            if self.skip_uniform and self.streak.get(key, 0) >= self.skip_uniform and \
+                    np.random.default_rng([self.seed, j, 0x5C1F]).random() < self.skip_prob:
+                self.passed_over["uniform"] += 1
+                continue
+            break
+        else:  # MAX_PASSED_OVER in a row: take the next one
+            problem, self.pos = self.source(self.pos), self.pos + 1
+        self.next_cursor, self.last = cursor + 1, problem
+        return problem
+
+    def observe(self, item_id: str, rewards_G) -> None:
+        """A training group came back: its problem's streak of all-equal groups grows or ends."""
+        if self.skip_uniform:
+            key, r_G = key_of_id(item_id), np.asarray(rewards_G)
+            self.streak[key] = self.streak.get(key, 0) + 1 if np.all(r_G == r_G[0]) else 0
+
+    def state(self) -> dict:
+        return {"pos": self.pos, "next_cursor": self.next_cursor, "streak": dict(self.streak),
+                "passed_over": dict(self.passed_over)}
+
+    def restore(self, state: dict) -> None:
+        self.pos, self.next_cursor, self.last = state["pos"], state["next_cursor"], None
+        self.streak, self.passed_over = dict(state["streak"]), dict(state["passed_over"])
 
 
 # ----------------------------------------------------------------------------- real datasets

@@ -96,6 +96,16 @@ class Config:
     is a task, the function gets (completion, row) and returns the reward (envs.py)"""
     seed: int = 0
     """data order seed; with it and the cursor, the problems a run sees are fixed"""
+    curated: str = ""
+    """a keep list of problem keys (curate.py's keep.txt: the problems whose pass rate under the
+    starting policy lies in a band): training draws only these; the held-out problems are unchanged"""
+    skip_uniform: int = 0
+    """N > 0: pass over a training problem whose last N groups all had equal rewards (all right or all
+    wrong: no gradient) before sampling it again, with probability --skip-prob (tasks.TrainOrder);
+    metrics curation/passed_over_uniform, curation/passed_over_not_kept; 0 = off"""
+    skip_prob: float = 0.9
+    """with --skip-uniform: the probability of passing such a problem over (below 1 it comes back
+    now and then, in case the policy has changed on it)"""
     steps: int = 60
     """training steps to run: batches, i.e. policy versions (one optimizer step each unless --ppo-epochs or
     --minibatches > 1)"""
@@ -231,6 +241,10 @@ class Config:
             raise ValueError("ppo_epochs and minibatches must be >= 1")
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
+        if self.skip_uniform < 0 or not 0 <= self.skip_prob <= 1:
+            raise ValueError(f"skip_uniform must be >= 0 and skip_prob in [0, 1]; got {self.skip_uniform}, {self.skip_prob}")
+        if self.curated and not os.path.isfile(self.curated):
+            raise ValueError(f"--curated {self.curated}: no such file (curate.py writes keep.txt)")
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
         if self.env not in ("",) + envs.ENVS or not 1 <= self.max_turns <= 64:
             raise ValueError(f"--env must be '' or one of {envs.ENVS}, --max-turns in [1, 64]")
@@ -287,8 +301,9 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
     # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
     # correction (pi_old/pi_behav) acts.
     logp_old_BT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_BT)
-    loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"],
-                                 gcfg, logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"))
+    key = grpo.tokens_key(mb["tokens_BT"]) if gcfg.cov_penalty == "clip_cov" else None  # Clip-Cov's draw
+    loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"], gcfg,
+                                 logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"), key=key)
     aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
     return loss * weight, (logp_BT, aux)
 
@@ -604,11 +619,17 @@ class Trainer:
             self.math = any(p.kind == "math" for p in problems)
             self.train_set, self.heldout = tasks.split_dataset(problems, min(cfg.heldout, len(problems) // 2))
             order = np.random.default_rng(cfg.seed).permutation(len(self.train_set))
-            self.problem = lambda i: self.train_set[order[i % len(order)]]
+            source, train_keys = lambda j: self.train_set[order[j % len(order)]], {tasks.problem_key(p) for p in self.train_set}
         else:
             self.math = False
             stream = tasks.train_problems(cfg.seed)
-            self.problem, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
+            source, self.heldout = stream.__getitem__, tasks.heldout_problems(cfg.heldout)
+            train_keys = stream.keys()
+        # Problem i of the run: the source's order, less what curation passes over (tasks.TrainOrder)
+        keep = tasks.read_keys(cfg.curated) if cfg.curated else None
+        if keep is not None and not keep & train_keys:
+            raise ValueError(f"--curated {cfg.curated}: none of its {len(keep)} keys is a training problem here")
+        self.problem = tasks.TrainOrder(source, keep, cfg.skip_uniform, cfg.skip_prob, cfg.seed)
         # T, one for the run (the rows' length on the wire): from the data's longest prompt
         # (an episode of --max-turns turns: each turn's budget and, between turns, an observation)
         budget = cfg.max_new_tokens if not cfg.env else cfg.max_turns * cfg.max_new_tokens + \
@@ -664,6 +685,8 @@ class Trainer:
         # Step, cursor, counts; prompts without a fate at the checkpoint are sampled again with
         # our (restored) weights, enqueued by the first check_param_server.
         self.collector.restore(meta, wire.WorkItem.from_dict)
+        if "train_order" in meta:
+            self.problem.restore(meta["train_order"])
         self.t_start -= meta.get("time_s", 0.0)  # time_s continues across restarts
         # The ledger as it was at the checkpoint: later fates belong to steps we redo.
         self.ledger_lines = checkpointing.rewind_ledger(ledger_path, meta["ledger_lines"])
@@ -854,6 +877,8 @@ class Trainer:
                              timeout_s=wait_s + 10, what="rollouts")
         for rollout in self.collector.receive(reply.rollouts, self.parse_rollout):
             failures = lifecycle.infra_failures(rollout.statuses)
+            if not failures:
+                self.problem.observe(rollout.item_id, rollout.rewards_G)  # --skip-uniform's streaks
             self.verifier_window.append((failures, len(rollout.statuses)))
             self.step_programs = [self.step_programs[0] + failures, self.step_programs[1] + len(rollout.statuses)]
             if failures:
@@ -922,11 +947,16 @@ class Trainer:
                         "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
                         "reward/pass_frac": float(np.mean(raw_BG >= 1.0)),
                         "reward/partial_frac": float(np.mean((raw_BG > 0) & (raw_BG < 1))),
+                        # how the objective treats right and wrong completions (grpo.group_advantages)
+                        **{f"adv/mean_{name}": float(adv_B[sel].mean()) for name, sel in
+                           (("right", raw_BG.reshape(-1) >= 1.0), ("wrong", raw_BG.reshape(-1) <= 0.0)) if sel.any()},
                         "policy/entropy": float(-(logp_behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
                         "len/completion_mean": float(mask_BT.sum(1).mean()),
                         **staleness_metrics(lifecycle.token_staleness(versions_BT, version), sampled_BT,
                                             self.cfg.max_staleness),
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
+                        **{f"curation/passed_over_{k}": n for k, n in self.problem.passed_over.items()
+                           if self.cfg.curated or self.cfg.skip_uniform},
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),
                         "len/packed": int(packed)})
         self.step_programs = [0, 0]
@@ -1015,7 +1045,7 @@ class Trainer:
         rollouts in hand included), and the ledger's length: a resumed trainer cuts the ledger back
         to it and enqueues those prompts again, so each has exactly one fate in the end."""
         meta = {**self.collector.snapshot(), "seed": self.cfg.seed, "ledger_lines": self.ledger_lines,
-                "time_s": time.monotonic() - self.t_start}
+                "time_s": time.monotonic() - self.t_start, "train_order": self.problem.state()}
         with self.timeline.span("checkpoint", step=self.step_n):
             path = self.collective("checkpoint", {"step": self.step_n, "meta": meta})
         self.log(f"checkpoint {path}")

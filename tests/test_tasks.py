@@ -320,3 +320,84 @@ def test_warmup_report_does_not_fork_after_jax_started():
     assert proc.returncode == 0, proc.stderr
     assert "held-out samples: right" in proc.stdout
     assert "os.fork() was called" not in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------- curation: the training order
+
+def test_problem_key_is_the_function_for_generated_problems_and_the_id_otherwise():
+    stream = tasks.train_problems(0)
+    p = stream[3]
+    family, coeffs = tasks.split_key(p)
+    key = tasks.problem_key(p)
+    assert key == family + ":" + ",".join(f"{k}={v}" for k, v in sorted(coeffs.items()))
+    assert tasks.key_of_id(f"train/17|{p.item_id}") == key == tasks.key_of_id(p.item_id)
+    assert tasks.key_of_id("train/2|HumanEval/0") == "HumanEval/0" == tasks.key_of_id("HumanEval/0")
+    # the same function with other shown x is the same problem
+    same = [q for q in (stream[i] for i in range(3000)) if tasks.problem_key(q) == key]
+    assert len(same) >= 1 and key in stream.keys() and len(stream.keys()) > 1000
+    assert not stream.keys() & {tasks.problem_key(q) for q in tasks.heldout_problems(256)}
+
+
+def test_train_order_without_curation_is_the_source_order():
+    stream = tasks.train_problems(5)
+    order = tasks.TrainOrder(stream.__getitem__)
+    assert [order(i).item_id for i in range(20)] == [stream[i].item_id for i in range(20)]
+    assert order(19) is order(19)  # the last cursor asked again: the same problem
+    with pytest.raises(ValueError, match="in order"):
+        order(25)
+
+
+def test_train_order_keeps_only_the_keep_list(tmp_path):
+    stream = tasks.train_problems(0)
+    keys = [tasks.problem_key(stream[i]) for i in range(40)]
+    path = tmp_path / "keep.txt"
+    path.write_text("# band (0, 1), k 8\n" + "\n".join(keys[:10]) + "\n\n")
+    keep = tasks.read_keys(str(path))
+    assert keep == set(keys[:10])
+    order = tasks.TrainOrder(stream.__getitem__, keep)
+    got = [order(i) for i in range(30)]
+    assert all(tasks.problem_key(p) in keep for p in got)
+    # the kept problems come in the source's order: the source filtered
+    assert [p.item_id for p in got] == [q.item_id for q in (stream[j] for j in range(order.pos)) if
+                                        tasks.problem_key(q) in keep]
+    assert order.passed_over["not_kept"] == order.pos - 30 > 0
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(ValueError, match="names no problem"):
+        tasks.read_keys(str(tmp_path / "empty.txt"))
+
+
+def test_train_order_passes_over_problems_whose_last_groups_were_uniform():
+    # A source that cycles over 4 problems: A B C D A B C D ...
+    probs = [tasks.Problem(item_id=f"p{i}", prompt="x", tests="assert True", entry_point="f", kind="assert") for i in range(4)]
+    order = tasks.TrainOrder(lambda j: probs[j % 4], skip_uniform=2, skip_prob=1.0)
+    assert [order(i).item_id for i in range(4)] == ["p0", "p1", "p2", "p3"]
+    for rewards in ([1, 1, 1], [0, 0, 0]):            # p0: two all-equal groups (all right, then all wrong)
+        order.observe("train/0|p0", rewards)
+    order.observe("train/1|p1", [1, 1, 1])             # p1: only one: below N = 2
+    order.observe("train/2|p2", [0, 0, 0])
+    order.observe("train/2|p2", [0, 1, 0])             # p2: a mixed group ends its streak
+    assert order.streak == {"p0": 2, "p1": 1, "p2": 0}
+    assert [order(i).item_id for i in range(4, 10)] == ["p1", "p2", "p3", "p1", "p2", "p3"]
+    assert order.passed_over["uniform"] == 2
+    # state round trip: a resumed order continues exactly where the checkpoint was
+    again = tasks.TrainOrder(lambda j: probs[j % 4], skip_uniform=2, skip_prob=1.0)
+    again.restore(order.state())
+    assert [again(i).item_id for i in range(10, 14)] == [order(i).item_id for i in range(10, 14)]
+    # skip_prob < 1: passed over about that often, the draw fixed by (seed, position)
+    some = tasks.TrainOrder(lambda j: probs[j % 4], skip_uniform=1, skip_prob=0.5, seed=3)
+    some.streak = {"p0": 1}
+    seen = [some(i).item_id for i in range(400)]
+    share = some.passed_over["uniform"] / (seen.count("p0") + some.passed_over["uniform"])
+    assert 0.35 < share < 0.65, share
+    replay = tasks.TrainOrder(lambda j: probs[j % 4], skip_uniform=1, skip_prob=0.5, seed=3)
+    replay.streak = {"p0": 1}
+    assert [replay(i).item_id for i in range(400)] == seen
+
+
+def test_train_order_never_loops_forever():
+    probs = [tasks.Problem(item_id="only", prompt="x", tests="assert True", entry_point="f", kind="assert")]
+    order = tasks.TrainOrder(lambda j: probs[0], skip_uniform=1, skip_prob=1.0)
+    order.MAX_PASSED_OVER = 50
+    order(0)
+    order.observe("train/0|only", [1, 1])
+    assert order(1).item_id == "only" and order.passed_over["uniform"] == 50 and order.pos == 52
