@@ -267,3 +267,40 @@ def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
     with pytest.raises(wire.WireError, match="crn_key"):
         wire.WorkItem.from_dict({"item_id": "x", "prompt": "p", "group_size": 1, "seq_len": 8, "max_new_tokens": 2,
                                  "min_version": 0, "crn_key": 5})
+
+
+def test_curation_keeps_the_keep_list_passes_over_uniform_problems_and_resumes(roles, tmp_path, tiny):
+    """--curated (offline, curate.py's keep list) and --skip-uniform (online) in a real run: every
+    prompt trained is on the list; problems whose last group was all-equal (the random model fails
+    nearly everything) are passed over; the order's state survives a resume; a list naming no
+    training problem is refused at start."""
+    import tasks
+    keep = sorted({tasks.problem_key(tasks.train_problems(0)[i]) for i in range(12)})[:6]
+    keep_path = tmp_path / "keep.txt"
+    keep_path.write_text("# 6 problems\n" + "\n".join(keep) + "\n")
+    run_dir = str(tmp_path / "run")
+    args = ["--curated", str(keep_path), "--skip-uniform", "1", "--skip-prob", "0.5", "--checkpoint-every", "2"]
+    trainer, ps = start_system(roles, run_dir, tiny, trainer_args=["--steps", "3", *args])
+    finish(roles, trainer)
+    steps = [r for r in metrics(run_dir) if "reward/mean" in r]
+    assert steps[-1]["curation/passed_over_not_kept"] > 0
+    assert steps[-1]["curation/passed_over_uniform"] > 0, steps[-1]
+    meta = json.load(open(os.path.join(run_dir, "checkpoints", "step_000003", "meta.json")))
+    assert meta["train_order"]["streak"] and set(meta["train_order"]["streak"]) <= set(keep)
+    trainer2 = roles.start("trainer2", "trainer.py", "--run-dir", run_dir, "--param-server", ps, "--model", tiny,
+                           "--heldout", "4", "--eval-every", "0", "--prompts-per-step", "4", "--steps", "5",
+                           "--resume", *args, env=XLA)
+    finish(roles, trainer2)
+    rows = [r for r in metrics(run_dir) if "reward/mean" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    # the restored order went on counting from the checkpoint's (a fresh one would restart at 0)
+    assert rows[-1]["curation/passed_over_uniform"] >= meta["train_order"]["passed_over"]["uniform"]
+    assert rows[-1]["curation/passed_over_not_kept"] > meta["train_order"]["passed_over"]["not_kept"]
+    ledger = [json.loads(line) for line in open(os.path.join(run_dir, "ledger.jsonl"))]
+    assert ledger and all(tasks.key_of_id(e["item_id"]) in keep for e in ledger)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("linear:a=99,b=99\n")
+    trainer3 = roles.start("trainer3", "trainer.py", "--run-dir", str(tmp_path / "run3"), "--param-server", ps,
+                           "--model", tiny, "--curated", str(bad), env=XLA)
+    wait_until(lambda: trainer3.poll() is not None, 120, "the trainer to refuse the keep list")
+    assert trainer3.returncode != 0 and "none of its 1 keys is a training problem" in roles.log(trainer3)
