@@ -32,6 +32,7 @@ SCHEDULE = [  # (exercise, launch.sh settings, start when: None = at once, or (r
     ("rloo", {"TRAINER_ARGS": f"{SMALL} --advantage rloo"}, ("baseline", "done")),
     ("staleness", {"MAX_STALENESS": "2", "WORKERS": "2", "STEPS": "3"}, ("baseline", "done")),
     ("reward", {"DATA": "{root}/prompts.jsonl", "REWARD": "{root}/short.py:short"}, ("baseline", "done")),
+    ("passk", {"TRAINER_ARGS": f"{SMALL} --advantage passk --pass-k 4"}, ("baseline", "done")),
 ]
 SHORT = "def short(completion, row):\n    return 1.0 / (1 + len(completion.strip()))\n"  # exercise (v)
 TIMEOUT_S = 300  # all runs together
@@ -164,3 +165,12 @@ def test_v_a_reward_function_in_a_file_is_what_the_policy_is_paid(runs):
     for r in runs["reward"]:
         assert 0 < r["reward/mean"] < 1 and r["reward/pass_frac"] == 0.0, r
         assert r["mismatch/bitwise_frac"] == 1.0
+
+
+def test_vi_passk_advantages_penalise_wrong_answers_of_solved_groups_less(runs):
+    """Exercise (vi): the same rollouts, smaller advantages on both sides (binary rewards, k = 4 of 8)."""
+    base, passk = runs["baseline"][0], runs["passk"][0]
+    same_rollouts(base, passk)
+    assert base["adv/mean_wrong"] < passk["adv/mean_wrong"] <= 0.0, (base["adv/mean_wrong"], passk["adv/mean_wrong"])
+    assert 0.0 < passk["adv/mean_right"] < base["adv/mean_right"]
+    assert passk["loss/pg"] != base["loss/pg"]
