@@ -276,6 +276,12 @@ def row_budgets(item: wire.WorkItem, tail: float) -> list:
     return [max(1, int(item.max_new_tokens * min(1.0, 0.1 / (1 - x) ** (1 / tail)))) for x in u]
 
 
+def eos_for(tokenizer, stop: tuple):
+    """The token that ends a row: the stop string when it is one token, else the tokenizer's eos."""
+    stop_ids = [tokenizer.encode(s) for s in stop]
+    return stop_ids[0][0] if len(stop) == 1 and len(stop_ids[0]) == 1 else tokenizer.eos_id
+
+
 def verify_jobs(items: list, texts: list) -> list:
     """One verifier job per completion. Code: the program built by prompts.assemble_program (the same
     function `python tasks.py check` uses on a dataset's reference solutions); math and reward items:
@@ -542,9 +548,7 @@ class Worker:
         return isinstance(reply, wire.WeightsUnchanged) and (reply.version, reply.lineage) == (self.version, self.lineage)
 
     def eos_for(self, stop: tuple):
-        """The token that ends a row: the stop string when it is one token, else the tokenizer's eos."""
-        stop_ids = [self.tokenizer.encode(s) for s in stop]
-        return stop_ids[0][0] if len(stop) == 1 and len(stop_ids[0]) == 1 else self.tokenizer.eos_id
+        return eos_for(self.tokenizer, stop)
 
     def sample_and_submit(self, items: list) -> int:
         """Sample the items' G rows each with the weights we hold (one version), then finish them."""

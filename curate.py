@@ -1,0 +1,400 @@
+"""Dataset curation by pass rate: keep the training problems the starting policy solves sometimes.
+
+    python curate.py --model checkpoints/coldstart --out runs/curated                 # the embedded task
+    python curate.py --model CKPT --data train.jsonl --k 8 --out runs/curated         # a dataset
+    python curate.py --model CKPT --data train.jsonl --low 0.1 --high 0.9 --out DIR   # a narrower band
+
+Why. RLAX (Apple 2025) credits part of its gain to curating the dataset. With binary rewards, GRPO's
+advantage is a sample's reward minus its group's mean: a problem the starting policy solves in every
+sample, or in none, gives a group of equal rewards, zero advantage and no gradient, so its G samples
+are wasted. DAPO's dynamic sampling (grpo.py) drops such groups after paying for them; curation drops
+their problems before training, by measuring each problem's pass rate once, with the starting policy.
+Training on the problems whose pass rate lies strictly between 0 and 1 wastes fewer samples. (The
+rate moves as training goes on, so this is a first filter, not a guarantee.)
+
+What it does:
+  1. The training problems. With --data: the TRAINING split of that dataset exactly as trainer.py
+     makes it (tasks.load_jsonl, then tasks.split_dataset with min(--heldout, n // 2) held out: the
+     held-out problems are never sampled). Without: the embedded task, the first --problems DISTINCT
+     problems of tasks.train_problems(--seed), "the same problem" meaning tasks.problem_key (for a
+     generated problem its function "family:coeffs", which the stream draws many times).
+  2. --k completions per problem from the checkpoint, built and cut exactly as an inference worker
+     does it (trainer.problem_item makes the work item: prompt format, program prefix, stop strings;
+     inference_worker's build_prompts, row_keys, cut_completions and verify_jobs do the rest), at
+     --temperature 1 with --max-new-tokens as the trainer's. Every completion is scored in the real
+     sandbox: verifier.py in a process of its own (warmup.verifier_service: no fork where JAX runs).
+     A verdict that is an infrastructure failure (lifecycle.infra_failures: infra_error,
+     reward_error) says nothing about the policy: it is left out of the problem's samples and
+     counted apart, so a problem's rate is passed / valid samples.
+  3. Outputs under --out:
+       pass_rates.jsonl  one line per problem: {"key", "item_id", "k" (valid samples: the rate's
+                         denominator), "passed", "rate" (passed / k; null with no valid sample),
+                         "infra_errors", "too_long" (prompt + max_new_tokens exceed the trainer's
+                         seq_len: never sampled, as the trainer would skip it)}
+       keep.txt          "#" header lines (band, checkpoint, problems), then the problem_key of every
+                         problem in the band, one a line: trainer --curated keep.txt trains on those only
+       kept.jsonl        --data only: the dataset lines of the kept problems, verbatim, in file order:
+                         a dataset of its own (trainer --data kept.jsonl splits it again, so its
+                         held-out problems are then drawn from the kept ones; to keep the original
+                         split, train on the whole file with trainer --curated keep.txt)
+       report.json       the histogram of pass counts 0..k (problems and shares), how many are in the
+                         band, the mean pass rate before and after curation, the settings; printed too
+
+The band. A problem is kept when low < rate < high; --include-low / --include-high make an end
+inclusive. The defaults keep "neither never nor always solved". Rates are multiples of 1/k (of one
+over the valid samples, with infra failures), so --low 0.01 keeps the same as --low 0 (strict) at any
+k below 100; --low 0.25 --include-low with k=8 keeps 2/8 to 7/8. A problem without a valid sample (too
+long, or every verdict an infra failure) has no rate and is never kept. The histogram puts a problem
+with infra failures at its rate rounded to the nearest k-th. An empty band is not an error: every file
+is written, the report says so, and the exit status is 0 (trainer --curated refuses an empty list).
+
+Time: the embedded default (1024 problems x 8 samples of checkpoints/coldstart) took 2 min 4 s on a
+2-core CPU shared with another job (2026-12-02); 681 problems (0.665) were in the default band, mean
+pass rate 0.141 before curation and 0.212 after.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+import types
+from dataclasses import dataclass
+
+import cli
+import hf_io
+import inference_worker
+import lifecycle
+import model
+import prompts
+import tasks
+import trainer
+import warmup
+import wire
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass
+class Config:
+    """Curation settings. Sampling defaults are trainer.Config's, so the rates are those training starts from."""
+    model: str = ""
+    """the starting policy: a Hugging Face checkpoint folder (required)"""
+    out: str = ""
+    """directory for pass_rates.jsonl, keep.txt, report.json and (with --data) kept.jsonl (required)"""
+    data: str = ""
+    """JSONL dataset (tasks.load_jsonl formats): its training split is curated. "" = the embedded task"""
+    heldout: int = trainer.Config.heldout
+    """--data: held-out problems, as trainer --heldout (min(heldout, n // 2) are held out, never sampled)"""
+    problems: int = 1024
+    """embedded task only: how many distinct training problems (tasks.problem_key) to rate"""
+    k: int = 8
+    """samples per problem"""
+    low: float = 0.0
+    """keep problems with pass rate above this (at or above with --include-low)"""
+    high: float = 1.0
+    """keep problems with pass rate below this (at or below with --include-high)"""
+    include_low: bool = False
+    """the band includes its lower end: rate >= low"""
+    include_high: bool = False
+    """the band includes its upper end: rate <= high"""
+    seed: int = 0
+    """the embedded stream's seed (as trainer --seed) and the sampling seed"""
+    prompt_format: str = trainer.Config.prompt_format
+    """"completion" or "chat" (prompts.py); "" = chat when the checkpoint has a chat template"""
+    temperature: float = trainer.Config.temperature
+    """sampling temperature (the workers sample at the trainer's, 1 by default)"""
+    max_new_tokens: int = trainer.Config.max_new_tokens
+    """longest completion, as trainer --max-new-tokens"""
+    dtype: str = trainer.Config.dtype
+    """what the model computes in, as trainer --dtype"""
+    batch_rows: int = 256
+    """decode rows per generate() call (whole problems of k rows each)"""
+
+    def __post_init__(self):
+        if not self.model:
+            raise ValueError("--model is required: the checkpoint folder of the starting policy")
+        if not os.path.isfile(os.path.join(self.model, "config.json")):
+            raise ValueError(f"--model {self.model!r} is not a checkpoint folder (no config.json there)")
+        if not self.out:
+            raise ValueError("--out is required: the directory the outputs are written to")
+        if self.data and not os.path.isfile(self.data):
+            raise ValueError(f"--data {self.data!r} does not exist or is not a file")
+        for name in ("k", "problems", "heldout", "max_new_tokens", "batch_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature must be > 0 (greedy samples all agree), got {self.temperature}")
+        if self.prompt_format not in ("",) + prompts.FORMATS:
+            raise ValueError(f"--prompt-format must be one of {prompts.FORMATS} or '', got {self.prompt_format!r}")
+        hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
+        Band(self.low, self.high, self.include_low, self.include_high)  # raises on a bad band
+
+    def band(self) -> "Band":
+        return Band(self.low, self.high, self.include_low, self.include_high)
+
+
+# ----------------------------------------------------------------------------- the band (pure)
+
+@dataclass(frozen=True)
+class Band:
+    """The pass rates kept: low < rate < high, each end inclusive if asked."""
+    low: float = 0.0
+    high: float = 1.0
+    include_low: bool = False
+    include_high: bool = False
+
+    def __post_init__(self):
+        if not 0.0 <= self.low < self.high <= 1.0:
+            raise ValueError(f"the band needs 0 <= low < high <= 1, got low={self.low} high={self.high}")
+
+    def __contains__(self, rate) -> bool:
+        if rate is None:  # no valid sample: no rate
+            return False
+        above = rate >= self.low if self.include_low else rate > self.low
+        below = rate <= self.high if self.include_high else rate < self.high
+        return above and below
+
+    def __str__(self) -> str:
+        return (f"{self.low:g} {'<=' if self.include_low else '<'} rate "
+                f"{'<=' if self.include_high else '<'} {self.high:g}")
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """One problem's measurement: passed of k valid samples (infra failures not among them)."""
+    key: str
+    item_id: str
+    k: int
+    passed: int
+    infra_errors: int = 0
+    too_long: bool = False
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.k if self.k else None
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "item_id": self.item_id, "k": self.k, "passed": self.passed, "rate": self.rate,
+                "infra_errors": self.infra_errors, "too_long": self.too_long}
+
+
+def tally(key: str, item_id: str, verdicts: list) -> PassRate:
+    """A problem's PassRate from its verdicts, (passed, status) pairs: infra failures are left out of k."""
+    infra = [lifecycle.infra_failures([status]) > 0 for _, status in verdicts]
+    return PassRate(key, item_id, k=infra.count(False), infra_errors=infra.count(True),
+                    passed=sum(bool(ok) for (ok, _), bad in zip(verdicts, infra) if not bad))
+
+
+def select(rates: list, band: Band) -> list:
+    """The PassRates whose rate lies in the band, in their order."""
+    return [r for r in rates if r.rate in band]
+
+
+def histogram(rates: list, k: int) -> list:
+    """Problems per pass count 0..k: [{"passed": c, "problems": n, "share": n / rated}, ...]. A problem
+    with fewer than k valid samples (infra failures) counts at its rate rounded to the nearest k-th; one
+    without a rate is not counted (summarize()'s "unrated")."""
+    rated = [r.rate for r in rates if r.rate is not None]
+    counts = [0] * (k + 1)
+    for rate in rated:
+        counts[round(rate * k)] += 1
+    return [{"passed": c, "problems": n, "share": n / len(rated) if rated else 0.0} for c, n in enumerate(counts)]
+
+
+def summarize(rates: list, k: int, band: Band) -> dict:
+    """The numbers of the report: distribution, band, mean pass rate before and after curation."""
+    kept = select(rates, band)
+    rated = [r.rate for r in rates if r.rate is not None]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    return {"problems": len(rates), "k": k, "rated": len(rated), "unrated": len(rates) - len(rated),
+            "too_long": sum(r.too_long for r in rates), "infra_errors": sum(r.infra_errors for r in rates),
+            "histogram": histogram(rates, k), "band": str(band),
+            "band_settings": dataclasses.asdict(band), "kept": len(kept),
+            "kept_share": len(kept) / len(rates) if rates else 0.0, "empty_band": not kept,
+            "mean_rate_before": mean(rated), "mean_rate_after": mean([r.rate for r in kept])}
+
+
+def write_outputs(out_dir: str, rates: list, k: int, band: Band, header: list, lines: dict | None = None,
+                  info: dict | None = None) -> dict:
+    """Write pass_rates.jsonl, keep.txt (the `header` lines as "#" comments, then the kept keys),
+    kept.jsonl when `lines` (item_id -> the dataset line, bytes) is given, and report.json (summarize()
+    plus `info`). Returns the report."""
+    os.makedirs(out_dir, exist_ok=True)
+    kept = select(rates, band)
+    report = {**(info or {}), **summarize(rates, k, band)}
+    files = {name: os.path.join(out_dir, name) for name in ("pass_rates.jsonl", "keep.txt", "report.json")}
+    with open(files["pass_rates.jsonl"], "w") as f:
+        f.writelines(json.dumps(r.to_json()) + "\n" for r in rates)
+    with open(files["keep.txt"], "w") as f:
+        f.writelines(f"# {line}\n" for line in header)
+        f.writelines(r.key + "\n" for r in kept)
+    if lines is not None:
+        files["kept.jsonl"] = os.path.join(out_dir, "kept.jsonl")
+        with open(files["kept.jsonl"], "wb") as f:
+            for r in sorted(kept, key=lambda r: lines[r.item_id][0]):
+                line = lines[r.item_id][1]
+                f.write(line if line.endswith((b"\n", b"\r")) else line + b"\n")
+    report["files"] = sorted(files.values())
+    with open(files["report.json"], "w") as f:
+        json.dump(report, f, indent=1)
+    return report
+
+
+def format_report(report: dict) -> str:
+    """The printed report: the histogram with a bar per count, the band, the mean pass rates."""
+    k, rows = report["k"], []
+    rows.append(" passed  problems  share")
+    for h in report["histogram"]:
+        rows.append(f"{h['passed']:>4}/{k:<3}{h['problems']:>8}  {h['share']:5.3f}  {'#' * round(40 * h['share'])}")
+    if report["unrated"]:
+        rows.append(f"{report['unrated']} problems have no rate ({report['too_long']} too long for seq_len, "
+                    f"the rest only infra failures): never kept")
+    rows.append(f"band {report['band']}: {report['kept']} of {report['problems']} problems kept "
+                f"({report['kept_share']:.3f})")
+    fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    rows.append(f"mean pass rate: {fmt(report['mean_rate_before'])} over all {report['rated']} rated, "
+                f"{fmt(report['mean_rate_after'])} over the {report['kept']} kept")
+    if report["empty_band"]:
+        rows.append(f"warning: the band {report['band']} holds no problem: keep.txt lists none")
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- the problems
+
+def embedded_problems(n: int, seed: int) -> list:
+    """The first n distinct problems (by tasks.problem_key) of the embedded training stream of `seed`."""
+    stream, seen, out = tasks.train_problems(seed), set(), []
+    for i in range(100 * n):
+        p = stream[i]
+        if tasks.problem_key(p) not in seen:
+            seen.add(tasks.problem_key(p))
+            out.append(p)
+            if len(out) == n:
+                return out
+    raise ValueError(f"--problems {n}: only {len(out)} distinct training problems in the first {100 * n} "
+                     f"of the stream (the embedded task has a few thousand)")
+
+
+def dataset_problems(path: str, heldout: int) -> tuple[list, list, dict]:
+    """(training split, held-out split, item_id -> (line number, the line's bytes)) of a dataset,
+    split exactly as trainer.Trainer.load_data splits it."""
+    problems = tasks.load_jsonl(path)
+    if len(problems) < 2:
+        raise ValueError(f"dataset {path} holds {len(problems)} problem: the trainer holds some out, so "
+                         f"curation needs at least 2")
+    train, held = tasks.split_dataset(problems, min(heldout, len(problems) // 2))
+    with open(path, "rb") as f:  # scan_jsonl numbers lines as text mode splits them: so does splitlines
+        raw = f.read().splitlines(keepends=True)
+    lines = {p.item_id: (n, raw[n - 1]) for n, p in tasks.scan_jsonl(path)[0]}
+    return train, held, lines
+
+
+# ----------------------------------------------------------------------------- sampling and scoring
+
+def load_policy(model_dir: str, prompt_format: str = "", dtype: str = "bfloat16") -> types.SimpleNamespace:
+    """The checkpoint as the trainer and the workers load it: config, weights, tokenizer, prompt format."""
+    mcfg, params = hf_io.load_hf(model_dir, bf16_fix=True, **hf_io.compute_dtype_override(dtype))
+    fmt = prompt_format or prompts.default_format(model_dir)
+    template = prompts.load_chat_template(model_dir)
+    if fmt == "chat" and template is None:
+        raise ValueError(f"--prompt-format chat: the checkpoint {model_dir!r} has no chat template")
+    return types.SimpleNamespace(model=model_dir, mcfg=mcfg, params=params, tokenizer=hf_io.load_tokenizer(model_dir),
+                                 fmt=fmt, template=template)
+
+
+def seq_len(policy, problems: list, max_new_tokens: int, dataset: bool) -> int:
+    """T as trainer.Trainer.load_data picks it: a dataset's from its longest prompt (all splits), the
+    embedded task's the model's max."""
+    if not dataset:
+        return policy.mcfg.max_seq_len
+    lens = [len(policy.tokenizer.encode(prompts.model_prompt(p, policy.fmt, policy.template))) for p in problems]
+    return trainer.fit_seq_len(lens, max_new_tokens, policy.mcfg.max_seq_len)
+
+
+def verify(jobs: list) -> list:
+    """(passed, status) per job from the verifier service; a batch it does not answer: infra_error."""
+    client, out = warmup.verifier_service(), []
+    for s in range(0, len(jobs), warmup.VERIFY_CHUNK):
+        part = jobs[s:s + warmup.VERIFY_CHUNK]
+        try:
+            out += [(v.passed, v.status) for v in client.verify_batch(part)]
+        except (TimeoutError, wire.RemoteError) as e:
+            print(f"curate: {len(part)} verdicts lost ({e}): counted as infra failures", file=sys.stderr)
+            out += [(False, lifecycle.INFRA_ERROR)] * len(part)
+    return out
+
+
+def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, temperature: float = 1.0,
+                      max_new_tokens: int = 16, batch_rows: int = 256, log=print) -> list:
+    """k samples of each problem, verified: one PassRate per problem, in order. The work items are the
+    trainer's (trainer.problem_item, version 0); a problem whose prompt does not fit T is not sampled
+    (too_long), as the trainer skips it."""
+    tcfg = trainer.Config(model=policy.model, max_new_tokens=max_new_tokens, temperature=temperature)
+    tok, pad = policy.tokenizer, policy.tokenizer.pad_id
+    items = [trainer.problem_item(p, p.item_id, tcfg, k, T, 0, fmt=policy.fmt, template=policy.template)
+             for p in problems]
+    verdicts = {i: [] for i, item in enumerate(items)
+                if 0 < len(tok.encode(item.prompt)) <= T - max_new_tokens}
+    groups = {}  # one generate() call needs one seq_len and one set of stop strings (as in Worker.run_batch)
+    for i in verdicts:
+        groups.setdefault(inference_worker.settings(items[i]), []).append(i)
+    per_call, done, t0, shown = max(1, batch_rows // k), 0, time.monotonic(), time.monotonic()
+    for index in groups.values():
+        rows = max(model.MIN_DECODE_ROWS, min(per_call, len(index)) * k)  # one shape per group: one compile
+        for s in range(0, len(index), per_call):
+            chunk = [items[i] for i in index[s:s + per_call]]
+            stop = tuple(chunk[0].stop)
+            eos = inference_worker.eos_for(tok, stop)  # the worker's rule
+            prompt_BT, prompt_len_B = inference_worker.build_prompts(chunk, tok, rows, pad)
+            out = model.generate(policy.params, policy.mcfg, prompt_BT, prompt_len_B,
+                                 inference_worker.row_keys(seed, chunk, 0, rows), max_new_tokens=max_new_tokens,
+                                 temperature=temperature, top_p=chunk[0].top_p, eos_id=eos, pad_id=pad)
+            _, texts, _ = inference_worker.cut_completions(out, prompt_len_B, tok, stop, pad, eos)
+            results = verify(inference_worker.verify_jobs(chunk, texts[:len(chunk) * k]))
+            for j, i in enumerate(index[s:s + per_call]):
+                verdicts[i] = results[j * k:(j + 1) * k]
+            done += len(chunk)
+            if time.monotonic() - shown > 15 or done == len(verdicts):
+                shown = time.monotonic()
+                log(f"curate: {done}/{len(verdicts)} problems sampled and verified ({shown - t0:.0f} s)")
+    return [tally(tasks.problem_key(p), p.item_id, verdicts[i]) if i in verdicts else
+            PassRate(tasks.problem_key(p), p.item_id, k=0, passed=0, too_long=True) for i, p in enumerate(problems)]
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(cfg: Config) -> dict:
+    t0, band = time.time(), cfg.band()
+    os.makedirs(cfg.out, exist_ok=True)
+    if cfg.data:
+        problems, held, lines = dataset_problems(cfg.data, cfg.heldout)
+        source = f"{cfg.data}: its training split, {len(problems)} problems ({len(held)} held out, never sampled)"
+        every = problems + held
+    else:
+        problems, lines = embedded_problems(cfg.problems, cfg.seed), None
+        source = f"the embedded task: the first {len(problems)} distinct training problems of seed {cfg.seed}"
+        every = problems
+    policy = load_policy(cfg.model, cfg.prompt_format, cfg.dtype)
+    T = seq_len(policy, every, cfg.max_new_tokens, bool(cfg.data))
+    print(f"curate: {source}; {cfg.k} samples each from {cfg.model} ({policy.fmt} format, seq_len {T}, "
+          f"temperature {cfg.temperature:g})", flush=True)
+    rates = sample_pass_rates(policy, problems, cfg.k, T, cfg.seed, cfg.temperature, cfg.max_new_tokens,
+                              cfg.batch_rows, log=lambda text: print(text, flush=True))
+    header = [f"curate.py: the problems with {band} ({cfg.k} samples each, temperature {cfg.temperature:g})",
+              f"checkpoint: {cfg.model}", f"problems: {source}", "one tasks.problem_key per line"]
+    info = {"model": cfg.model, "source": source, "data": cfg.data, "settings": dataclasses.asdict(cfg),
+            "prompt_format": policy.fmt, "seq_len": T, "seconds": round(time.time() - t0, 1)}
+    report = write_outputs(cfg.out, rates, cfg.k, band, header, lines, info)
+    print(format_report(report))
+    print(f"curate: wrote {', '.join(report['files'])} in {report['seconds']:.1f} s", flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    config = cli.parse(Config, description=__doc__.split("\n\n")[0])
+    try:
+        main(config)
+    except (ValueError, RuntimeError) as e:  # a bad dataset, no chat template, a verifier that cannot start
+        raise SystemExit(f"curate.py: error: {e}")
