@@ -35,6 +35,7 @@ GENERATED = {
     "curves.png",                # written by plot.py next to metrics.jsonl
     "config.json",               # any Hugging Face checkpoint's (the docs name the file, not one path)
     "tokenizer.json",            # likewise
+    "keep.txt",                  # written by curate.py into its --out folder
     "model.safetensors.index.json",  # likewise, for sharded checkpoints
 }
 GENERATED_PREFIXES = ("$RUN_DIR/", "runs/", "out/", "DIR/", "keys/")  # a run's outputs; user-made folders
