@@ -98,31 +98,77 @@ def items_to_feed(max_staleness: int, batch_size: int, outstanding: int) -> int:
 
 
 AUTO_WAIT_FRAC = 0.1
-"""auto_staleness loosens the bound only when the trainer waited for rollouts longer than this share of
+"""AutoStaleness loosens the bound only when the trainer waited for rollouts longer than this share of
 its step: a trainer that never waits gains nothing from staler data."""
+
+AUTO_RETRY_STEPS = 4
+"""After the KL measured at bound k + 1 brought the bound down to k, AutoStaleness waits this many
+starved, healthy steps at k before it tries k + 1 again; each retry that fails doubles the wait."""
+
+AUTO_RETRY_MAX = 64
+"""The longest wait between retries of a bound whose KL was over the target, in starved steps."""
+
+
+@dataclass
+class AutoStaleness:
+    """THE STALENESS BOUND, set by itself (trainer --staleness-target, launch.sh MAX_STALENESS=auto).
+    `update(kl, waited)` gives the bound for the next step from what the last one measured:
+      kl      offpolicy/k3_kl: the k3 KL between the policies that sampled the batch's stale rows and the
+              trainer's, over their tokens; None when the batch had no stale rows (nothing measured:
+              always so at bound 0);
+      waited  the share of the step the trainer spent waiting for rollouts.
+    Rules, first match:
+      kl > target                                   -> limit - 1 (too far off-policy; not below 0); the
+                                                       level left, limit, is remembered as failed
+      waited > AUTO_WAIT_FRAC and (kl is None or kl <= target / 2)
+                                                    -> limit + 1 (the trainer starves and the data is
+                                                       healthy; not above ceiling), except into the
+                                                       level remembered as failed: that one only after
+                                                       `retry_in` such steps (AUTO_RETRY_STEPS, doubled
+                                                       by each failed retry up to AUTO_RETRY_MAX)
+      otherwise                                     -> limit
+    Why the memory: at bound 0 nothing is stale, so kl is None there and the data always looks healthy.
+    Without it, a KL over the target at bound 1 gives 1, 0, 1, 0, ...: each drop discards the prompts
+    fed ahead under the higher bound, and every other batch is trained too far off-policy. With it the
+    bound stays down and retries the failed level at growing intervals (the policy's drift can shrink
+    later in a run); a KL within the target measured at or above the failed level clears the backoff.
+    Change the bound only between batches (the batch being assembled was admitted under the old)."""
+    target: float
+    ceiling: int
+    limit: int = 0
+    failed_level: int | None = None  # the bound whose KL was last over the target (it brought us down)
+    failed_kl: float | None = None   # that KL
+    retry_in: int = 0                # starved, healthy steps left before failed_level is tried again
+    backoff: int = AUTO_RETRY_STEPS  # retry_in given by the next drop
+
+    def __post_init__(self):
+        if not (isinstance(self.ceiling, int) and self.ceiling >= 0 and self.target > 0):
+            raise ValueError(f"AutoStaleness needs ceiling >= 0 and target > 0, got {self.ceiling}, {self.target}")
+        self.limit = min(max(self.limit, 0), self.ceiling)
+
+    def update(self, kl: float | None, waited: float) -> int:
+        limit = self.limit = min(max(self.limit, 0), self.ceiling)
+        if kl is not None and kl > self.target:
+            if limit > 0:
+                self.failed_level, self.failed_kl = limit, kl
+                self.retry_in, self.backoff = self.backoff, min(2 * self.backoff, AUTO_RETRY_MAX)
+                self.limit = limit - 1
+            return self.limit
+        if kl is not None and self.failed_level is not None and limit >= self.failed_level:
+            # the failed level measured within the target: it no longer fails
+            self.failed_level, self.failed_kl, self.backoff = None, None, AUTO_RETRY_STEPS
+        if waited > AUTO_WAIT_FRAC and (kl is None or kl <= self.target / 2) and limit < self.ceiling:
+            if self.failed_level == limit + 1:
+                self.retry_in -= 1
+                if self.retry_in > 0:
+                    return self.limit
+            self.limit = limit + 1
+        return self.limit
 
 
 def auto_staleness(limit: int, kl: float | None, waited: float, target: float, ceiling: int) -> int:
-    """THE STALENESS BOUND, set by itself (trainer --staleness-target, launch.sh MAX_STALENESS=auto): the
-    bound for the next step from what the last one measured.
-      kl      offpolicy/k3_kl: the k3 KL between the policies that sampled the batch's stale rows and the
-              trainer's, over their tokens; None when the batch had no stale rows (nothing measured);
-      waited  the share of the step the trainer spent waiting for rollouts.
-    Rules, first match:
-      kl > target                                         -> limit - 1 (too far off-policy; not below 0)
-      waited > AUTO_WAIT_FRAC and (kl is None or kl <= target / 2)
-                                                          -> limit + 1 (the trainer starves and the data
-                                                             is healthy; not above ceiling)
-      otherwise                                           -> limit
-    Change it only between batches (the batch being assembled was admitted under the old bound)."""
-    if not (isinstance(ceiling, int) and ceiling >= 0 and target > 0):
-        raise ValueError(f"auto_staleness needs ceiling >= 0 and target > 0, got {ceiling}, {target}")
-    limit = min(max(limit, 0), ceiling)
-    if kl is not None and kl > target:
-        return max(limit - 1, 0)
-    if waited > AUTO_WAIT_FRAC and (kl is None or kl <= target / 2):
-        return min(limit + 1, ceiling)
-    return limit
+    """One step of AutoStaleness from `limit`, with nothing remembered from earlier steps."""
+    return AutoStaleness(target, ceiling, limit).update(kl, waited)
 
 
 # ----------------------------------------------------------------------------- a version per token

@@ -172,9 +172,10 @@ class Config:
     With --staleness-target > 0, the ceiling of the bound that sets itself"""
     staleness_target: float = 0.0
     """> 0: the bound sets itself (launch.sh MAX_STALENESS=auto): it starts at 0 and moves by one after
-    each step, between 0 and --max-staleness, by lifecycle.auto_staleness: down when offpolicy/k3_kl
+    each step, between 0 and --max-staleness, by lifecycle.AutoStaleness: down when offpolicy/k3_kl
     (policy drift over the stale rows) exceeds this target, up when the trainer waited for rollouts and
-    the KL is at most half of it. Logged as staleness/limit. launch.sh's MAX_STALENESS=auto uses 0.01,
+    the KL is at most half of it; a bound whose KL was over the target is retried only after several
+    starved steps, more each time it fails again. Logged as staleness/limit. launch.sh's MAX_STALENESS=auto uses 0.01,
     the middle of the KL targets PPO's adaptive penalty was run with (d_targ 0.003-0.03, Schulman et
     al. 2017); measured here at staleness 1-2 on the embedded task: 3e-4 to 9e-3. 0: the bound is
     --max-staleness, fixed"""
@@ -560,6 +561,9 @@ class Trainer:
         self.books = lifecycle.Books(0 if cfg.staleness_target > 0 else cfg.max_staleness, cfg.prompts_per_step,
                                      self.lineage, self.record)
         self.collector = lifecycle.Collector(self.books, self.training_item)
+        # MAX_STALENESS=auto: the bound's controller, with its memory of a bound whose KL was over target
+        self.auto_bound = (lifecycle.AutoStaleness(cfg.staleness_target, cfg.max_staleness)
+                           if cfg.staleness_target > 0 else None)
         # (infra failures, programs) of recent training groups: is the verifier broken?
         self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
         self.step_programs = [0, 0]
@@ -1083,9 +1087,8 @@ class Trainer:
                             "throughput/tokens_per_s": tokens / step_s, "staleness/limit": self.books.max_staleness,
                             "staleness/wait_frac": wait_s / step_s})
             if cfg.staleness_target > 0:  # the bound for the next batch (this one was admitted under the old)
-                self.books.max_staleness = lifecycle.auto_staleness(
-                    self.books.max_staleness, metrics.get("offpolicy/k3_kl"), metrics["staleness/wait_frac"],
-                    cfg.staleness_target, cfg.max_staleness)
+                self.books.max_staleness = self.auto_bound.update(
+                    metrics.get("offpolicy/k3_kl"), metrics["staleness/wait_frac"])
             if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
                 metrics.update(self.evaluate())
             self.write_metrics(metrics)

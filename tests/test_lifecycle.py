@@ -107,11 +107,10 @@ def test_auto_staleness_in_a_closed_loop():
     where the KL passes half the target (world 2); when the KL degrades (world 3: the policy starts
     moving fast) it comes down; it never leaves [0, ceiling]."""
     def run(kl_per_version, starving_below, steps=20, start=0):
-        limit, seen = start, []
+        auto, seen = lc.AutoStaleness(target=1e-3, ceiling=4, limit=start), []
         for _ in range(steps):
-            kl = None if limit == 0 else kl_per_version * limit
-            limit = lc.auto_staleness(limit, kl, 0.4 if limit < starving_below else 0.0, target=1e-3, ceiling=4)
-            seen.append(limit)
+            kl = None if auto.limit == 0 else kl_per_version * auto.limit
+            seen.append(auto.update(kl, 0.4 if auto.limit < starving_below else 0.0))
         return seen
     assert run(2e-4, starving_below=3)[-5:] == [3] * 5
     assert run(4e-4, starving_below=9)[-5:] == [2] * 5
@@ -119,6 +118,49 @@ def test_auto_staleness_in_a_closed_loop():
     assert max(run(1e-5, starving_below=9)) == 4
     with pytest.raises(ValueError):
         lc.auto_staleness(0, None, 0.5, target=0.0, ceiling=4)
+    with pytest.raises(ValueError):
+        lc.AutoStaleness(target=1e-3, ceiling=-1)
+
+
+def test_auto_staleness_does_not_oscillate_when_the_kl_at_1_is_over_target():
+    """The KL measured at bound 1 is twice the target and the trainer always starves. At bound 0
+    nothing is stale (kl None), so only the memory of bound 1's KL keeps the bound from going straight
+    back up. Hand-worked with AUTO_RETRY_STEPS = 4, doubled per failed retry:
+      step 1  0 -> 1  (nothing remembered: starving, nothing measured)
+      step 2  1 -> 0  (KL over target: bound 1 remembered as failed, retry after 4 starved steps)
+      steps 3-5 hold at 0, step 6 retries 1, step 7 fails again (retry after 8):
+      steps 8-14 hold, step 15 retries, step 16 fails (retry after 16), steps 17-20 hold."""
+    assert lc.AUTO_RETRY_STEPS == 4
+    auto, seen = lc.AutoStaleness(target=1e-3, ceiling=4), []
+    for _ in range(20):
+        kl = None if auto.limit == 0 else 2e-3 * auto.limit
+        seen.append(auto.update(kl, waited=0.5))
+    want = [1, 0] + [0] * 3 + [1, 0] + [0] * 7 + [1, 0] + [0] * 4
+    assert seen == want
+    drops = sum(a > b for a, b in zip([0] + seen, seen))
+    assert drops == 3  # the stateless rule drops every other step: 10 times in 20
+    assert auto.failed_level == 1 and auto.failed_kl == 2e-3
+
+
+def test_auto_staleness_forgets_a_failure_once_the_level_measures_healthy():
+    """The policy calms down: the retry of bound 1 measures a KL within the target, so the backoff is
+    cleared and the bound climbs on as before (every starved step with a healthy KL: +1)."""
+    auto = lc.AutoStaleness(target=1e-3, ceiling=3, limit=1)
+    assert auto.update(2e-3, 0.5) == 0           # failed at 1: retry after 4 starved steps
+    assert [auto.update(None, 0.5) for _ in range(4)] == [0, 0, 0, 1]
+    assert auto.update(1e-4, 0.5) == 2           # healthy at 1: forgotten, and loosened at once
+    assert auto.failed_level is None and auto.backoff == lc.AUTO_RETRY_STEPS
+    assert auto.update(3e-4, 0.5) == 3
+    assert auto.update(None, 0.0) == 3           # not starving: hold
+
+
+def test_auto_staleness_counts_only_starved_healthy_steps_towards_a_retry():
+    """Steps where the trainer did not wait do not bring the retry closer."""
+    auto = lc.AutoStaleness(target=1e-3, ceiling=2, limit=1)
+    auto.update(5e-3, 0.5)
+    assert [auto.update(None, w) for w in (0.0, 0.5, 0.0, 0.5, 0.5, 0.0)] == [0] * 6
+    assert auto.retry_in == 1
+    assert auto.update(None, 0.5) == 1
 
 
 @pytest.mark.parametrize("minv, ilin, v, lin, newest, want", [
