@@ -395,12 +395,20 @@ def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
 
     rewards_G: the G rewards of one prompt's completions. seen: how many groups the batch has looked
     at so far, this one included (1-based). batch_size: B, the groups a batch needs.
-    With cfg.dynamic_sampling, a group whose G rewards are all equal (advantage 0 under every group
-    baseline: no gradient, only a diluted token mean) is dropped, and the caller samples more. DAPO
-    over-samples without bound; we cap it: once DYNAMIC_SAMPLING_MAX_FACTOR * B (= 4B) groups have been
-    seen, every group is kept, so a batch of mostly solved (or mostly hopeless) prompts still finishes,
-    with some zero-advantage groups in it. Without dynamic_sampling every group is kept. Pure, host-side:
-    `zero_variance_groups` on a single group.
+    With cfg.dynamic_sampling, a group whose every completion has advantage 0 (no gradient, only a
+    diluted token mean) is dropped, and the caller samples more. Under a group baseline (grpo, drgrpo,
+    rloo, passk, reinforce) that is a group whose G rewards are all equal. Under the signed advantages
+    (nsr, w_reinforce) there is no baseline, so equal rewards do not mean advantage 0: an all-wrong
+    group has A = -1 on every completion, and it is exactly the signal NSR trains on (and most of
+    W-REINFORCE's). The default run's recipe turns dynamic sampling on; a user who adds
+    `--advantage nsr` expects NSR, not NSR with its negative samples thrown away, so for these two
+    the rule keeps what their advantage says carries a gradient: NSR drops only groups with no wrong
+    completion (reward >= 1/2 everywhere: A = 0), W-REINFORCE with lambda > 0 drops only groups of
+    rewards exactly 1/2.
+    DAPO over-samples without bound; we cap it: once DYNAMIC_SAMPLING_MAX_FACTOR * B (= 4B) groups have
+    been seen, every group is kept, so a batch of mostly solved (or mostly hopeless) prompts still
+    finishes, with some zero-advantage groups in it. Without dynamic_sampling every group is kept. Pure,
+    host-side: `zero_variance_groups` (or `signed_advantages`) on a single group.
     """
     if not _is_int(seen) or not _is_int(batch_size) or seen < 1 or batch_size < 1:
         raise ValueError(f"keep_group needs ints seen >= 1 and batch_size >= 1; got {seen=!r}, {batch_size=!r}")
@@ -409,6 +417,9 @@ def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
         raise ValueError(f"keep_group: rewards_G must be 1-D and non-empty; got shape {r_G.shape}")
     if not cfg.dynamic_sampling or seen > DYNAMIC_SAMPLING_MAX_FACTOR * batch_size:
         return True
+    if cfg.advantage in SIGNED_ADVANTAGES:
+        weight = 0.0 if cfg.advantage == "nsr" else cfg.positive_weight
+        return bool(np.any(np.asarray(signed_advantages(r_G[None, :], weight)) != 0))
     return bool(np.any(r_G != r_G[0]))
 
 

@@ -138,6 +138,24 @@ def test_keep_group_dynamic_sampling_with_its_cap():
         grpo.keep_group(mixed, 0, 2, on)
 
 
+def test_dynamic_sampling_keeps_the_groups_nsr_and_w_reinforce_learn_from():
+    """No baseline: an all-wrong group has A = -1 on every completion (NSR's whole signal), so dynamic
+    sampling, on in the default recipe, must keep it. NSR: a group with no wrong completion has A = 0
+    everywhere and is dropped. W-REINFORCE (lambda 0.1): an all-right group has A = 0.1, kept; only
+    rewards of exactly 1/2 (rho = 0) give A = 0."""
+    wrong, right, mixed, half = np.zeros(4), np.ones(4), np.array([0.0, 1, 1, 0]), np.full(4, 0.5)
+    nsr = cfg_(group_size=4, advantage="nsr", dynamic_sampling=True)
+    wr = cfg_(group_size=4, advantage="w_reinforce", dynamic_sampling=True)
+    assert [grpo.keep_group(g, 1, 2, nsr) for g in (wrong, right, mixed, half)] == [True, False, True, False]
+    assert [grpo.keep_group(g, 1, 2, wr) for g in (wrong, right, mixed, half)] == [True, True, True, False]
+    assert grpo.keep_group(right, 9, 2, nsr)             # the 4 x B cap still applies
+    # kept exactly where the advantage the loss will use is not all zero
+    groups = np.array([wrong, right, mixed, half, [0.5, 0.5, 1, 1], [0.25, 0.5, 0.5, 0.5]], np.float32)
+    for cfg in (nsr, wr):
+        carries = np.asarray(grpo.group_advantages(groups, cfg) != 0).any(axis=1).tolist()
+        assert [grpo.keep_group(g, 1, 2, cfg) for g in groups] == carries
+
+
 # ----------------------------------------------------------------------------------------------------
 # PPO clipped surrogate, hand-computed
 
