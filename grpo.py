@@ -355,12 +355,29 @@ def overlong_mask(lengths_B, max_len: int, finished_B=None):
     return keep_B
 
 
+def turn_lengths(mask_BT):
+    """lengths_B: each row's longest model turn, in tokens (int64, host-side numpy). A model turn is a
+    run of consecutive loss-mask-1 tokens; a multi-turn row (envs.py) has one per turn, separated by the
+    prompt, tool observations and next-turn headers (mask 0), and the generation budget (max_new_tokens,
+    the L_max of `shape_rewards`) applies to each turn, not to their sum. A one-turn row's longest run
+    is its completion length. A row without sampled tokens has length 0."""
+    m_BT = np.asarray(mask_BT) > 0
+    if m_BT.ndim != 2:
+        raise ValueError(f"turn_lengths: mask_BT must be 2-D (B, T); got shape {m_BT.shape}")
+    c_BT = np.cumsum(m_BT, axis=1)
+    # the count at the last mask-0 position at or before t: a run's length is c minus it
+    base_BT = np.maximum.accumulate(np.where(m_BT, 0, c_BT), axis=1)
+    return (c_BT - base_BT).max(axis=1, initial=0).astype(np.int64)
+
+
 def shape_rewards(rewards_BG, lengths_B, finished_B, cfg: GRPOConfig):
     """DAPO's length-based reward shaping, as configured: (rewards_BG, keep_B), f32 and bool.
 
     rewards_BG: B prompts x G completions (the verifier's rewards). lengths_B: the completion length in
-    tokens of each of the B*G completion rows (row b*G + g is completion g of prompt b), i.e. the sum of
-    the loss mask over a row: completion tokens only, measured against max_len, the generation budget.
+    tokens of each of the B*G completion rows (row b*G + g is completion g of prompt b), measured against
+    max_len, the generation budget of one model turn: `turn_lengths` of the loss mask (a one-turn row's
+    completion tokens; a multi-turn row's longest turn, so an episode is punished or filtered for the
+    turn that came closest to the budget, never for the sum of turns each within it).
     finished_B: True where the sampler stopped on EOS/a stop string, or None (then a completion that
     used the whole budget counts as truncated, see `overlong_mask`).
       overlong_buffer_len > 0: rewards_BG + `overlong_penalty` (soft overlong punishment), else unchanged;

@@ -517,6 +517,17 @@ class VerifierBroken(RuntimeError):
 
 
 
+def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
+    """(rewards_BG, keep_B) of a batch of rollouts after DAPO's overlong punishment (added to the
+    rewards) and overlong filter (keep_B), as gcfg configures them (grpo.shape_rewards). A row's length
+    is its longest model turn (grpo.turn_lengths): max_len, like --max-new-tokens, budgets each turn of
+    a multi-turn episode, and a one-turn row's only turn is its completion."""
+    rewards_BG = np.stack([r.rewards_G for r in batch])
+    lengths_B = grpo.turn_lengths(np.concatenate([r.mask_GT for r in batch]))
+    finished_B = np.concatenate([r.finished_G for r in batch])
+    return tuple(np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_B, finished_B, gcfg))
+
+
 def staleness_metrics(staleness_BT, mask_BT, max_staleness: int) -> dict:
     """staleness/*: trainer version - sampling version over the tokens trained on (a version per token:
     with in-flight weight updates one row holds several). max is the oldest token's (what the bound
@@ -926,16 +937,12 @@ class Trainer:
         tokens_BT = np.concatenate([r.tokens_GT for r in batch])
         logp_behav_BT = np.concatenate([r.logp_behav_GT for r in batch])
         mask_BT = sampled_BT = np.concatenate([r.mask_GT for r in batch])
-        rewards_BG = np.stack([r.rewards_G for r in batch])
-        raw_BG = rewards_BG  # as the verifier gave them (before shaping)
+        raw_BG = np.stack([r.rewards_G for r in batch])  # as the verifier gave them (before shaping)
         # A version per token (in-flight weight updates: a row's tokens may come from several versions)
         versions_BT = np.concatenate([r.token_versions() for r in batch])
         exact_BT = np.concatenate([lifecycle.exact_tokens(r.token_versions(), r.mask_GT, version, r.inflight)
                                    for r in batch])
-        lengths_B = mask_BT.sum(1)  # completion tokens: what max_len (the generation budget) bounds
-        finished_B = np.concatenate([r.finished_G for r in batch])
-        # DAPO overlong punishment (added to the rewards) and overlong filter (keep_B), as configured
-        rewards_BG, keep_B = (np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_B, finished_B, self.gcfg))
+        rewards_BG, keep_B = shaped_rewards(batch, self.gcfg)  # DAPO's overlong punishment and filter
         mask_BT = mask_BT * keep_B[:, None]
         adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
         data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": logp_behav_BT}

@@ -124,6 +124,33 @@ def test_shape_rewards_by_hand():
         grpo.shape_rewards(rewards, lengths[:3], None, cfg)
 
 
+def test_turn_lengths_are_the_runs_of_sampled_tokens():
+    """Row 0: prompt (3), turn of 4, observation (2), turn of 3, padding: longest turn 4 (sum 7).
+    Row 1: one turn of 5 ending at the last position. Row 2: nothing sampled. Row 3: turns 1, 1, 2."""
+    m = np.zeros((4, 14), np.float32)
+    m[0, 3:7] = 1; m[0, 9:12] = 1
+    m[1, 9:14] = 1
+    m[3, [0, 2, 4, 5]] = 1
+    assert grpo.turn_lengths(m).tolist() == [4, 5, 0, 2]
+    one_turn = (np.arange(14)[None, :] >= 6) & (np.arange(14)[None, :] < 6 + np.arange(5)[:, None])
+    assert grpo.turn_lengths(one_turn).tolist() == one_turn.sum(1).tolist()  # one turn: its length
+
+
+def test_overlong_shaping_budgets_each_turn_of_an_episode():
+    """max_len 6, L_cache 2 (punished linearly from length 5 to 6). A two-turn row with turns of 4 and 4
+    tokens: each within the budget, no punishment and no filtering, although the turns sum to 8 (over
+    the budget: the old length, summed, gave -1 and a filtered row). A row with a turn of 6 (and one of
+    2) is punished for that turn: (4 - 6) / 2 = -1, and, not finished, filtered."""
+    T = 24
+    m = np.zeros((2, T), np.float32)
+    m[0, 4:8] = 1; m[0, 12:16] = 1            # turns of 4 and 4
+    m[1, 4:10] = 1; m[1, 14:16] = 1           # turns of 6 and 2
+    cfg = cfg_(group_size=2, max_len=6, overlong_buffer_len=2, overlong_filter=True)
+    r, keep = grpo.shape_rewards(np.ones((1, 2)), grpo.turn_lengths(m), np.array([False, False]), cfg)
+    close(r, [[1.0, 0.0]])
+    assert np.asarray(keep).tolist() == [True, False]
+
+
 def test_keep_group_dynamic_sampling_with_its_cap():
     on, off = cfg_(dynamic_sampling=True), cfg_()
     solved, mixed = np.array([1.0, 1.0, 1.0]), np.array([0.0, 1.0, 1.0])

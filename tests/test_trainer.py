@@ -180,3 +180,22 @@ def test_every_role_prints_its_help(role, capsys):
             assert "--" + name.replace("_", "-") in out
     if role == "trainer":  # its help has a '%' ("80%% of the device's")
         assert "80% of the device" in " ".join(out.split())
+
+
+def test_shaped_rewards_budget_each_turn_of_a_multi_turn_row():
+    """trainer.shaped_rewards on a group of two episodes, --max-new-tokens (max_len) 5, L_cache 2: row 0
+    has two model turns of 4 tokens (an observation between them), each within the budget, 8 in all;
+    row 1 one turn of 5, exactly the budget. Per turn: row 0 is under L_max - L_cache = 3 by 1 token,
+    (3 - 4) / 2 = -0.5; row 1, (3 - 5) / 2 = -1. Summed over turns row 0 would be 8 > 5: -1, the
+    punishment of a cut row, although no turn was cut."""
+    import types
+    T = 20
+    mask = np.zeros((2, T), np.float32)
+    mask[0, 2:6] = 1; mask[0, 9:13] = 1
+    mask[1, 2:7] = 1
+    rollout = types.SimpleNamespace(rewards_G=np.array([1.0, 1.0], np.float32), mask_GT=mask,
+                                    finished_G=np.array([True, False]))
+    gcfg = grpo.GRPOConfig(group_size=2, max_len=5, overlong_buffer_len=2, overlong_filter=True)
+    rewards_BG, keep_B = trainer.shaped_rewards([rollout], gcfg)
+    np.testing.assert_allclose(rewards_BG, [[1.0 - 0.5, 1.0 - 1.0]])
+    assert keep_B.tolist() == [True, False]  # row 1 used its whole budget and did not finish
