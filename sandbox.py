@@ -504,18 +504,19 @@ def install_seccomp() -> None:
 
 
 def confine(*, uid: int | None, cwd: str, cpu_s: int | None, memory_mb: int, max_procs: int,
-            max_file_mb: int, max_open_files: int, dumpable: bool, new_ipc: bool = False,
+            max_file_mb: int, max_open_files: int, dumpable: bool, new_ns: bool = False,
             seccomp: bool = False) -> None:
     """In a freshly forked child: limits, scrubbed environment, dropped privileges, parent-death kill;
-    new_ipc: a SysV/POSIX IPC namespace of its own (gone with its last process); seccomp: the
-    candidate's filter (install_seccomp), last, so nothing of ours runs under it."""
+    new_ns: an IPC namespace (SysV and POSIX IPC) and a network namespace (sockets' lingering state:
+    IPv6 flow labels, abstract socket names; only a downed loopback) of its own, both gone with its
+    last process; seccomp: the filter (install_seccomp), last, so nothing of ours runs under it."""
     os.setsid()  # own session and process group: killpg reaches all of it, no controlling tty
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(PATH="/usr/bin:/bin", HOME=cwd, TMPDIR=cwd, LANG="C.UTF-8")
     os.umask(0o077)
-    if new_ipc:
-        _check(_libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+    if new_ns:
+        _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNET), "unshare(CLONE_NEWIPC|CLONE_NEWNET)")
     lim = lambda r, v: resource.setrlimit(r, (v, v))
     if cpu_s is not None:
         # soft limit: SIGXCPU (reported as timeout); the hard limit a second later is SIGKILL
@@ -898,6 +899,14 @@ def _describe(e: BaseException) -> str:
 # program (which can patch or replace it). The judge therefore checks every message it gets.
 
 _SKIP_NAMES = set(dir(builtins))
+# Modules the judge may import for the tests when the program imported them (_judge_imports): each
+# computes on its arguments only. Not here: anything that touches files, processes, signals or the
+# interpreter (os, sys, signal, ctypes, faulthandler...), that evaluates text as code (typing,
+# dataclasses) or that keeps settings a call could change for the rest of the tests (random,
+# decimal, calendar).
+PURE_MODULES = frozenset({"array", "bisect", "cmath", "collections", "copy", "datetime", "fractions",
+                          "functools", "heapq", "itertools", "json", "math", "numbers", "operator", "re",
+                          "statistics", "string", "textwrap", "unicodedata"})
 _LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
 
 
@@ -962,24 +971,21 @@ def _serve(call, objects: _Objects) -> dict:
     return {"ok": True, "value": value}
 
 
-def _stdlib_origin(value) -> list[str] | None:
-    """[module, qualified name] of a standard-library module, function or class the program
-    imported (`import math`, `from math import sqrt`), so the judge can bind its own copy for tests
-    that use it without importing it; None for anything else. ("" names the module itself.)"""
+def _pure_import(value) -> list[str] | None:
+    """[module, ""] for a module of PURE_MODULES the program imported (`import math`), [module, name]
+    for one of its public names (`from collections import Counter`), else None. Only a hint: the
+    judge imports the module itself, by name, and binds only what its own rules allow
+    (_judge_imports), so a forged hint can at worst bind a pure module's own function."""
     try:
         if isinstance(value, types.ModuleType):
-            module, qualname = value.__name__, ""
-        else:
-            module, qualname = value.__module__, value.__qualname__
-            if not (isinstance(module, str) and isinstance(qualname, str)):
-                return None
-            obj = sys.modules.get(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part, None)
-            if obj is not value:
-                return None
-        if module.partition(".")[0] in sys.stdlib_module_names and not module.startswith("_"):
-            return [module, qualname]
+            name = value.__name__
+            return [name, ""] if name in PURE_MODULES and sys.modules.get(name) is value else None
+        name = value.__name__
+        if type(name) is not str or not name.isidentifier() or name.startswith("_"):
+            return None
+        for module in sorted(PURE_MODULES):
+            if getattr(sys.modules.get(module), name, None) is value:
+                return [module, name]
     except Exception:  # noqa: BLE001 - the program's objects can raise on any attribute
         pass
     return None
@@ -1005,8 +1011,8 @@ def candidate_main(program: str, fd: int) -> None:
     for name, value in list(ns.items()):
         if name.startswith("__") or name in _SKIP_NAMES:
             continue
-        if (origin := _stdlib_origin(value)) is not None:
-            imports[name] = origin  # the judge binds its own copy of it
+        if (origin := _pure_import(value)) is not None:
+            imports[name] = origin  # the judge binds its own import of it
             continue
         if isinstance(value, types.ModuleType):
             continue
@@ -1281,48 +1287,44 @@ def _failure_report(e: BaseException) -> dict:
     return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
 
 
-_NO_JUDGE_IMPORT = {"antigravity", "this", "tkinter", "turtle", "turtledemo", "idlelib", "webbrowser",
-                    "ensurepip", "venv", "pydoc"}  # side effects (a browser, a window, printing)
-
-
 def _judge_imports(imports) -> dict:
-    """The judge's own copies of the standard-library modules, functions and classes the program
-    imported ({name: [module, qualname]} from its hello), so tests may use `math` or `re` the way
-    the program's namespace has them, as the usual harnesses allow. Only standard-library names
-    are imported, by the judge's own import system; a name the program bound to anything else
-    (a class called `math`) is never what a test gets under a standard-library module's name (see
-    judge_main). Entries that are malformed, not standard-library or not importable are skipped."""
+    """What the tests may use of the program's imports ({name: [module, attribute]} from its hello),
+    as the usual harnesses allow (`math.isclose`, `Counter`), built by the judge alone: it imports
+    each module itself, by name, only from PURE_MODULES, and takes a public attribute of it. A name
+    that is a standard-library module's is bound to that module's own import or to nothing; dunders
+    and builtins' names are never bound. Malformed or disallowed entries are skipped (a test using
+    one gets NameError: the program's failure)."""
     out = {}
     if type(imports) is not dict:
         return out
     for name, origin in list(imports.items())[:256]:
-        if type(name) is not str or name in _SKIP_NAMES or not name.isidentifier() or type(origin) is not list \
-                or len(origin) != 2 or not all(type(s) is str and len(s) < 200 for s in origin):
+        if type(name) is not str or not name.isidentifier() or name.startswith("__") or name in _SKIP_NAMES \
+                or type(origin) is not list or len(origin) != 2 or not all(type(s) is str for s in origin):
             continue
-        module, qualname = origin
-        top = module.partition(".")[0]
-        if top not in sys.stdlib_module_names or top in _NO_JUDGE_IMPORT or module.startswith("_"):
+        module, attr = origin
+        if module not in PURE_MODULES or (attr and (not attr.isidentifier() or attr.startswith("_"))):
             continue
-        try:
-            obj = importlib.import_module(module)
-            for part in filter(None, qualname.split(".")):
-                obj = getattr(obj, part)
-        except Exception:  # noqa: BLE001 - not importable here (no tk, say): the test will say NameError
-            continue
+        if name in sys.stdlib_module_names and (attr or name != module):
+            continue  # `math` is the judge's math or nothing
+        obj = importlib.import_module(module)
+        if attr:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                continue
         out[name] = obj
     return out
 
 
-def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
-    """Runs in the judge process: build the namespace from the program's hello, run the tests,
-    return the report {"status", "detail"} (status in _JUDGE_STATUSES)."""
-    try:  # before anything of the program is read: a failure here is the tests' alone
-        code = compile(tests, "<tests>", "exec")
-    except BaseException as e:  # noqa: BLE001
-        return {"status": INFRA_ERROR, "detail": f"the tests do not compile: {_describe(e)}"}
-    linecache.cache["<tests>"] = (len(tests), None, tests.splitlines(True), "<tests>")
+def judge_main(code: types.CodeType, entry_point: str | None, fd: int) -> dict:
+    """Runs in the judge process, once the tests compiled: build the tests' namespace, run the tests,
+    return the report {"status", "detail"} (status in _JUDGE_STATUSES).
+
+    The namespace is the judge's own: its builtins, its imports of pure modules (_judge_imports),
+    and the program's names as values decoded by the codec or Handles to the candidate. Nothing of
+    the program runs here, and no dunder name of the program is bound (a program-supplied
+    `__builtins__` would make every builtin the tests call a call into the program)."""
     chan = _Channel(fd)
-    ns = {"__name__": "__tests__", "__builtins__": builtins}
+    ns = {}
     try:
         hello = chan.receive("loading")
         if type(hello) is not dict or type(hello.get("ok")) is not bool:
@@ -1334,10 +1336,11 @@ def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
         if type(names) is not dict:
             raise BoundaryError("malformed hello from the program")
         for name, packed in names.items():
-            if type(name) is str and name not in _SKIP_NAMES and type(packed) is bytes and (
-                    name == entry_point or name not in sys.stdlib_module_names):
+            if type(name) is str and not name.startswith("__") and name not in _SKIP_NAMES \
+                    and type(packed) is bytes and (name == entry_point or name not in sys.stdlib_module_names):
                 ns[name] = from_bytes(packed, chan.handle)
         ns.update(_judge_imports(hello.get("imports")))
+        ns.update(__name__="__tests__", __builtins__=builtins)
         if entry_point is not None and not isinstance(ns.get(entry_point), Handle):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         exec(code, ns)
@@ -1353,60 +1356,53 @@ def judge_main(tests: str, entry_point: str | None, fd: int) -> dict:
     return {"status": "passed", "detail": "all tests passed"}
 
 
+def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int) -> dict:
+    """A judge's whole life, in a process forked for this one job: compile the tests (a failure is
+    the tests' alone: infra_error), write b"P" on marks_fd (from here on it handles the program's
+    values, so its death is the program's doing: Executor.run_assert), run judge_main. Its report
+    whatever happens: a failure the program can cause that escapes judge_main (while building its
+    report) is still the program's; anything else is a bug of ours, infra_error."""
+    try:
+        code = compile(tests, "<tests>", "exec")
+    except BaseException as e:  # noqa: BLE001
+        return {"status": INFRA_ERROR, "detail": f"the tests do not compile: {_describe(e)}"}
+    linecache.cache["<tests>"] = (len(tests), None, tests.splitlines(True), "<tests>")
+    os.write(marks_fd, b"P")
+    os.close(marks_fd)
+    try:
+        return judge_main(code, entry_point, fd)
+    except (MemoryError, CandidateGone, BoundaryError, RecursionError) as e:
+        return _failure_report(e)
+    except BaseException as e:  # noqa: BLE001
+        return {"status": INFRA_ERROR, "detail": f"the judge failed: {_describe(e)}"}
+
+
 _JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD_FAILURES
 
 
 # ============================================================================ executor (one job at a time)
-# Three processes per executor, so that no process a program runs in ever held a job:
-#   executor  holds the job: starts the judge, hands it the tests, reads the program's stdout (io),
-#             decides the verdict; talks to the pool on its stdin/stdout.
+# Three kinds of process per executor, so that no process a program runs in ever held a job:
+#   executor  holds the job: forks the judge, reads the program's stdout (io), decides the verdict;
+#             talks to the pool on its stdin/stdout.
 #   launcher  forked by the executor at start-up, before any job, and never told one: it receives
 #             the program and the stdin as memfds it does not read, the candidate's ends of its
 #             pipes and the limits; forks, confines and cleans up after every candidate.
-#   judge     forked by the executor, persistent, a uid of its own: runs the tests (judge_main).
+#   judge     forked by the executor for one job and killed after it (nothing an earlier job's tests
+#             did is in its state), confined as a candidate is (a uid of its own, rlimits, its own
+#             IPC and network namespaces, the seccomp filter): runs the tests (judge_job).
 # A candidate is forked from the launcher, so its address space holds the launcher's memory: the
 # interpreter, the pre-imported modules and numbers, never a test, an expected output, a job's raw
 # bytes, freed memory of an earlier job or the verifier's environment (the pool starts executors
 # with a minimal one).
 
-_PREIMPORT = ("math", "random", "re", "string", "collections", "itertools", "functools", "heapq",
-              "bisect", "copy", "hashlib", "fractions", "statistics", "typing", "decimal", "json",
-              "operator", "array", "datetime")
+_PREIMPORT = ("random", "hashlib", "typing", "decimal", *sorted(PURE_MODULES))
 
 
-JUDGE_RECYCLE_JOBS = 200  # a persistent judge is replaced after this many jobs (bounds drift)
 JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=4, max_file_mb=0, max_open_files=64)
+"""The judge's rlimits (its CPU limit is the job's: Executor.run_assert)."""
 STDERR_TAIL = 4096        # io-style: bytes of stderr kept (the rest is read and dropped)
 LAUNCHER_REPLY_S = 60.0   # the launcher answers within this (its own cleanup gives up after ~20 s)
 CLEANUP_S = 10.0          # a job's processes must be gone this long after the first kill
-
-
-def judge_server(ctrl_fd: int) -> None:
-    """The persistent judge's loop: a job frame with the call-channel fd attached, then a report."""
-    ctrl = socket.socket(fileno=ctrl_fd)
-    while True:
-        _, fds, _, _ = socket.recv_fds(ctrl, 1, 1)
-        if not fds:
-            return  # executor closed the control socket
-        raw = recv_frame(ctrl_fd)
-        if raw is None:
-            return
-        job = from_bytes(raw)
-        report = _judge_safely(job["tests"], job.get("entry_point"), fds[0])
-        os.close(fds[0])  # the candidate sees EOF and exits
-        send_frame(ctrl_fd, report)
-
-
-def _judge_safely(tests: str, entry_point: str | None, fd: int) -> dict:
-    """judge_main, and a report whatever happens. judge_main maps every failure that the program
-    can cause; should one escape it all the same (while building its report), it is still mapped
-    as the program's. Anything else is a bug of ours: infra_error."""
-    try:
-        return judge_main(tests, entry_point, fd)
-    except (MemoryError, CandidateGone, BoundaryError, RecursionError) as e:
-        return _failure_report(e)
-    except BaseException as e:  # noqa: BLE001
-        return {"status": INFRA_ERROR, "detail": f"the judge failed: {_describe(e)}"}
 
 
 class InfraFailure(Exception):
@@ -1431,7 +1427,7 @@ def _signal_name(sig: int) -> str:
 
 
 def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, dumpable: bool,
-           cgroup: "JobCgroup | None" = None, cpu_s: int | None = -1, new_ipc: bool = False,
+           cgroup: "JobCgroup | None" = None, cpu_s: int | None = -1, new_ns: bool = False,
            seccomp: bool = False) -> tuple[int, int]:
     """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open; it runs
     body(marks_fd). Returns (pid, marks_r).
@@ -1456,7 +1452,7 @@ def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, 
         confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
                 cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
                 max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
-                max_open_files=lim.max_open_files, dumpable=dumpable, new_ipc=new_ipc, seccomp=seccomp)
+                max_open_files=lim.max_open_files, dumpable=dumpable, new_ns=new_ns, seccomp=seccomp)
         os.write(marks_w, b"1")
     except BaseException as e:  # noqa: BLE001 - never unwind into the parent's loop in a child
         try:
@@ -1542,7 +1538,7 @@ class Launcher:
                 candidate_main(program, extra[0])
         pid, marks_r = _child(candidate, fds=dict(zip((0, 1, 2), stdio)), keep={program_fd, *extra},
                               uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True, cgroup=self.cgroup,
-                              new_ipc=self.isolated, seccomp=self.seccomp)
+                              new_ns=self.isolated, seccomp=self.seccomp)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -1658,6 +1654,11 @@ class _LauncherClient:
 
     def start(self, kind: str, program: str, lim: Limits, stdio: tuple, extra: tuple = ()) -> int:
         """Start a candidate running `program`; returns a pidfd of it (readable once it has exited)."""
+        self.request(kind, program, lim, stdio, extra)
+        return self.started()
+
+    def request(self, kind: str, program: str, lim: Limits, stdio: tuple, extra: tuple = ()) -> None:
+        """Ask for a candidate running `program` (started() waits for it)."""
         memfd = os.memfd_create("program")
         try:
             data = memoryview(program.encode("utf-8"))
@@ -1665,13 +1666,19 @@ class _LauncherClient:
                 data = data[os.write(memfd, data):]
             socket.send_fds(self.sock, [b"R"], [memfd, *stdio, *extra])
             send_frame(self.sock.fileno(), {"kind": kind, "limits": dataclasses.asdict(lim)})
+        except OSError as e:
+            raise InfraFailure(f"the launcher is gone: {e}") from None
+        finally:
+            os.close(memfd)
+
+    def started(self) -> int:
+        """The pidfd of the candidate request() asked for."""
+        try:
             if not select.select([self.sock], [], [], LAUNCHER_REPLY_S)[0]:
                 raise InfraFailure("the launcher did not start the candidate")
             _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
         except OSError as e:
             raise InfraFailure(f"the launcher is gone: {e}") from None
-        finally:
-            os.close(memfd)
         if not fds:
             raise InfraFailure("the launcher exited")
         return fds[0]
@@ -1689,41 +1696,39 @@ class _LauncherClient:
 
 
 class _Judge:
-    """Executor-side handle on a persistent judge process (uid of its own, non-dumpable)."""
+    """The executor's handle on one job's judge (see the section comment). Its marks pipe (see
+    _child) says b"1" once it is confined and b"P" once the tests compiled: from then on it
+    handles the program's values, and its death is the program's doing."""
 
-    def __init__(self, ex: "Executor"):
-        self.sock, child = socket.socketpair()
-        cfd = child.fileno()
+    def __init__(self, ex: "Executor", job: dict, lim: Limits, channel_fd: int):
+        report_r, report_w = os.pipe()
+        tests, entry_point = job["tests"], job.get("entry_point")
 
         def body(marks_fd):
-            os.close(marks_fd)
-            judge_server(cfd)
-        # RLIMIT_CPU would be a lifetime total here: none; the executor's wall deadline bounds each job.
-        self.pid, marks_fd = _child(body, fds={0: ex.null, 1: ex.null, 2: ex.null}, keep={cfd},
-                                    uid=ex.uids[1], cwd="/", lim=JUDGE_LIMITS, dumpable=False, cpu_s=None)
-        child.close()
-        self.jobs = 0
-        if not select.select([marks_fd], [], [], LAUNCHER_REPLY_S)[0]:
-            marks = b"0it did not start"
-        else:
-            marks = os.read(marks_fd, 1024)  # "1" as soon as it is confined (a few ms)
-        os.close(marks_fd)
-        if not marks.startswith(b"1"):
-            self.kill()
-            raise InfraFailure(f"the judge could not be confined: {marks[1:].decode('utf-8', 'replace')}")
-
-    def start(self, job: dict, channel_fd: int) -> None:
-        self.jobs += 1
-        socket.send_fds(self.sock, [b"J"], [channel_fd])
-        send_frame(self.sock.fileno(), {"tests": job["tests"], "entry_point": job.get("entry_point")})
-
-    def kill(self) -> None:
+            send_frame(report_w, judge_job(tests, entry_point, channel_fd, marks_fd))
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            self.pid, self.marks_r = _child(
+                body, fds={0: ex.null, 1: ex.null, 2: ex.null}, keep={channel_fd, report_w}, uid=ex.uids[1],
+                cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.timeout_s) + 1, dumpable=False,
+                new_ns=ex.isolated, seccomp=ex.seccomp)
+        except BaseException:
+            os.close(report_r)
+            raise
+        finally:
+            os.close(report_w)
+        self.report_fd = report_r
+
+    def finish(self) -> tuple[int, bytes]:
+        """Kill it (it may have exited already) and reap it: (its wait status, its marks)."""
+        os.close(self.report_fd)
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # our unreaped child: the pid cannot have been reused
         except ProcessLookupError:
             pass
-        _wait_child(self.pid, CLEANUP_S)
-        self.sock.close()
+        status = _wait_child(self.pid, CLEANUP_S)
+        if status is None:
+            raise InfraFailure(f"the judge {self.pid} did not die within {CLEANUP_S:.0f} s")
+        return status, _marks(self.marks_r)
 
 
 class Executor:
@@ -1752,7 +1757,7 @@ class Executor:
         self.report["syscalls"] = ("seccomp: keyrings, descriptors in flight, AF_UNIX sockets, new "
                                    "namespaces refused"
                                    if self.seccomp else "no filter (unknown architecture)")
-        self.judge, self.retire = None, False
+        self.retire = False
         self.null = os.open("/dev/null", os.O_RDWR)
         for m in _PREIMPORT:
             __import__(m)
@@ -1842,43 +1847,45 @@ class Executor:
 
     # --- jobs -------------------------------------------------------------------------------
 
-    def _judge_process(self) -> "_Judge":
-        if self.judge is None or self.judge.jobs >= JUDGE_RECYCLE_JOBS:
-            if self.judge is not None:
-                self.judge.kill()
-            self.judge = _Judge(self)
-        return self.judge
-
-    def _drop_judge(self) -> None:
-        if self.judge is not None:
-            self.judge.kill()
-            self.judge = None
-
     def run_assert(self, job: dict, lim: Limits) -> Verdict:
-        """Candidate: started by the launcher, holding one end of the call channel. Judge: the
-        persistent one, holding the other end and the tests."""
+        """Candidate: started by the launcher, holding one end of the call channel. Judge: forked
+        for this job, holding the other end and the tests (it is forked while the launcher forks
+        the candidate)."""
         s_judge, s_cand = socket.socketpair()  # the call channel; the only fd the candidate keeps
         try:
             # stdout and stderr to /dev/null: the tests see return values only, so any amount of
             # output is fine, costs no memory here and is never a failure.
-            os.close(self.launcher.start("assert", job["program"], lim, (self.null,) * 3, (s_cand.fileno(),)))
+            self.launcher.request("assert", job["program"], lim, (self.null,) * 3, (s_cand.fileno(),))
         finally:
             s_cand.close()
-        judge = self._judge_process()
-        judge.start(job, s_judge.fileno())
-        s_judge.close()
-        raw, outcome = self._read_report(judge.sock.fileno(), time.monotonic() + lim.timeout_s)
+        try:
+            judge = _Judge(self, job, lim, s_judge.fileno())
+        finally:
+            s_judge.close()
+        try:
+            os.close(self.launcher.started())
+            raw, outcome = self._read_report(judge.report_fd, time.monotonic() + lim.timeout_s)
+        finally:
+            jstatus, jmarks = judge.finish()
         report = self._parse_report(raw) if outcome == "report" else None
-        if report is None or report["status"] == "memory":
-            self._drop_judge()  # mid-test, dead, or its heap full of the program's values
         crashed = report is not None and report["status"] == "crashed"
         res = self._finished(self.launcher.finish(0.5 if crashed else 0.0))
+        if not jmarks.startswith(b"1"):
+            raise InfraFailure("the judge could not be confined: "
+                               + (jmarks[1:].decode("utf-8", "replace") or "it died first"))
         if outcome == "timeout":
             return _verdict("memory" if res["oom"] else "timeout",
                             "killed by the job's memory limit" if res["oom"] else f"timeout after {lim.timeout_s}s")
+        if report is None and outcome == "eof" and jmarks.startswith(b"1P"):
+            # it died handling the program's values: the program's failure, like the candidate's death
+            how = _signal_name(os.WTERMSIG(jstatus)) if os.WIFSIGNALED(jstatus) else \
+                f"exit status {os.WEXITSTATUS(jstatus)}"
+            sigxcpu = os.WIFSIGNALED(jstatus) and os.WTERMSIG(jstatus) == signal.SIGXCPU
+            return _verdict("timeout" if sigxcpu else "crashed",
+                            f"the judge died while running the program's tests ({how})")
         if report is None:
             raise InfraFailure("the judge did not report (" + (
-                "it exited" if outcome == "eof" else "malformed report") + ")")
+                "it died before the program's tests" if outcome == "eof" else "malformed report") + ")")
         status, detail = report["status"], report["detail"]
         if crashed and res["killed"]:
             detail += " (it had closed its channel and was still running: killed)"

@@ -28,10 +28,12 @@ How a verdict is reached (why it cannot be forged):
     token by token with the expected output; the exit status must be 0.
 The candidate, the judge and the isolation (namespaces, uids, limits, cleanup) are in sandbox.py.
   * math and reward jobs (envs.py) run no program: a math completion's final answer is compared with
-    the reference as a number; a reward job calls the user's function (--reward file.py:function)
-    with the completion and the dataset row, in a child process of its own with the job's time limit.
-    Their statuses add "lenient" (the right answer, not in the format asked for) and "reward_error"
-    (the function raised, returned no finite number or ran too long: never scored, like infra_error).
+    the reference by math-verify, in a grading process killed at the job's time limit (an answer that
+    runs past it, or is longer than envs.MAX_ANSWER_CHARS, fails); a reward job calls the user's
+    function (--reward file.py:function) with the completion and the dataset row, in a child process
+    of its own with the job's time limit. Their statuses add "lenient" (the right answer, not in the
+    format asked for) and "reward_error" (the function raised, returned no real number finite as a
+    float32, or ran too long: never scored, like infra_error).
 
 Statuses: sandbox.Verdict's docstring is the list. All but one are the program's own outcomes;
 infra_error says the verifier could not judge (an executor died twice or could not start, the
@@ -175,8 +177,11 @@ def check_scored_job(job: dict) -> dict:
     if not isinstance(job.get("completion"), str) or len(job["completion"]) > MAX_PROGRAM_BYTES:
         raise ValueError(f"{job['kind']} job needs a completion: a string of at most {MAX_PROGRAM_BYTES} chars")
     if job["kind"] == "math":
-        if job.get("format") not in envs.MATH_FORMATS or envs.parse_number(job.get("answer")) is None:
-            raise ValueError(f"math job needs format in {envs.MATH_FORMATS} and a numeric answer")
+        answer = job.get("answer")  # read by math-verify in a grading process (envs.Scorer), never here
+        if job.get("format") not in envs.MATH_FORMATS or not isinstance(answer, str) or not answer.strip() \
+                or len(answer) > envs.MAX_ANSWER_CHARS:
+            raise ValueError(f"math job needs format in {envs.MATH_FORMATS} and an answer: a non-empty string "
+                             f"of at most {envs.MAX_ANSWER_CHARS} characters")
     else:
         try:
             if not isinstance(json.loads(job.get("row")), dict):
@@ -294,9 +299,10 @@ class _ExecutorProcess:
 
 
 class ExecutorPool:
-    """N executor processes fed from one queue by N threads. A dead executor is replaced and its job
-    retried once on the fresh one, so killing an executor loses no request; a job whose executor is
-    lost twice (or cannot be started) gets infra_error, and the pool goes on serving."""
+    """N executor processes fed from one queue by N threads. A dead executor, or one that failed for
+    reasons of its own (an infra_error it retires after), is replaced and its job retried once on
+    the fresh one, so killing an executor loses no request; a job whose executor is lost twice (or
+    cannot be started) gets infra_error, and the pool goes on serving."""
 
     def __init__(self, executors: int = 2, isolation: str = "namespaces", hide: list[str] | None = None,
                  use_cgroup: bool = True, reward: str = ""):
@@ -348,8 +354,11 @@ class ExecutorPool:
             return why
 
     def _run_job(self, i: int, job: dict) -> Verdict:
+        """A job is retried once on a fresh executor when its executor was lost or failed for
+        reasons of its own (infra_error and retire: a launcher, judge or sandbox that broke); an
+        infra_error the job itself explains (tests that do not compile) is not retried."""
         lost = []
-        for _ in range(2):  # a job is retried once on a fresh executor
+        for attempt in range(2):
             try:
                 verdict, retire = self.slots[i].run(job)
             except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
@@ -357,8 +366,12 @@ class ExecutorPool:
                 if why := self._restart(i):
                     lost.append(why)
                 continue
-            if retire:  # it exits after an infra failure: start its successor now
-                self._restart(i)
+            if retire:  # it exits after this reply: start its successor now
+                if why := self._restart(i):
+                    lost.append(why)
+                if verdict.status == INFRA_ERROR and attempt == 0:
+                    lost.append(verdict.detail)
+                    continue
             return verdict
         return _verdict(INFRA_ERROR, "verifier error: executor lost twice running this job: "
                         + "; ".join(lost))
