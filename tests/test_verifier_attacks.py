@@ -1,19 +1,23 @@
 """Attacks on the verdict through ONE long-lived executor pool, as the verifier service runs: a
 program that reads the tests or expected outputs (its caller's frames, the objects and the raw
 memory it inherited, an earlier job's freed memory, the verifier's environment), state that
-outlives a job (SysV and POSIX IPC, keyrings, abstract sockets, files), a program that gets itself
-reported as infra_error (a decoder bomb, a directory tree cleanup chokes on, a leftover that stops
-the cleanup helper), memory limits that are per process instead of per job, and honest programs
-whose tests use modules the program imported. docs/verifier.md "Threat model" lists each kind and
-how it is stopped.
+outlives a job (SysV and POSIX IPC, keyrings, abstract sockets, IPv6 flow labels, files), a
+program that gets itself reported as infra_error (a decoder bomb, a directory tree cleanup chokes
+on, a leftover that stops the cleanup helper, a standard-library function that kills the judge),
+a program that supplies what the tests run (their builtins, a module under a module's name), a
+judge poisoned for the next job, memory limits that are per process instead of per job, and honest
+programs whose tests use modules the program imported. docs/verifier.md "Threat model" lists each
+kind and how it is stopped.
 
 Every attack must end in a program status (never infra_error) and must not pass.
-Run: python -m pytest -q tests/test_verifier_attacks.py      (about 30 s on 2 cores)
+Run: python -m pytest -q tests/test_verifier_attacks.py      (about 40 s on 2 cores)
 """
 import os
 import secrets
+import signal
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -125,7 +129,33 @@ def test_an_io_program_cannot_read_its_expected_output(pool):
 
 # ----------------------------------------------------------------------------- state that outlives a job
 
-PLANT_STATE = r'''
+# IPv6 flow labels live in the network namespace and linger (here 30 s) after their socket is gone.
+# A label that exists makes a request for it with "create, exclusive" fail: that is how it is read.
+FLOW_LABELS = r'''
+import errno, socket, struct
+def _flow_request(label, share, flags):   # struct in6_flowlabel_req (linux/in6.h), linger 30 s
+    return struct.pack("=16sIBBHHHI", socket.inet_pton(socket.AF_INET6, "::1"), socket.htonl(label),
+                       0, share, flags, 0, 30, 0)
+def flow_plant(label):   # IPV6_FLOWLABEL_MGR, IPV6_FL_A_GET, share IPV6_FL_S_ANY, IPV6_FL_F_CREATE
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.IPPROTO_IPV6, 32, _flow_request(label, 255, 1))
+    finally:
+        s.close()
+def flow_taken(label):   # share IPV6_FL_S_EXCL, CREATE|EXCL: refused iff the label exists (and then made)
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.IPPROTO_IPV6, 32, _flow_request(label, 1, 3))
+        return False
+    except OSError as e:
+        if e.errno in (errno.EEXIST, errno.EPERM):
+            return True
+        raise
+    finally:
+        s.close()
+'''
+
+PLANT_STATE = FLOW_LABELS + r'''
 import array, ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
 def _try(fn):
@@ -142,6 +172,7 @@ def _unix_socket():
     socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 def plant():
     out = {
+        "flowlabel": _try(lambda: flow_plant(0x05EC7)),
         "msg": _try(lambda: libc.msgget(0x5EC7, 0o1666)),
         "sem": _try(lambda: libc.semget(0x5EC7, 1, 0o1666)),
         "shm": _try(lambda: libc.shmget(0x5EC7, 4096, 0o1666)),
@@ -155,7 +186,7 @@ def plant():
     return out
 '''
 
-READ_STATE = r'''
+READ_STATE = FLOW_LABELS + r'''
 import ctypes, errno, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
 def _abstract_taken():
@@ -176,6 +207,7 @@ def read():
         if _abstract_taken(): found.append("abstract")
     except OSError:
         pass
+    if flow_taken(0x05EC7): found.append("flowlabel")
     for path in ("/tmp/oubliette_probe", "/dev/shm/oubliette_probe", "oubliette_probe", "../oubliette_probe"):
         if os.path.exists(path): found.append(path)
     return found
@@ -184,10 +216,11 @@ def read():
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probes call keyctl by its x86_64 number")
 def test_no_kernel_object_or_file_outlives_a_job(pool):
-    v = run(pool, PLANT_STATE, "r = plant()\nassert False, repr(r)\n")
+    v = run(pool, PLANT_STATE, "r = plant()\nassert False, repr({k: s[:7] for k, s in r.items()})\n")
     assert v.status == "failed", v  # the plant's report travels in the assertion's message
     for refused in ("keyring", "abstract", "unix_socket"):  # by the seccomp filter
-        assert f"{refused}': 'refused" in v.detail, v.detail
+        assert f"{refused}': 'refused'" in v.detail, v.detail
+    assert "'flowlabel': 'created'" in v.detail, v.detail  # gone with the execution's network namespace
     v = run(pool, READ_STATE, "r = read()\nassert r == [], r\n")
     assert v.passed, v.detail
     for kind in ("msg", "sem", "shm"):  # nothing was left on the host either
@@ -196,8 +229,10 @@ def test_no_kernel_object_or_file_outlives_a_job(pool):
 
 
 def test_an_io_program_cannot_count_its_cases():
-    """A counter in SysV shared memory (or a file) would tell each case which answer to print."""
-    counter = r'''
+    """A counter in SysV shared memory, in IPv6 flow labels (the network namespace) or in a file
+    would tell each case which answer to print."""
+    base = (secrets.randbits(16) + 1) << 2  # below 0x80000: no sysctl restricts these
+    counter = FLOW_LABELS + f"BASE = {base}\n" + r'''
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmat.restype = ctypes.c_void_p
@@ -214,6 +249,10 @@ for path in ("count", "/tmp/count"):
         open(path, "a").write("x")
     except OSError:
         pass
+n = 0
+while n < 3 and flow_taken(BASE + n):   # the first free label is taken now, for the next case
+    n += 1
+k = max(k, n)
 print(["alpha", "beta", "gamma"][k % 3])
 '''
     p = verifier.ExecutorPool(1)
@@ -293,6 +332,133 @@ def test_deep_tree_is_removed_without_namespaces_too(tmp_path):
     os.chmod(cur, 0)
     sandbox.remove_tree(str(d))
     assert not d.exists()
+
+
+# ----------------------------------------------------------------------------- the judge runs nothing a program names
+
+# The candidate is the program's own process, so the program can rewrite the hello it sends (here by
+# wrapping the candidate's send_frame) and name anything there. f is wrong: each forgery would
+# make a wrong program pass if the judge bound what the hello names.
+FORGED_HELLO = r"""
+import sys
+_S = sys.modules["__main__"]            # the sandbox module the candidate runs in
+def f(x):
+    return 0
+def _zero(*args, **kwargs):
+    return 0
+def _sorted(*args, **kwargs):
+    return [1, 2, 3]
+_send = _S.send_frame
+def _forge(fd, obj):
+    if isinstance(obj, dict) and "names" in obj:
+        objects = sys._getframe(1).f_locals["objects"]
+        fake = {"abs": _zero, "round": _zero, "sorted": _sorted, "len": _zero}
+        obj["names"]["__builtins__"] = _S._pack(_S.to_plain(fake, objects.handle))
+        obj["imports"]["math"] = ["unittest.mock", "call"]      # call.isclose(...) is truthy
+    _send(fd, obj)
+_S.send_frame = _forge
+"""
+
+
+@pytest.mark.parametrize("tests", ["assert abs(f(3) - 918273645) < 1\n",
+                                   "assert sorted(f([3, 1, 2])) == [1, 2, 3]\n",
+                                   "assert math.isclose(f(2), 2 ** 0.5)\n"],
+                         ids=["builtins_abs", "builtins_sorted", "math_bound_to_mock_call"])
+def test_a_program_cannot_supply_what_the_tests_run(pool, tests):
+    assert_program_status(run(pool, FORGED_HELLO, tests), passed=False)
+
+
+# An honest-looking import of a standard-library function the tests then call as the program's own:
+# the judge holds a proxy to the candidate's copy, never one of its own.
+STDLIB_KILLERS = {
+    "os._exit": ("from os import _exit as square", "assert square(3) == 9\n"),
+    "os.abort": ("from os import abort as square", "assert square() == 9\n"),
+    "os.closerange": ("from os import closerange as square", "assert square(0, 1 << 16) == 9\n"),
+    "ctypes.string_at": ("from ctypes import string_at as square", "assert square(8) == 9\n"),
+    "faulthandler._sigsegv": ("from faulthandler import _sigsegv as square", "assert square() == 9\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STDLIB_KILLERS))
+def test_a_function_the_program_imported_never_runs_in_the_judge(pool, name):
+    program, tests = STDLIB_KILLERS[name]
+    v = run(pool, program + "\n", tests)
+    assert_program_status(v, passed=False)
+    assert v.status == "crashed" and "the program died" in v.detail, v  # a proxy: it ran in the candidate
+    assert run(pool, "def square(x): return x * x", "assert square(3) == 9\n").passed
+
+
+def test_a_poisoned_judge_cannot_fail_the_next_program(pool):
+    good = "def f(x): return 918273645"
+    # through the program's imports (the judge would call them for the tests)
+    assert_program_status(run(pool, "from signal import alarm as f", "assert f(1) == 918273645\n"))
+    assert_program_status(run(pool, "from sys import setrecursionlimit as f", "assert f(40) == 918273645\n"))
+    # through the tests themselves: what one job's tests do to their judge ends with that job
+    run(pool, good, "import math, signal, sys\nsignal.alarm(1)\nsys.setrecursionlimit(50)\nmath.pi = 3\n"
+                    "assert f(1) == 918273645\n")
+    time.sleep(1.5)  # past the alarm
+    deep = "def depth(n): return 0 if n == 0 else 1 + depth(n - 1)\n"
+    v = run(pool, good, "import math, sys\nassert sys.getrecursionlimit() >= 1000 and math.pi > 3.14\n"
+                        + deep + "assert depth(150) == 150 and f(1) == 918273645\n")
+    assert v.passed, v
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe reads shmget's x86_64 errors")
+def test_the_judge_is_filtered_and_namespaced_per_job(pool):
+    """The tests (trusted) probe their own process: the seccomp filter is on, and neither SysV memory
+    nor a flow label the previous job's tests made is there."""
+    label = secrets.randbits(18) + 1
+    probe = FLOW_LABELS + "import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    plant = probe + f"assert libc.shmget(0x5EC9, 4096, 0o1666) >= 0\nflow_plant({label})\nassert f(1) == 1\n"
+    assert run(pool, "def f(x): return x", plant).passed
+    check = probe + f"""
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    filtered = False
+except PermissionError:
+    filtered = True
+assert filtered, "no seccomp filter in the judge"
+assert libc.shmget(0x5EC9, 0, 0) < 0, "SysV memory of the previous job's judge"
+assert not flow_taken({label}), "a flow label of the previous job's judge"
+assert f(1) == 1
+"""
+    v = run(pool, "def f(x): return x", check)
+    assert v.passed, v
+
+
+def test_the_judges_death_while_running_the_tests_is_the_programs_failure(pool):
+    v = run(pool, "def f(x): return x", "assert f(1) == 1\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    assert v.status == "crashed" and "judge died" in v.detail, v
+    assert run(pool, "def f(x): return 918273645", "assert f(1) == 918273645\n").passed
+
+
+def test_a_flow_label_token_does_not_reach_a_later_execution(pool):
+    """A tool call ("run" job) plants a 16-bit token as flow labels; a later scoring job reads them."""
+    token, base = secrets.randbits(16) | 1, (secrets.randbits(13) + 1) << 5
+    planter = FLOW_LABELS + f"for i in range(16):\n    if {token} >> i & 1:\n        flow_plant({base} + i)\nprint('planted')\n"
+    v = pool.run([{"kind": "run", "program": planter, **SMALL}])[0]
+    assert v.passed and "planted" in v.detail, v
+    reader = FLOW_LABELS + f"print(sum(flow_taken({base} + i) << i for i in range(16)))\n"
+    v = pool.run([{"kind": "io", "program": reader, "cases": [["", str(token)]], **SMALL}])[0]
+    assert v.status == "failed" and "got '0" in v.detail, v
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"),
+                    reason="finding the launcher needs /proc/PID/task/PID/children")
+def test_an_executor_that_fails_for_its_own_reasons_is_replaced_and_the_job_retried():
+    p = verifier.ExecutorPool(1)
+    try:
+        [pid] = p.executor_pids()
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+        assert children, "an executor holds its launcher"
+        for child in children:  # the launcher: the executor's next job is an infra failure
+            os.kill(child, signal.SIGKILL)
+        v = run(p, "def f(x): return 918273645", "assert f(1) == 918273645\n")
+        assert v.passed, v
+        assert p.restarts == 1 and p.executor_pids() != [pid], (p.restarts, p.executor_pids(), pid)
+    finally:
+        p.close()
 
 
 # ----------------------------------------------------------------------------- limits are per job
