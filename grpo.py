@@ -594,15 +594,18 @@ def _nth_largest(x_N, n):
     return jnp.sort(x_N)[::-1][n - 1]
 
 
-def covariance_tokens(logp_BT, adv_B, mask_BT, cfg: GRPOConfig, key=None):
+def covariance_tokens(logp_BT, adv_B, mask_BT, cfg: GRPOConfig, draw_BT=None):
     """Step 4b's token selection (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
     Reasoning Language Models", arXiv:2505.22617, section 4): a bool [B, T], True on the tokens whose
     update is restrained. N = masked tokens of the (micro)batch, Cov = `token_covariance`:
-      clip_cov: max(1, floor(r N)) tokens drawn uniformly (with `key`) from those with
-                omega_low <= Cov <= omega_high (fewer if fewer are there); their gradient is detached.
+      clip_cov: max(1, floor(r N)) tokens drawn uniformly from those with omega_low <= Cov <= omega_high
+                (fewer if fewer are there): the candidates with the largest `draw_BT` (a uniform in
+                [0, 1) per token, `token_draws`); their gradient is detached.
       kl_cov:   the max(1, floor(k N)) tokens of largest Cov (ties at the threshold all count); they get
                 beta |log pi - log pi_old| added to their loss.
-    The shares are of the tokens the loss sees at once: with gradient accumulation, of a microbatch."""
+    The shares and the means in Cov are of the tokens the loss sees at once: with gradient accumulation,
+    of a microbatch. The draw is not: `token_draws` gives each token a uniform from its own row and
+    position, so a row's tokens get the same draws in any layout (packed or fixed, any neighbours)."""
     m_BT = jnp.asarray(mask_BT).astype(bool)
     if cfg.cov_penalty == "none":
         return jnp.zeros(m_BT.shape, bool)
@@ -612,22 +615,39 @@ def covariance_tokens(logp_BT, adv_B, mask_BT, cfg: GRPOConfig, key=None):
         n = jnp.maximum(jnp.floor(cfg.cov_kl_frac * n_tokens).astype(jnp.int32), 1)
         threshold = _nth_largest(jnp.where(m_BT, cov_BT, -jnp.inf).reshape(-1), n)
         return m_BT & (cov_BT >= threshold)
-    if key is None:
-        raise ValueError("cov_penalty='clip_cov' draws its tokens at random: pass key (a jax.random key)")
+    if draw_BT is None:
+        raise ValueError("cov_penalty='clip_cov' draws its tokens at random: pass draw_BT (token_draws)")
+    if jnp.shape(draw_BT) != m_BT.shape:
+        raise ValueError(f"draw_BT has shape {jnp.shape(draw_BT)}; expected the mask's {m_BT.shape}")
     n = jnp.maximum(jnp.floor(cfg.cov_clip_frac * n_tokens).astype(jnp.int32), 1)
     candidate_BT = m_BT & (cov_BT >= cfg.cov_clip_low) & (cov_BT <= cfg.cov_clip_high)
     # a uniform random order of the candidates: the n with the largest draws (others get -1)
-    u_BT = jnp.where(candidate_BT, jax.random.uniform(key, m_BT.shape), -1.0)
+    u_BT = jnp.where(candidate_BT, jnp.asarray(draw_BT, jnp.float32), -1.0)
     threshold = _nth_largest(u_BT.reshape(-1), n)
     return candidate_BT & (u_BT >= threshold)
 
 
-def tokens_key(tokens_BT):
-    """A jax.random key made from a microbatch's tokens, for Clip-Cov's draw: different rows give
-    another draw, the same rows the same one (a rerun repeats it). jit-able."""
-    t_N = jnp.asarray(tokens_BT).reshape(-1).astype(jnp.uint32)
-    mix = jnp.sum(t_N * (jnp.arange(t_N.size, dtype=jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(1)))
-    return jax.random.fold_in(jax.random.PRNGKey(0), mix)
+def token_draws(tokens_BT, mask_BT):
+    """Clip-Cov's draw: a uniform in [0, 1) per token, f32 [B, T], that depends only on the token's row
+    and its position in it, so the same row gives the same draws in any layout of the update (cut to
+    any length past its last completion token, next to any rows, in any order). Row b's key is folded
+    from a hash of its tokens up to its real length (the position after its last mask-1 token, where
+    packing.pack_batch cuts it); position t's draw is a uniform from that key folded with t. Different
+    rows give other draws, the same row the same ones (a rerun repeats it). jit-able."""
+    t_BT = jnp.asarray(tokens_BT).astype(jnp.uint32)
+    m_BT = jnp.asarray(mask_BT) > 0
+    pos_T = jnp.arange(t_BT.shape[1], dtype=jnp.uint32)
+    # real_BT: t is at or before the row's last mask-1 position (all False on a row with none)
+    real_BT = jnp.cumsum(m_BT[:, ::-1], axis=1)[:, ::-1] > 0
+    hash_B = jnp.sum(jnp.where(real_BT, t_BT * (pos_T * jnp.uint32(2654435761) + jnp.uint32(1)), jnp.uint32(0)),
+                     axis=1, dtype=jnp.uint32)
+    base = jax.random.PRNGKey(0)
+
+    def row(h):
+        key = jax.random.fold_in(base, h)
+        return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(pos_T)
+
+    return jax.vmap(row)(hash_B)
 
 
 def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
@@ -699,15 +719,16 @@ def _is_modified(logp_old_BT, logp_behav_BT, w_BT, m_BT, cfg: GRPOConfig):
 
 
 def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
-                logp_ref_BT=None, key=None):
+                logp_ref_BT=None, draw_BT=None):
     """The policy-gradient loss (to MINIMISE) and an aux dict; see the module docstring for the steps.
 
     logp_BT: log pi_theta of the sampled tokens (differentiated). logp_old_BT: the proximal policy pi_old
     (stop-gradient; at the first step on-policy it equals logp_BT, so the ratio is exactly 1).
     logp_behav_BT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_BT: the
     reference policy, read only when kl_beta > 0. adv_B: one advantage per completion row (flatten the
-    B x G advantages). Masked positions may hold anything, -inf and NaN included. key: Clip-Cov's draw
-    (cov_penalty=clip_cov needs it; `tokens_key` makes one from the rows).
+    B x G advantages). Masked positions may hold anything, -inf and NaN included. draw_BT: Clip-Cov's
+    draw, a uniform in [0, 1) per token (cov_penalty=clip_cov needs it; `token_draws` makes it from the
+    rows, the same in any layout).
 
     aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
     (fraction of tokens whose clip is active, i.e. zero gradient: A<0 & r<1-eps_low / A>0 & r>1+eps_high),
@@ -721,7 +742,7 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
     m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
 
     # Step 4b: Clip-Cov / KL-Cov restrain the few tokens of largest covariance (none: nothing selected).
-    cov_BT = covariance_tokens(s["logp_BT"], adv_B, m_BT, cfg, key)
+    cov_BT = covariance_tokens(s["logp_BT"], adv_B, m_BT, cfg, draw_BT)
     if cfg.cov_penalty == "clip_cov":  # same value, no gradient
         s["pg_BT"] = jnp.where(cov_BT, jax.lax.stop_gradient(s["pg_BT"]), s["pg_BT"])
     elif cfg.cov_penalty == "kl_cov":

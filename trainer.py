@@ -302,9 +302,11 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
     # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
     # correction (pi_old/pi_behav) acts.
     logp_old_BT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_BT)
-    key = grpo.tokens_key(mb["tokens_BT"]) if gcfg.cov_penalty == "clip_cov" else None  # Clip-Cov's draw
+    # Clip-Cov's draw: per token, from its row and position only, so packed and fixed layouts draw alike
+    draw_BT = grpo.token_draws(mb["tokens_BT"], mb["mask_BT"]) if gcfg.cov_penalty == "clip_cov" else None
     loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"], gcfg,
-                                 logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"), key=key)
+                                 logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"),
+                                 draw_BT=draw_BT)
     aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
     return loss * weight, (logp_BT, aux)
 
@@ -603,6 +605,8 @@ class Trainer:
                              f"(tokenizer_config.json chat_template or chat_template.jinja)")
         if cfg.env and self.fmt != "chat":
             raise ValueError(f"--env {cfg.env}: turns and tool outputs are chat messages; use the chat format")
+        if cfg.env:  # a template that cannot carry several turns is refused here, never mid-run
+            prompts.check_multi_turn(self.template, self.tokenizer)
         if gcfg.max_len > cfg.max_new_tokens:
             raise ValueError(f"--max-len {gcfg.max_len} is the generation budget (Dr. GRPO's and DAPO's L_max): it "
                              f"cannot exceed --max-new-tokens {cfg.max_new_tokens}, or no completion is ever overlong")

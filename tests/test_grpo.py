@@ -784,16 +784,16 @@ def test_kl_cov_penalises_the_largest_covariance_tokens_by_hand():
 def test_clip_cov_detaches_random_tokens_inside_the_band():
     # band [1, 1.2]: only Cov 1.16 (row 0, t 0) is inside; r N = 0.2 * 5 = 1 token: that one.
     cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.2, cov_clip_low=1.0, cov_clip_high=1.2, is_correction="none")
-    key = jax.random.PRNGKey(3)
-    loss, aux = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg, key=key)
+    draw = jax.random.uniform(jax.random.PRNGKey(3), COV_MASK.shape)
+    loss, aux = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg, draw_BT=draw)
     loss0, _ = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg_(is_correction="none"))
     close(loss, loss0)                                  # the value is unchanged: only the gradient goes
     grad = lambda c: jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), COV_ADV, COV_MASK, c,  # noqa: E731
-                                                          key=key)[0])(COV_LOGP)
+                                                          draw_BT=draw)[0])(COV_LOGP)
     g, g0 = grad(cfg), grad(cfg_(is_correction="none"))
     close(g, np.where([[1, 0, 0], [0, 0, 0]], 0.0, g0))
     close(aux["cov_frac"], 1 / 5)
-    with pytest.raises(ValueError, match="key"):
+    with pytest.raises(ValueError, match="draw_BT"):
         grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg)
 
 
@@ -801,19 +801,69 @@ def test_clip_cov_draw_is_uniform_over_the_band_and_capped():
     # band [0, 2]: Cov 1.16, 0.36, 1.26 are inside (3 candidates); one is drawn per key, each about 1/3
     # of the time; a share above the candidates' detaches all of them, never a token outside the band.
     cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.2, cov_clip_low=0.0, cov_clip_high=2.0)
-    draw = jax.jit(lambda key: grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg, key))
+    draw = jax.jit(lambda key: grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg,
+                                                      jax.random.uniform(key, COV_MASK.shape)))
     picks = np.stack([np.asarray(draw(jax.random.PRNGKey(i))) for i in range(300)])
     assert np.all(picks.sum((1, 2)) == 1)
     share = picks.mean(0)
     assert np.all(share[[0, 1], [2, 2]] == 0) and share[1, 0] == 0      # outside the band, or padding
     assert all(0.23 < share[i, j] < 0.44 for i, j in [(0, 0), (0, 1), (1, 1)]), share
     every = grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, dataclasses.replace(cfg, cov_clip_frac=1.0),
-                                   jax.random.PRNGKey(0))
+                                   jnp.zeros(COV_MASK.shape))
     assert np.array_equal(np.asarray(every), [[True, True, False], [False, True, False]])
 
 
-def test_tokens_key_depends_on_the_rows():
-    a = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
-    same = jax.jit(grpo.tokens_key)(a)
-    assert np.array_equal(np.asarray(same), np.asarray(grpo.tokens_key(a)))
-    assert not np.array_equal(np.asarray(same), np.asarray(grpo.tokens_key(a[::-1])))
+def test_token_draws_depend_on_the_row_and_position_only():
+    """A row's draws are the same cut to its real length (the position after its last mask-1 token),
+    moved to another place in the batch, next to other rows; another row gets other draws; in [0, 1)."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 259, (4, 12)).astype(np.int32)
+    mask = np.zeros((4, 12), np.float32)
+    for b, (lo, hi) in enumerate([(3, 9), (3, 5), (4, 12), (2, 3)]):
+        mask[b, lo:hi] = 1
+    tokens = np.where(np.arange(12) < np.array([9, 5, 12, 3])[:, None], tokens, 258)  # padding: 258
+    u = np.asarray(jax.jit(grpo.token_draws)(tokens, mask))
+    assert u.shape == (4, 12) and u.dtype == np.float32 and np.all((u >= 0) & (u < 1))
+    # row 1 (real length 5) alone, cut to 5; then to 8 with other padding after it, behind another row
+    alone = np.asarray(grpo.token_draws(tokens[1:2, :5], mask[1:2, :5]))
+    np.testing.assert_array_equal(alone[0], u[1, :5])
+    other = np.concatenate([tokens[3:4, :8], np.concatenate([tokens[1:2, :5], [[7, 7, 7]]], 1)])
+    moved = np.asarray(grpo.token_draws(other, np.concatenate([mask[3:4, :8], mask[1:2, :8]])))
+    np.testing.assert_array_equal(moved[1, :5], u[1, :5])
+    np.testing.assert_array_equal(moved[0, :3], u[3, :3])
+    # a row whose tokens differ draws differently
+    changed = tokens.copy()
+    changed[0, 4] += 1
+    assert not np.array_equal(np.asarray(grpo.token_draws(changed, mask))[0], u[0])
+
+
+def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
+    """The trainer's two layouts of one microbatch of 8 rows (trainer.split_batch: every row at T = 32,
+    in order; packing.pack_batch: rows sorted by real length, cut to the bucket length 16) hold the same
+    rows, so the band and the count are the same; with draws from each row's own tokens Clip-Cov
+    detaches the same tokens. (A draw over the microbatch's array picks differently in each.)"""
+    import packing
+    import trainer
+    rng = np.random.default_rng(1)
+    B, T = 8, 32
+    lengths = [16, 14, 16, 15, 16, 14, 15, 16]  # real lengths: one bucket (16), all within 15% of it
+    mask = np.zeros((B, T), np.float32)
+    for b, n in enumerate(lengths):
+        mask[b, 4:n] = 1
+    data = {"tokens_BT": rng.integers(0, 259, (B, T)).astype(np.int32), "mask_BT": mask,
+            "adv_B": rng.standard_normal(B).astype(np.float32),
+            "logp_BT": np.where(mask > 0, -rng.exponential(1.0, (B, T)), 0.0).astype(np.float32)}
+    cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.1, cov_clip_low=-1e9, cov_clip_high=1e9)
+
+    def pick(mb):
+        return np.asarray(grpo.covariance_tokens(mb["logp_BT"], mb["adv_B"], mb["mask_BT"], cfg,
+                                                 grpo.token_draws(mb["tokens_BT"], mb["mask_BT"])))
+    [[fixed]] = trainer.split_batch(data, 1, B)
+    [[packed]], order = packing.pack_batch(data, 1, lambda T_b: B)
+    assert packed["mask_BT"].shape == (B, 16) and not np.array_equal(order, np.arange(B))
+    n = int(np.floor(0.1 * mask.sum()))  # every masked token is a candidate: exactly n are detached
+    sel_fixed, sel_packed = pick(fixed), packing.unpack(pick(packed), order, (B, T))
+    assert sel_fixed.sum() == n == 9
+    np.testing.assert_array_equal(sel_packed, sel_fixed)
+
+
