@@ -38,8 +38,8 @@ uid shared by two concurrent executions would let one fork bomb starve the other
 kill would hit the neighbour. Executors run one job at a time, so uids per executor are enough.
 uids are derived from the executor's pid (unique among live processes): base + 3*pid, +1, +2 for the
 candidate, the judge and the kill sweep (role_uids). What a uid could carry from one job to the next
-is closed per execution: kernel objects (an IPC namespace each, seccomp for keyrings and AF_UNIX),
-files (a tmpfs each), processes (killed and proved gone).
+is closed per execution: kernel objects (an IPC and a network namespace each, seccomp for keyrings
+and AF_UNIX), files (a tmpfs each), processes (killed and proved gone); the judge is forked per job.
 """
 
 import builtins
@@ -1753,7 +1753,8 @@ class Executor:
             "per execution: a memory cgroup caps all its processes and its scratch at memory_mb"
             if self.cgroup is not None and self.cgroup.mem_fds else
             "per process only (no memory cgroup): an execution may hold up to max_procs x memory_mb")
-        self.report["ipc"] = "a new IPC namespace per execution" if self.isolated else "host's (NOT isolated)"
+        self.report["ipc"] = "a new IPC and network namespace per execution (candidate and judge)" \
+            if self.isolated else "host's (NOT isolated)"
         self.report["syscalls"] = ("seccomp: keyrings, descriptors in flight, AF_UNIX sockets, new "
                                    "namespaces refused"
                                    if self.seccomp else "no filter (unknown architecture)")

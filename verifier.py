@@ -8,18 +8,18 @@ How a verdict is reached (why it cannot be forged):
   * assert-style (HumanEval): two processes. The CANDIDATE, forked fresh for each execution from a
     launcher process that never held a job (so no test, expected output or environment is in its
     memory), runs the program under a uid of its own; the JUDGE, under another uid, runs the tests
-    (one judge per executor, reused across jobs and replaced after any timeout or failure and every
-    JUDGE_RECYCLE_JOBS jobs). The judge never
+    (forked for each job and confined as the candidate is: seccomp filter, its own IPC and network
+    namespaces; its death while it handles the program's values is the program's failure). The judge never
     executes a line of the program: every name the program defines appears in the judge as a proxy
     that sends the call's arguments to the candidate and gets back the result as *bytes*
     (msgpack with a few tagged types), decoded into genuine int/str/list/... objects. So the
     program cannot see the tests or their expected values, patch the judge's builtins or assert
     helpers, hand over an object whose __eq__ lies, or exit/print its way to success: only the
     judge's report, on a pipe the candidate does not hold, says "passed". Names that shadow
-    builtins (abs, len, ...) are never exported, so a program cannot redefine what tests use;
-    standard-library modules, functions and classes the program imported are bound in the judge
-    as the judge's own copies, and no program object is bound under a standard-library module's
-    name.
+    builtins (abs, len, ...) and dunders (__builtins__) are never bound, so a program cannot
+    redefine what tests use; the judge imports a module the program imported only if it is a pure
+    one (sandbox.PURE_MODULES), by name, itself, and binds no program object under a
+    standard-library module's name.
     Objects that are not plain data (instances of the program's classes, closures, generators)
     stay in the candidate; the judge holds a handle it can call, read attributes of and pass back,
     and decides `==` itself (a handle equals only itself, never a plain value): sandbox.Handle
@@ -55,10 +55,10 @@ Processes and sockets:
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
 
-Cost per execution (bench/bench_verifier.py): one fork of a small pre-imported process, rlimits,
-setuid, an IPC namespace and a seccomp filter in the child, a cgroup join, a tmpfs scratch mount,
-and a msgpack round trip per call of the program; the uid-wide kill sweep (another fork) runs only
-when the cgroup shows something was left.
+Cost per execution (bench/bench_verifier.py): one fork of a small pre-imported process (two for an
+assert job: the candidate and its judge), rlimits, setuid, IPC and network namespaces and a seccomp
+filter in each, a cgroup join, a tmpfs scratch mount, and a msgpack round trip per call of the
+program; the uid-wide kill sweep (another fork) runs only when the cgroup shows something was left.
 
 Known limits: plain data (None, bool, int, float, complex, str, bytes, list, tuple, dict, set,
 frozenset) crosses by value, a subclass of one of them as its builtin value (its methods stay
