@@ -519,6 +519,16 @@ class VerifierBroken(RuntimeError):
 
 
 
+def verifier_failure_text(statuses: list) -> str:
+    """A group's verifier failures for the log: how many of its programs got each failure status
+    (lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR), e.g. "3 of 8 programs got verifier status
+    reward_error"; "no verifier failure" when there is none."""
+    counts = collections.Counter(s for s in statuses if s in (lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR))
+    if not counts:
+        return "no verifier failure"
+    return ", ".join(f"{n} of {len(statuses)} programs got verifier status {s}" for s, n in sorted(counts.items()))
+
+
 def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
     """(rewards_BG, keep_B) of a batch of rollouts after DAPO's overlong punishment (added to the
     rewards) and overlong filter (keep_B), as gcfg configures them (grpo.shape_rewards). A row's length
@@ -901,14 +911,13 @@ class Trainer:
             self.verifier_window.append((failures, len(rollout.statuses)))
             self.step_programs = [self.step_programs[0] + failures, self.step_programs[1] + len(rollout.statuses)]
             if failures:
-                bad = next(r for r in rollout.statuses if r == lifecycle.INFRA_ERROR)
-                self.log(f"{rollout.item_id}: {failures} of {len(rollout.statuses)} programs got verifier "
-                         f"status {bad}: group dropped")
+                self.log(f"{rollout.item_id}: {verifier_failure_text(rollout.statuses)}: group dropped")
         if lifecycle.verifier_broken(self.verifier_window, self.cfg.max_verifier_failure_frac):
             bad, total = map(sum, zip(*self.verifier_window))
             raise VerifierBroken(
                 f"the verifier failed {bad} of the last {total} programs (status {lifecycle.INFRA_ERROR}: the "
-                f"sandbox or the service, not the programs), more than --max-verifier-failure-frac "
+                f"sandbox or the service, not the programs; {lifecycle.REWARD_ERROR}: the reward function "
+                f"raised, gave no finite number or timed out), more than --max-verifier-failure-frac "
                 f"{self.cfg.max_verifier_failure_frac}; see the verifier's log ($RUN_DIR/verifier.log under "
                 f"launch.sh) and the workers' logs")
 

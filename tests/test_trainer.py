@@ -199,3 +199,39 @@ def test_shaped_rewards_budget_each_turn_of_a_multi_turn_row():
     rewards_BG, keep_B = trainer.shaped_rewards([rollout], gcfg)
     np.testing.assert_allclose(rewards_BG, [[1.0 - 0.5, 1.0 - 1.0]])
     assert keep_B.tolist() == [True, False]  # row 1 used its whole budget and did not finish
+
+
+def test_a_group_whose_only_failures_are_reward_errors_is_dropped_with_a_log_line():
+    """Trainer.receive on a group of 4 whose reward function failed on 2 completions (status
+    reward_error, no infra_error): the group gets the fate verifier_failed and one log line naming the
+    status; nothing raises. The books, collector and the rollout's wire map are the real ones; the
+    param server is a stand-in that returns the one rollout."""
+    import collections
+    import types
+    import lifecycle
+    import wire
+    G, T = 4, 6
+    item = wire.WorkItem(item_id="train/0|p0", prompt="p", group_size=G, seq_len=T, max_new_tokens=2,
+                         min_version=0, lineage="a")
+    statuses = ["passed", lifecycle.REWARD_ERROR, "failed", lifecycle.REWARD_ERROR]
+    data = wire.Rollout(item_id=item.item_id, version=0, lineage="a", worker="w", prompt_len=2,
+                        tokens_GT=np.ones((G, T), np.int32), logp_behav_GT=np.zeros((G, T), np.float32),
+                        mask_GT=np.ones((G, T), np.float32), rewards_G=np.array([1, 0, 0, 0], np.float32),
+                        finished_G=np.ones(G, bool), statuses=statuses).to_dict()
+    fates, lines = [], []
+    books = lifecycle.Books(0, 1, "a", lambda i, f: fates.append((i, f)))
+    books.add(item)
+    t = trainer.Trainer.__new__(trainer.Trainer)
+    t.cfg = trainer.Config(max_verifier_failure_frac=0.9)
+    t.collector = lifecycle.Collector(books, lambda i, v: (item, True))
+    t.ps = types.SimpleNamespace(call=lambda msg, **kw: wire.Rollouts(rollouts=[data]))
+    t.problem = types.SimpleNamespace(observe=lambda *a: None)
+    t.verifier_window, t.step_programs = collections.deque(maxlen=3), [0, 0]
+    t.log = lines.append
+    t.receive(wait_s=0.0)
+    assert fates == [(item.item_id, lifecycle.VERIFIER_FAILED)]
+    assert t.step_programs == [2, 4] and list(t.verifier_window) == [(2, 4)]
+    assert lines == [f"{item.item_id}: 2 of 4 programs got verifier status reward_error: group dropped"]
+    assert trainer.verifier_failure_text(["passed"] * 3) == "no verifier failure"
+    assert trainer.verifier_failure_text([lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR, "passed"]) == (
+        "1 of 3 programs got verifier status infra_error, 1 of 3 programs got verifier status reward_error")
