@@ -175,10 +175,10 @@ class Config:
     each step, between 0 and --max-staleness, by lifecycle.AutoStaleness: down when offpolicy/k3_kl
     (policy drift over the stale rows) exceeds this target, up when the trainer waited for rollouts and
     the KL is at most half of it; a bound whose KL was over the target is retried only after several
-    starved steps, more each time it fails again. Logged as staleness/limit. launch.sh's MAX_STALENESS=auto uses 0.01,
-    the middle of the KL targets PPO's adaptive penalty was run with (d_targ 0.003-0.03, Schulman et
-    al. 2017); measured here at staleness 1-2 on the embedded task: 3e-4 to 9e-3. 0: the bound is
-    --max-staleness, fixed"""
+    starved steps, more each time it fails again. Logged as staleness/limit. launch.sh's
+    MAX_STALENESS=auto uses 0.01, the middle of the KL targets PPO's adaptive penalty was run with
+    (d_targ 0.003-0.03, Schulman et al. 2017); measured here at staleness 1-2 on the embedded task: 3e-4
+    to 9e-3. 0: the bound is --max-staleness, fixed"""
     # --- numerics
     bf16_fix: bool = True
     """the RLAX fix (model.py PRECISION POLICY); --no-bf16-fix reproduces the mismatch"""
