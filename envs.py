@@ -8,8 +8,8 @@ verifier role for verdicts, the verdict's reward is what GRPO sees):
   code       HumanEval / MBPP / asserts / stdin-stdout    the sandbox runs the program (sandbox.py)
              (tasks.py reads them)
   math       GSM8K: question + answer ending "#### 42";   math_verdict: the final answer extracted
-             MATH: problem + solution with \\boxed{...}    (boxed, "####", or the last number, in that
-                                                          order) and compared as a number
+             MATH: problem + solution with \\boxed{...};   (boxed, "####", or the last number, in that
+             MATH-500: problem + answer                   order) and compared with math-verify
   reward     any row with a "prompt" (text) or            your function, REWARD=file.py:function:
              "messages" (a chat list), any other fields   function(completion: str, row: dict) -> float
 
@@ -20,32 +20,67 @@ the model's own tokens stay exactly as sampled (token in, token out); the last t
 A completion's verdict is {passed, reward, status, detail, fraction}, as the sandbox's. Statuses of
 these kinds: "passed" (math: the right answer in the requested format), "lenient" (the right answer,
 found only by a looser extraction: the metrics report strict and lenient accuracy apart, since a gain
-in format alone looks like a gain in accuracy), "failed", and REWARD_ERROR: the reward function raised,
-returned something that is not a finite number, or ran past its time limit. REWARD_ERROR is, like
-the sandbox's infra_error, never a silent 0: the group is not trained on (lifecycle.infra_failures)
-and it is counted (verifier/infra_error_frac).
+in format alone looks like a gain in accuracy), "failed" (a wrong answer, none, one longer than
+MAX_ANSWER_CHARS, or one whose reading runs past the job's time limit), and REWARD_ERROR: the reward
+function raised, returned something that is not a real number or not finite as a float32, or ran past
+its time limit. REWARD_ERROR is, like the sandbox's infra_error, never a silent 0: the group is not
+trained on (lifecycle.infra_failures) and it is counted (verifier/infra_error_frac).
 
-The verifier role scores math and reward jobs (Scorer); a reward function runs in a child process
-started for each call (by a fork server), killed at its time limit, so a function that hangs or
-crashes costs one verdict.
+The verifier role scores math and reward jobs (Scorer), each in a child process killed at the job's
+time limit: a reward function in a process started for each call (by a fork server), a math answer in
+a grading process that math-verify is loaded in once and that is replaced when killed. A function that
+hangs or crashes, or an answer made to be slow to parse, costs one verdict, and the jobs beside it wait
+for neither. Math needs the math extra: pip install -r requirements-math.txt.
 
 Run the tests:  python -m pytest -q tests/test_envs.py
 """
 from __future__ import annotations
 
 import concurrent.futures
-import fractions
+import decimal
 import importlib.util
 import json
+import logging
 import math
+import numbers
 import os
+import queue
 import re
+import resource
+import threading
 
 REWARD_ERROR = "reward_error"
 MATH_FORMATS = ("boxed", "hash")  # MATH's \boxed{...}; GSM8K's "#### answer"
 
 
 # ----------------------------------------------------------------------------- math answers
+# Answers are graded by Hugging Face's math-verify (requirements-math.txt), as TRL and open-r1 grade:
+# LaTeX and plain answers are read into sympy and compared as values (1/2 = \frac12 = 0.5, 90^\circ =
+# 90, 5\text{ cm} = 5, \$18.90 = 18.9, intervals, sets, expressions). Which text is the answer is
+# decided here, by scans that are linear in the completion's length (_boxed, _after_hash, _NUMBER);
+# an answer longer than MAX_ANSWER_CHARS is never parsed. Parsing itself can still be slow on purpose
+# (nested parentheses take seconds in the LaTeX grammar), so the verifier role runs math_verdict in a
+# grading process killed at the job's time limit (Scorer, _Grader).
+
+MATH_EXTRA = "requirements-math.txt"
+MAX_ANSWER_CHARS = 400  # longer final answers are refused unparsed: the completion's failure
+
+
+class MathVerifyMissing(RuntimeError):
+    """math-verify is not installed, so math rows cannot be graded."""
+
+
+def math_verify_module():
+    """Hugging Face's math-verify; MathVerifyMissing, naming the requirements file, when it is absent."""
+    try:
+        import math_verify
+    except ImportError as e:
+        raise MathVerifyMissing(f"math rows are graded with Hugging Face's math-verify, which is not installed "
+                                f"({e}): pip install -r {MATH_EXTRA}") from None
+    # its one warning says that the caller enforces the time limit, which the grading process's parent does
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return math_verify
+
 
 def _boxed(text: str) -> str | None:
     """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
@@ -69,42 +104,17 @@ def _after_hash(text: str) -> str | None:
     return line or None
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+# A number: sign (ASCII or U+2212), digits with optional thousands groups (a comma followed by exactly
+# three digits), optional decimals, optional "/digits". Every part after the first digits starts with
+# its own character and is optional, so the scan never backtracks: linear time. "42, done" gives 42.
+_NUMBER = re.compile(r"[-\u2212]?(?:\d+(?:,\d{3}(?!\d))*(?:\.\d+)?|\.\d+)(?:/\d+)?")
 
 
 def _last_number(text: str) -> str | None:
-    found = _NUMBER.findall(text)
-    return found[-1] if found else None
-
-
-def parse_number(text: str | None) -> fractions.Fraction | None:
-    """A final answer as an exact number, or None: integers, decimals, fractions (a/b, \\frac{a}{b},
-    \\dfrac), thousands separators (1,234), a leading $ or trailing %, surrounding $...$ or text such as
-    "x = 5"; a number alone, nothing else around it but units-free punctuation."""
-    if text is None:
-        return None
-    s = text.strip().strip("$").strip()
-    s = re.sub(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)", s)
-    s = re.sub(r"^[A-Za-z]\w*\s*=\s*", "", s)          # "x = 5"
-    s = s.replace("\\!", "").replace("{,}", ",").replace("\\%", "%").rstrip(".").strip()
-    s = s.rstrip("%").strip().lstrip("$").strip()
-    m = re.fullmatch(r"\(?\s*(-?[\d,]*\.?\d+)\s*\)?(?:\s*/\s*\(?\s*(-?[\d,]*\.?\d+)\s*\)?)?", s)
-    if not m:
-        return None
-    num, den = m.group(1), m.group(2)
-    try:
-        for part in (num, den):
-            if part and "," in part and not re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", part):
-                return None  # "1,2" is a list, not a number
-        value = fractions.Fraction(num.replace(",", ""))
-        if den is not None:
-            d = fractions.Fraction(den.replace(",", ""))
-            if d == 0:
-                return None
-            value /= d
-        return value
-    except (ValueError, ZeroDivisionError):
-        return None
+    found = None
+    for found in _NUMBER.finditer(text):
+        pass
+    return found.group(0) if found else None
 
 
 def extract_answer(text: str) -> tuple[str | None, str]:
@@ -115,21 +125,52 @@ def extract_answer(text: str) -> tuple[str | None, str]:
     return None, "none"
 
 
-def math_verdict(completion: str, answer: str, fmt: str) -> dict:
-    """The verdict on a math completion against the reference final answer. Strict: the answer in the
-    requested format (fmt "boxed" or "hash") is right; lenient: the first answer extract_answer finds
-    is right. reward = 1 for strict, else 0 (a policy is rewarded for answering as asked)."""
+def _parse(text: str, how: str) -> list:
+    """An answer as math-verify reads it ([] when it finds none). A boxed answer is read as LaTeX
+    (\\boxed{...} around it); any other as math-verify reads free text, which takes "18 dollars" as 18."""
+    mv = math_verify_module()
+    text = text.replace("\u2212", "-")  # U+2212, the minus sign of typeset text
+    if how == "boxed":
+        text = "\\boxed{" + text + "}"
+    return mv.parse(text, parsing_timeout=None)  # the time limit is the grading process's (Scorer)
+
+
+def parse_reference(answer: str, fmt: str) -> list:
+    """A reference final answer as math-verify reads it; ValueError if it is too long or reads as nothing.
+    fmt "boxed": a LaTeX answer (MATH's \\boxed content, MATH-500's `answer`); "hash": GSM8K's "#### n"."""
     if fmt not in MATH_FORMATS:
         raise ValueError(f"math answer format must be one of {MATH_FORMATS}, got {fmt!r}")
-    want = parse_number(answer)
-    if want is None:
-        raise ValueError(f"the reference answer {answer!r} is not a number")
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError("the reference answer is empty")
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise ValueError(f"the reference answer is longer than {MAX_ANSWER_CHARS} characters")
+    gold = _parse(answer, fmt)
+    if not gold:
+        raise ValueError(f"the reference answer {answer[:80]!r} is not read as math by math-verify")
+    return gold
+
+
+def _right(gold: list, answer: str, how: str) -> bool:
+    if len(answer) > MAX_ANSWER_CHARS:
+        return False
+    pred = _parse(answer, how)
+    return bool(pred) and math_verify_module().verify(gold, pred, timeout_seconds=None)
+
+
+def math_verdict(completion: str, answer: str, fmt: str) -> dict:
+    """The verdict on a math completion against the reference final answer, graded by math-verify.
+    Strict: the answer in the requested format (fmt "boxed": the last \\boxed{}; "hash": after the last
+    "####") is right; lenient: the first answer extract_answer finds is right. reward = 1 for strict,
+    else 0 (a policy is rewarded for answering as asked). ValueError if the reference does not read."""
+    gold = parse_reference(answer, fmt)
     requested = (_boxed if fmt == "boxed" else _after_hash)(completion)
-    if requested is not None and parse_number(requested) == want:
+    if requested is not None and _right(gold, requested, fmt):
         return _v("passed", 1.0, f"{fmt}: {requested[:80]}")
     found, how = extract_answer(completion)
-    if found is not None and parse_number(found) == want:
+    if found is not None and (found, how) != (requested, fmt) and _right(gold, found, how):
         return _v("lenient", 0.0, f"right answer found by {how}, not in the {fmt} format")
+    if found is not None and len(found) > MAX_ANSWER_CHARS:
+        return _v("failed", 0.0, f"{how}: the answer is longer than {MAX_ANSWER_CHARS} characters, not read")
     return _v("failed", 0.0, f"{how}: {str(found)[:80]}" if found is not None else "no answer found")
 
 
@@ -139,13 +180,18 @@ def _v(status: str, reward: float, detail: str) -> dict:
 
 
 def math_reference(rec: dict) -> tuple[str, str, str] | None:
-    """(question, final answer, format) of a GSM8K- or MATH-style row; None if it is neither."""
+    """(question, final answer, format) of a GSM8K-, MATH- or MATH-500-style row; None if it is none of
+    them. GSM8K: `question`, `answer` holding "#### n"; MATH-500: `problem`, `answer` (the final answer
+    itself, LaTeX); MATH: `problem`, `solution` holding \\boxed{...}."""
     if isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str) and "####" in rec["answer"]:
         return rec["question"], _after_hash(rec["answer"]) or "", "hash"
-    if isinstance(rec.get("problem"), str) and isinstance(rec.get("solution"), str):
-        boxed = _boxed(rec["solution"])
-        if boxed is not None:
-            return rec["problem"], boxed, "boxed"
+    if isinstance(rec.get("problem"), str):
+        if isinstance(rec.get("answer"), str) and rec["answer"].strip():
+            return rec["problem"], rec["answer"].strip(), "boxed"
+        if isinstance(rec.get("solution"), str):
+            boxed = _boxed(rec["solution"])
+            if boxed is not None:
+                return rec["problem"], boxed, "boxed"
     return None
 
 
@@ -167,34 +213,65 @@ def load_reward(spec: str):
     return fn
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # rewards travel as float32 (wire.Rollout.rewards_G)
+
+
+def reward_value(value) -> float:
+    """What a reward function returned, as a float: any real number is accepted (int, float, bool,
+    Fraction, Decimal, numpy scalars and 0-d arrays of bool, int or float: np.float32(1.0),
+    np.mean(...), np.bool_); ValueError saying why for anything else (a string, None, a complex, an
+    array with elements) and for a value that is not finite as a float32 (NaN, inf, -1e39)."""
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    if isinstance(value, (numbers.Real, decimal.Decimal)):
+        pass
+    elif getattr(dtype, "kind", None) in ("b", "i", "u", "f") and shape == ():  # numpy scalars, 0-d arrays
+        pass
+    else:
+        what = type(value).__name__ + (f" of shape {tuple(shape)}" if isinstance(shape, tuple) else "")
+        raise ValueError(f"returned {what}, not a real number")
+    try:
+        x = float(value)
+    except (OverflowError, ValueError, TypeError):
+        x = math.inf
+    if not (math.isfinite(x) and abs(x) <= FLOAT32_MAX):
+        raise ValueError(f"returned {str(value)[:80]}, not a finite float32 number")
+    return x
+
+
 def _reward_child(spec: str, completion: str, row: dict, conn) -> None:
     """In the child: load the function, call it, send {"reward": x} or {"error": why}."""
     try:
-        value = load_reward(spec)(completion, row)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            out = {"error": f"returned {type(value).__name__}, not a number"}
-        elif not math.isfinite(value):
-            out = {"error": f"returned {value!r}, not a finite number"}
-        else:
-            out = {"reward": float(value)}
+        out = {"reward": reward_value(load_reward(spec)(completion, row))}
     except BaseException as e:  # noqa: BLE001 - whatever it raised is the verdict's detail
-        out = {"error": f"raised {type(e).__name__}: {str(e)[:300]}"}
+        out = {"error": str(e) if type(e) is ValueError and str(e).startswith("returned ")
+               else f"raised {type(e).__name__}: {str(e)[:300]}"}
     conn.send(out)
 
 
 _CONTEXT = None
 
 
+def _context():
+    """The fork server that starts reward and grading processes (safe beside the verifier's threads);
+    it imports envs and math-verify once, so a process it forks starts with both loaded."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["envs", "math_verify"])  # a module that is not installed is skipped
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
 def call_reward(spec: str, completion: str, row: dict, timeout_s: float) -> dict:
     """The reward function `spec` called as function(completion, row) in a fresh child process (from a
     fork server: safe beside the verifier's threads), with a wall-clock limit. The verdict: reward =
-    what it returned (status passed when >= 1, else failed), or REWARD_ERROR when it raised, returned a
-    bool, a non-number or a non-finite number, or ran past timeout_s (then it is killed)."""
-    import multiprocessing
-    global _CONTEXT
-    _CONTEXT = _CONTEXT or multiprocessing.get_context("forkserver")
-    parent, child = _CONTEXT.Pipe(duplex=False)
-    proc = _CONTEXT.Process(target=_reward_child, args=(spec, completion, row, child), daemon=True)
+    what it returned as a float (reward_value; status passed when >= 1, else failed), or REWARD_ERROR
+    when it raised, returned no real number or one not finite as a float32, or ran past timeout_s (then
+    it is killed)."""
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_reward_child, args=(spec, completion, row, child), daemon=True)
     proc.start()
     child.close()
     try:
@@ -216,30 +293,145 @@ def call_reward(spec: str, completion: str, row: dict, timeout_s: float) -> dict
 # ----------------------------------------------------------------------------- the verifier's side
 
 SCORED_KINDS = ("math", "reward")
+GRADER_MEMORY_MB = 2048   # address-space limit of a grading process (a huge power must not take the host)
+GRADER_JOBS = 500         # a grading process is replaced after this many answers (sympy's caches grow)
+GRADER_START_S = 60.0     # the time a new grading process may take to load math-verify
+
+
+def _grader_main(conn) -> None:
+    """A grading process: math_verdict on each (completion, answer, format) received, until EOF. It
+    grades one answer at a time and is killed by its parent when an answer runs past its time limit."""
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY_MB << 20, GRADER_MEMORY_MB << 20))
+        math_verdict("\\boxed{\\frac12}", "0.5", "boxed")  # the first parse loads the LaTeX grammar
+        conn.send({"ready": True})
+    except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
+        conn.send({"error": f"{type(e).__name__}: {e}", "missing": isinstance(e, MathVerifyMissing)})
+        return
+    while True:
+        try:
+            completion, answer, fmt = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            out = {"verdict": math_verdict(completion, answer, fmt)}
+        except ValueError as e:  # the reference does not read: the job's fault, not the completion's
+            out = {"bad_reference": str(e)}
+        except (MemoryError, RecursionError) as e:
+            out = {"verdict": _v("failed", 0.0, f"reading the answer raised {type(e).__name__}")}
+        conn.send(out)
+
+
+class _Grader:
+    """One grading process (_grader_main), forked by the fork server with math-verify loaded."""
+
+    def __init__(self):
+        ctx = _context()
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_grader_main, args=(child,), daemon=True, name="math-grader")
+        self.proc.start()
+        child.close()
+        self.jobs = 0
+        try:
+            if not self.conn.poll(GRADER_START_S):
+                raise RuntimeError(f"a math grading process did not start in {GRADER_START_S:g} s")
+            hello = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            hello = {"error": f"a math grading process died at start (exit code {self.proc.exitcode})"}
+        except BaseException:
+            self.kill()
+            raise
+        if "error" in hello:
+            self.kill()
+            raise (MathVerifyMissing if hello.get("missing") else RuntimeError)(hello["error"])
+
+    def alive(self) -> bool:
+        return self.proc.is_alive() and self.jobs < GRADER_JOBS
+
+    def grade(self, completion: str, answer: str, fmt: str, timeout_s: float) -> dict:
+        """math_verdict in this process, at most timeout_s: an answer that runs past it, or that kills
+        the process, is the completion's failure (the process is killed and replaced)."""
+        self.jobs += 1
+        self.conn.send((completion, answer, fmt))
+        try:
+            if not self.conn.poll(timeout_s):
+                self.kill()
+                return _v("failed", 0.0, f"reading the answer ran past its {timeout_s:g} s limit")
+            out = self.conn.recv()
+        except (EOFError, OSError):
+            self.kill()
+            return _v("failed", 0.0, f"reading the answer ended its grading process (exit code {self.proc.exitcode})")
+        if "bad_reference" in out:
+            raise ValueError(out["bad_reference"])
+        return out["verdict"]
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        self.conn.close()
 
 
 class Scorer:
-    """Scores math and reward jobs for the verifier role, `workers` at a time: submit(job) -> a Future
-    of the verdict dict. reward_spec: the REWARD function (None: reward jobs get REWARD_ERROR)."""
+    """Scores math and reward jobs for the verifier role: submit(job) -> a Future of the verdict dict.
+    reward_spec: the REWARD function (None: reward jobs get REWARD_ERROR). Every job runs in a child
+    process (a reward function: one per call; a math answer: a grading process, reused), so the threads
+    here only wait: there are 2 * workers of them (at least 4), and an answer that runs to its time
+    limit holds one thread, never the jobs queued beside it."""
 
     def __init__(self, reward_spec: str = "", workers: int = 2):
         if reward_spec:
             load_reward(reward_spec)  # refuse to start with a reward that does not load
         self.spec = reward_spec
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scorer")
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * workers),
+                                                          thread_name_prefix="scorer")
+        self.idle: queue.SimpleQueue = queue.SimpleQueue()
+        self.graders: set = set()
+        self.lock = threading.Lock()
 
     def score(self, job: dict) -> dict:
         if job["kind"] == "math":
-            return math_verdict(job["completion"], job["answer"], job["format"])
+            return self.grade(job["completion"], job["answer"], job["format"], job.get("timeout_s", 5.0))
         if not self.spec:
             return _v(REWARD_ERROR, 0.0, "this verifier has no reward function (verifier.py --reward)")
         return call_reward(self.spec, job["completion"], json.loads(job["row"]), job.get("timeout_s", 5.0))
+
+    def grade(self, completion: str, answer: str, fmt: str, timeout_s: float) -> dict:
+        """math_verdict in an idle grading process (a new one if none is idle), killed at timeout_s."""
+        grader = None
+        while grader is None:
+            try:
+                grader = self.idle.get_nowait()
+            except queue.Empty:
+                grader = _Grader()
+                with self.lock:
+                    self.graders.add(grader)
+            if not grader.alive():  # died while idle, or served its GRADER_JOBS: not this answer's doing
+                self._drop(grader)
+                grader = None
+        try:
+            return grader.grade(completion, answer, fmt, timeout_s)
+        finally:
+            if grader.alive():
+                self.idle.put(grader)
+            else:
+                self._drop(grader)
+
+    def _drop(self, grader: _Grader) -> None:
+        grader.kill()
+        with self.lock:
+            self.graders.discard(grader)
 
     def submit(self, job: dict) -> concurrent.futures.Future:
         return self.pool.submit(self.score, job)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+        with self.lock:
+            graders, self.graders = list(self.graders), set()
+        for g in graders:
+            g.kill()
 
 
 # ----------------------------------------------------------------------------- more than one turn

