@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from model import (MIN_CHUNK, MIN_DECODE_ROWS, ModelConfig, _as_bits, _decode_step, _head_logits, _hidden,
-                   _log_softmax, _remat, _row_keys, _sample, _unembed_matrix)
+                   _log_softmax, _remat, _row_keys, _sample, _unembed_matrix, ends_row, stop_ids)
 
 MODES = ("keep", "recompute")
 
@@ -105,7 +105,7 @@ def _cb_recompute(params, cfg, state, seq_nT, seq_len_n, slot_n):
 
 
 @partial(jax.jit, static_argnames=("cfg", "greedy", "use_top_p"), donate_argnames=("state",))
-def _cb_decode(params, cfg, state, temperature, top_p, eos_id, waiting, refill, max_steps, *, greedy: bool,
+def _cb_decode(params, cfg, state, temperature, top_p, eos_K, waiting, refill, max_steps, *, greedy: bool,
                use_top_p: bool):
     """Sample + decode steps until no slot is live, min(refill, waiting) slots are free while rows
     wait, or max_steps steps ran. Returns (state, steps run, tokens sampled for live rows)."""
@@ -129,7 +129,7 @@ def _cb_decode(params, cfg, state, temperature, top_p, eos_id, waiting, refill, 
         tok_logp_S = jnp.take_along_axis(logp_SV, tok_S[:, None], axis=-1)[:, 0]
         write_SM = live_S[:, None] & (jnp.arange(M)[None, :] == n_S[:, None])
         n_S = n_S + live_S.astype(jnp.int32)
-        ended_S = (tok_S == eos_id) | (n_S >= st["budget_S"])
+        ended_S = ends_row(tok_S, eos_K) | (n_S >= st["budget_S"])
         pos_S = jnp.clip(st["plen_S"] + n_S - 1, 0, C - 1)  # the new token's position (ended slots: harmless)
         cache, x_SD = _decode_step(params, cfg, st["cache"], tok_S, pos_S)
         st = dict(st, cache=cache, x_SD=x_SD, n_S=n_S, live_S=live_S & ~ended_S,
@@ -186,7 +186,7 @@ class Slots:
     """
 
     def __init__(self, params, cfg: ModelConfig, *, slots: int, cache_len: int, width: int, version: int = 0,
-                 temperature: float = 1.0, top_p: float = 1.0, eos_id: int | None = None, pad_id: int = 0,
+                 temperature: float = 1.0, top_p: float = 1.0, eos_id=None, pad_id: int = 0,
                  refill: int = 1):
         if slots < MIN_DECODE_ROWS:
             raise ValueError(f"slots must be >= MIN_DECODE_ROWS = {MIN_DECODE_ROWS} (PRECISION POLICY (e)), got {slots}")
@@ -194,11 +194,9 @@ class Slots:
             raise ValueError(f"cache_len must be in [2, max_seq_len = {cfg.max_seq_len}], got {cache_len}")
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-        if not 0 <= pad_id < cfg.vocab_size or (eos_id is not None and not 0 <= eos_id < cfg.vocab_size):
-            raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {cfg.vocab_size})")
         self.params, self.cfg, self.version = params, cfg, version
         self.cache_len, self.width, self.pad_id, self.refill = cache_len, width, pad_id, refill
-        self.scalars = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(-1 if eos_id is None else eos_id))
+        self.scalars = (jnp.float32(temperature), jnp.float32(top_p), stop_ids(eos_id, pad_id, cfg.vocab_size))
         self.flags = dict(greedy=temperature == 0, use_top_p=top_p < 1)
         self.state = None  # made at the first admission (it needs a key of the callers' kind)
         self.slot_row: list[Row | None] = [None] * slots
@@ -308,12 +306,13 @@ class Slots:
 
 def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_len: int, max_new_tokens,
                         slots: int = MIN_DECODE_ROWS, temperature: float = 1.0, top_p: float = 1.0,
-                        eos_id: int | None = None, pad_id: int = 0, refill: int = 1) -> dict:
+                        eos_id=None, pad_id: int = 0, refill: int = 1) -> dict:
     """Sample completions for R prompts with continuous batching over `slots` decode rows, one version.
 
     prompts: R token-id sequences of any lengths 1 <= len < cache_len. key: one PRNG key (split into R)
     or R keys, one per row, as model.generate(). max_new_tokens: an int or R ints (a per-row budget); a
-    row also ends at eos_id or when its cache is full (prompt_len + completion_len == cache_len).
+    row also ends at eos_id (one id or several, as model.generate) or when its cache is full
+    (prompt_len + completion_len == cache_len).
     Per row the result equals model.generate() on that row alone with T = cache_len and the same key,
     bit for bit (tokens, completion length, log-probs): a completion depends only on its prompt, its
     key and the weights, never on its neighbours, its slot or when it was admitted.

@@ -337,6 +337,7 @@ def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, tem
              for p in problems]
     verdicts = {i: [] for i, item in enumerate(items)
                 if 0 < len(tok.encode(item.prompt)) <= T - max_new_tokens}
+    turn_end = prompts.end_of_turn_id(policy.template, tok) if policy.template else None
     groups = {}  # one generate() call needs one seq_len and one set of stop strings (as in Worker.run_batch)
     for i in verdicts:
         groups.setdefault(inference_worker.settings(items[i]), []).append(i)
@@ -346,7 +347,7 @@ def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, tem
         for s in range(0, len(index), per_call):
             chunk = [items[i] for i in index[s:s + per_call]]
             stop = tuple(chunk[0].stop)
-            eos = inference_worker.eos_for(tok, stop)  # the worker's rule
+            eos = inference_worker.eos_for(tok, stop, turn_end)  # the worker's rule
             prompt_BT, prompt_len_B = inference_worker.build_prompts(chunk, tok, rows, pad)
             out = model.generate(policy.params, policy.mcfg, prompt_BT, prompt_len_B,
                                  inference_worker.row_keys(seed, chunk, 0, rows), max_new_tokens=max_new_tokens,

@@ -454,10 +454,27 @@ def _python_blocks(text: str):
     return [(label, content) for label, content in prompts._blocks(text) if label in prompts._PYTHON_LABELS]
 
 
-def observation(output: str) -> str:
-    """The user message that carries a tool's output back to the model."""
-    output = output if len(output) <= OBSERVATION_CHARS else output[:OBSERVATION_CHARS] + "\n[... cut]"
+def observation(output: str, chars: int = OBSERVATION_CHARS) -> str:
+    """The user message that carries a tool's output back to the model (the output cut to `chars`)."""
+    output = output if len(output) <= chars else output[:chars] + "\n[... cut]"
     return f"Output:\n{output}" if output.strip() else "Output: (nothing printed)"
+
+
+def observation_tokens(output: str, observe, budget: int = OBSERVATION_TOKENS) -> list:
+    """The tokens of the observation of `output` (observe(message) -> the template's text between two
+    turns around that message, tokenized), at most `budget` of them when the output can be cut to fit:
+    the output is cut to OBSERVATION_CHARS, then to the longest prefix whose tokens fit (a tokenizer
+    that splits digits spends a token per character). The trainer reserves `budget` tokens per
+    observation in a row's length."""
+    ids = [int(t) for t in observe(observation(output))]
+    if len(ids) <= budget:
+        return ids
+    fits = lambda n: [int(t) for t in observe(observation(output, chars=n))]
+    lo, hi = 0, min(len(output), OBSERVATION_CHARS)  # the longest prefix that fits, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(fits(mid)) <= budget else (lo, mid - 1)
+    return fits(lo)
 
 
 class Episode:
@@ -469,16 +486,21 @@ class Episode:
     def __init__(self, prompt: list):
         self.tokens, self.mask, self.logp = list(prompt), [0.0] * len(prompt), [0.0] * len(prompt)
         self.turns, self.tool_calls, self.final_text, self.finished, self.done = 0, 0, "", False, False
+        self.turn_ended = False  # the last turn ended with the end-of-turn token (a tool may be called)
 
 
 def run_episodes(prompts_ids: list, *, max_turns: int, seq_len: int, max_new_tokens: int, sample_turn,
-                 run_code, observe, decode, eos_id: int) -> list:
+                 run_code, observe, decode, eos_id: int, stop_ids=()) -> list:
     """The python tool's episodes for a batch of rows. Each turn, every row still going samples one model
     turn (sample_turn(row indices, token lists, budgets, turn) -> [(tokens, logps)], the sampler); a row whose turn
-    ended with eos_id and holds a ```python block, with turns left and room for an observation and at
-    least one more token, has the code run (run_code(programs) -> outputs, the sandbox) and the
-    observation's tokens appended (observe(output) -> token ids: the chat template's text between the
-    turns, tokenized once); any other row is done, its last turn the one the reward scores."""
+    ended with eos_id (the template's end-of-turn token) and holds a ```python block, with turns left
+    and room for an observation and at least one more token, has the code run (run_code(programs) ->
+    outputs, the sandbox) and the observation's tokens appended (observation_tokens: observe(message)
+    -> token ids, the chat template's text between the turns, tokenized once, within
+    OBSERVATION_TOKENS); any other row is done, its last turn the one the reward scores. A turn that
+    ended with one of `stop_ids` (the checkpoint's other eos ids: the end of a document, not of a turn)
+    is finished but calls no tool."""
+    ends = {int(eos_id), *map(int, stop_ids)}
     eps = [Episode(p) for p in prompts_ids]
     for turn in range(max_turns):
         index = [i for i, e in enumerate(eps) if not e.done]
@@ -492,17 +514,18 @@ def run_episodes(prompts_ids: list, *, max_turns: int, seq_len: int, max_new_tok
             e.mask += [1.0] * len(toks)
             e.logp += [float(x) for x in logps]
             e.turns += 1
-            e.finished = bool(toks) and toks[-1] == eos_id
+            e.finished = bool(toks) and toks[-1] in ends
             e.final_text = decode(toks[:-1] if e.finished else toks)
+            e.turn_ended = bool(toks) and toks[-1] == eos_id
         calls = []
         for e in live:
-            code = tool_code(e.final_text) if e.finished and turn + 1 < max_turns else None
+            code = tool_code(e.final_text) if e.turn_ended and turn + 1 < max_turns else None
             if code is None:
                 e.done = True
             else:
                 calls.append((e, code))
         for (e, _), output in zip(calls, run_code([code for _, code in calls]) if calls else []):
-            obs = [int(t) for t in observe(observation(output))]
+            obs = observation_tokens(output, observe)
             if len(e.tokens) + len(obs) + 1 >= seq_len:  # no room to answer: the episode ends here
                 e.done = True
                 continue

@@ -363,6 +363,7 @@ class ByteTokenizer:
 
     def __init__(self):
         self.pad_id, self.bos_id, self.eos_id = 256, 257, 258
+        self.eos_ids = (258,)
         self.vocab_size = 259
 
     def encode(self, text: str) -> list[int]:
@@ -371,18 +372,33 @@ class ByteTokenizer:
     def decode(self, ids) -> str:
         return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
 
+    def special_text(self, token_id: int) -> str | None:
+        """pad, bos and eos have no text (a chat template cannot name them)."""
+        return None
+
 
 class HFTokenizer:
     """Same interface around a Hugging Face `tokenizers` tokenizer.json. encode() adds no special
     tokens: a chat prompt carries them as text (prompts.render_chat), and the tokenizer recognises them
-    there, which gives the ids transformers' apply_chat_template(tokenize=True) gives."""
+    there, which gives the ids transformers' apply_chat_template(tokenize=True) gives. decode() skips
+    special tokens (a completion's text is what the model wrote, not its end-of-turn); a special token's
+    own text comes from special_text(id), never from decode.
 
-    def __init__(self, tokenizer_json: str, pad_id=None, bos_id=None, eos_id=None):
+    eos_ids: every id that ends generation (generation_config.json lists several: Llama 3 Instruct's
+    [128001, 128009], Qwen3's [151645, 151643]); eos_id: the primary one (tokenizer_config.json's
+    eos_token where it names one, else the first listed)."""
+
+    def __init__(self, tokenizer_json: str, pad_id=None, bos_id=None, eos_id=None, eos_ids=()):
         from tokenizers import Tokenizer  # imported only when a checkpoint ships a tokenizer.json
 
         self._tok = Tokenizer.from_file(tokenizer_json)
         self.vocab_size = self._tok.get_vocab_size()
+        self._special = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        self.set_ids(pad_id, bos_id, eos_id, eos_ids)
+
+    def set_ids(self, pad_id=None, bos_id=None, eos_id=None, eos_ids=()) -> None:
         self.bos_id, self.eos_id = bos_id, eos_id
+        self.eos_ids = tuple(dict.fromkeys(([eos_id] if eos_id is not None else []) + [int(i) for i in eos_ids]))
         self.pad_id = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
 
     def encode(self, text: str) -> list[int]:
@@ -391,13 +407,32 @@ class HFTokenizer:
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
 
+    def special_text(self, token_id: int) -> str | None:
+        """A special token's own string ("<|im_end|>"), None for an ordinary token."""
+        return self._special.get(int(token_id))
+
+    def token_id(self, text: str) -> int | None:
+        """The id of a token given by its string ("<|eot_id|>"), None when the vocabulary has none."""
+        return self._tok.token_to_id(text)
+
+
+def _token_string(value) -> str | None:
+    """A token in tokenizer_config.json: "<s>", or an AddedToken dict {"__type": "AddedToken",
+    "content": "<s>", ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
 
 def load_tokenizer(path_or_none: str | None):
-    """HFTokenizer when path has tokenizer.json (special ids from config.json / generation_config.json
-    when present), else the ByteTokenizer."""
+    """HFTokenizer when path has tokenizer.json, else the ByteTokenizer. Special ids come from
+    config.json, then generation_config.json (which wins, as transformers' generate reads it), then
+    tokenizer_config.json's named tokens (strings or AddedToken dicts) for what those leave unset;
+    every eos id any of them lists is kept (eos_ids)."""
     if path_or_none is None or not os.path.isfile(os.path.join(path_or_none, "tokenizer.json")):
         return ByteTokenizer()
-    ids = {}
+    tok = HFTokenizer(os.path.join(path_or_none, "tokenizer.json"))
+    ids, eos_ids = {}, []
     for fname in ("config.json", "generation_config.json"):
         p = os.path.join(path_or_none, fname)
         if os.path.isfile(p):
@@ -405,8 +440,22 @@ def load_tokenizer(path_or_none: str | None):
                 d = json.load(f)
             for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
                 v = d.get(k)
-                if isinstance(v, list):
-                    v = v[0] if v else None
-                if v is not None:
-                    ids[k[:-len("_token_id")] + "_id"] = int(v)
-    return HFTokenizer(os.path.join(path_or_none, "tokenizer.json"), **ids)
+                listed = [int(i) for i in (v if isinstance(v, list) else [] if v is None else [v])]
+                if k == "eos_token_id":
+                    eos_ids += listed
+                if listed:
+                    ids[k[:-len("_token_id")] + "_id"] = listed[0]
+    p = os.path.join(path_or_none, "tokenizer_config.json")
+    named = {}
+    if os.path.isfile(p):
+        with open(p, encoding="utf-8") as f:
+            d = json.load(f)
+        for k in ("pad_token", "bos_token", "eos_token"):
+            text = _token_string(d.get(k))
+            if text is not None and tok.token_id(text) is not None:
+                named[k[:-len("_token")] + "_id"] = tok.token_id(text)
+    if "eos_id" in named:  # the tokenizer's own eos is the primary one (a chat checkpoint's end-of-turn)
+        eos_ids.insert(0, named["eos_id"])
+    ids = {**named, **ids, "eos_id": eos_ids[0] if eos_ids else None}
+    tok.set_ids(eos_ids=eos_ids, **ids)
+    return tok

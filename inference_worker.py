@@ -60,6 +60,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 import zlib
 from dataclasses import dataclass
 
@@ -222,10 +223,12 @@ def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
     return prompt_BT, prompt_len_B
 
 
-def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int, eos_id: int | None = None):
+def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int, eos_id=()):
     """Cut every completion just after its first stop string: later tokens become padding with mask 0,
     so the trainer learns only from what the verifier saw. Returns (out, texts, finished): finished[b]
-    is True when row b ended on a stop string or on eos_id rather than at the length limit."""
+    is True when row b ended on a stop string or on one of the ids eos_id (eos_for) rather than at the
+    length limit."""
+    ends = {int(eos_id)} if np.ndim(eos_id) == 0 and eos_id is not None else set(map(int, eos_id or ()))
     tokens_BT, logp_BT, mask_BT = out["tokens_BT"].copy(), out["logp_BT"].copy(), out["mask_BT"].copy()
     texts, finished = [], []
     has_stop = lambda ids: any(s and s in tokenizer.decode(ids) for s in stop)
@@ -240,7 +243,7 @@ def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int
                 lo, hi = (lo, mid) if has_stop(ids[:mid]) else (mid + 1, hi)
             keep = lo
         texts.append(tokenizer.decode(ids[:keep]))
-        finished.append(stopped or (eos_id is not None and keep > 0 and ids[keep - 1] == eos_id))
+        finished.append(stopped or (keep > 0 and ids[keep - 1] in ends))
         tokens_BT[b, start + keep:], logp_BT[b, start + keep:], mask_BT[b, start + keep:] = pad_id, 0.0, 0.0
     return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT}, texts, finished
 
@@ -276,10 +279,14 @@ def row_budgets(item: wire.WorkItem, tail: float) -> list:
     return [max(1, int(item.max_new_tokens * min(1.0, 0.1 / (1 - x) ** (1 / tail)))) for x in u]
 
 
-def eos_for(tokenizer, stop: tuple):
-    """The token that ends a row: the stop string when it is one token, else the tokenizer's eos."""
+def eos_for(tokenizer, stop: tuple, end_of_turn: int | None = None) -> tuple:
+    """The token ids that end a row: a stop string that is one token, every eos id of the checkpoint
+    (generation_config.json may list several) and the chat template's end-of-turn token
+    (prompts.end_of_turn_id), all as ids, never as decoded text (a special token decodes to "")."""
     stop_ids = [tokenizer.encode(s) for s in stop]
-    return stop_ids[0][0] if len(stop) == 1 and len(stop_ids[0]) == 1 else tokenizer.eos_id
+    one_token = [ids[0] for ids in stop_ids if len(stop) == 1 and len(ids) == 1]
+    ids = one_token + list(getattr(tokenizer, "eos_ids", ())) + ([end_of_turn] if end_of_turn is not None else [])
+    return tuple(dict.fromkeys(int(i) for i in ids))
 
 
 def verify_jobs(items: list, texts: list) -> list:
@@ -364,6 +371,8 @@ class Worker:
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
         self.pad_id = self.tokenizer.pad_id
         self.template = prompts.load_chat_template(cfg.model)  # multi-turn items render observations with it
+        # the token that closes an assistant turn (a chat row stops there; a tool call may follow it)
+        self.end_of_turn = prompts.end_of_turn_id(self.template, self.tokenizer) if self.template else None
         self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device
         self.incarnation = os.urandom(4).hex()  # this process: a restart is a new incarnation
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
@@ -516,9 +525,44 @@ class Worker:
             groups = {}
             for item in items:
                 groups.setdefault((settings(item), item.lineage), []).append(item)
-            return sum(self.sample_and_submit(group) for group in groups.values())
+            return sum(self.sample_or_report(group) for group in groups.values())
         finally:
             self.heartbeat.drop(items)
+
+    def sample_or_report(self, items: list) -> int:
+        """sample_and_submit, except that an error no peer caused (a prompt this tokenizer or template
+        cannot handle, a bug) is reported for these items alone (report_failed) and the worker goes on:
+        leasing the same item again would fail the same way, forever."""
+        try:
+            return self.sample_and_submit(items)
+        except (TimeoutError, wire.RemoteError, wire.WireError):
+            raise  # a peer's hiccup: the caller retries, the lease lapses and the item is reissued
+        except Exception as e:  # noqa: BLE001 (any error of ours: report it, never crash-loop on it)
+            log(self.cfg, f"cannot sample {[i.item_id for i in items]}: {type(e).__name__}: {e}\n"
+                          f"{traceback.format_exc(limit=4)}")
+            self.report_failed(items, f"{type(e).__name__}: {e}")
+            return len(items)
+
+    def report_failed(self, items: list, error: str) -> None:
+        """Submit each item as a group with no sampled token whose every verdict is infra_error (the
+        error as its text): the trainer gives it the fate verifier_failed, never trains on it, and
+        counts it with the verifier's failures (a run where most items fail this way stops, with the
+        reason in this log, rather than looping)."""
+        for item in items:
+            G, T = item.group_size, item.seq_len
+            tokens = np.full((G, T), self.pad_id, np.int32)
+            tokens[:, 0] = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else self.pad_id
+            rollout = wire.Rollout(
+                item_id=item.item_id, version=max(self.version, item.min_version, 0), lineage=self.lineage or item.lineage,
+                worker=self.cfg.name, prompt_len=1, tokens_GT=tokens, logp_behav_GT=np.zeros((G, T), np.float32),
+                mask_GT=np.zeros((G, T), np.float32), rewards_G=np.zeros(G, np.float32),
+                finished_G=np.zeros(G, bool), statuses=[lifecycle.INFRA_ERROR] * G,
+                texts=[f"[worker error] {error}"[:2000]] * G, eval=item.eval)
+            try:
+                self.ps.call(wire.SubmitRollout(self.cfg.name, item.item_id, item.lease, rollout.to_dict()),
+                             what="rollout receipt")
+            except (TimeoutError, wire.RemoteError, wire.WireError) as e:
+                log(self.cfg, f"could not report {item.item_id}: {e} (its lease will lapse)")
 
     def wait_for_weights(self, items: list) -> str:
         """lifecycle.worker_action for a group of one lineage: pull until we may sample or must abandon.
@@ -547,8 +591,8 @@ class Worker:
             return False
         return isinstance(reply, wire.WeightsUnchanged) and (reply.version, reply.lineage) == (self.version, self.lineage)
 
-    def eos_for(self, stop: tuple):
-        return eos_for(self.tokenizer, stop)
+    def eos_for(self, stop: tuple) -> tuple:
+        return eos_for(self.tokenizer, stop, self.end_of_turn)
 
     def sample_and_submit(self, items: list) -> int:
         """Sample the items' G rows each with the weights we hold (one version), then finish them."""
@@ -592,11 +636,10 @@ class Worker:
         weights we hold, code blocks run in the sandbox (a verifier's "run" job), each output appended
         as the next user message, tokenized once (mask 0); the last turn is scored once."""
         cfg, first = self.cfg, items[0]
-        if self.template is None:
-            raise ValueError(f"{first.env} items need the checkpoint's chat template; {cfg.model} has none")
+        end_of_turn = prompts.check_multi_turn(self.template, self.tokenizer)  # the trainer checked it at start
         seq_len, max_new, temperature, top_p, stop = settings(first)
         eos = self.eos_for(stop)
-        end_of_turn = self.tokenizer.decode([eos])
+        end_text = self.tokenizer.special_text(end_of_turn)
         rows = [np.asarray(self.tokenizer.encode(i.prompt), np.int32) for i in items for _ in range(i.group_size)]
         keys = row_keys(cfg.seed, items, self.version, len(rows))
 
@@ -613,12 +656,13 @@ class Worker:
             return [v["detail"] if v["status"] != lifecycle.INFRA_ERROR else "[the tool is unavailable]"
                     for v in verdicts]
 
-        observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_of_turn))
+        observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_text))
         t0, version = time.monotonic(), self.version
         with self.timeline.span("sample", version=version, rows=len(rows)) as span:
             episodes = envs.run_episodes([r.tolist() for r in rows], max_turns=first.max_turns, seq_len=seq_len,
                                          max_new_tokens=max_new, sample_turn=sample_turn,
-                                         run_code=run_code, observe=observe, decode=self.tokenizer.decode, eos_id=eos)
+                                         run_code=run_code, observe=observe, decode=self.tokenizer.decode,
+                                         eos_id=end_of_turn, stop_ids=eos)
             span["tokens"] = int(sum(sum(e.mask) for e in episodes))
         out = {"tokens_BT": np.full((len(rows), seq_len), self.pad_id, np.int32),
                "logp_BT": np.zeros((len(rows), seq_len), np.float32), "mask_BT": np.zeros((len(rows), seq_len), np.float32)}
@@ -703,7 +747,7 @@ class Worker:
                     items = self.lease(wait_s=0.0 if engine is not None and engine.busy() else 1.0)
                     for item in items:
                         if item.env or (engine is not None and engine.busy() and settings(item) != stream):
-                            self.batches += self.sample_and_submit([item]) > 0  # episodes: turn by turn
+                            self.batches += self.sample_or_report([item]) > 0  # episodes: turn by turn
                         elif self.wait_for_weights([item]) != lifecycle.ABANDON:
                             if engine is None or (not engine.busy() and settings(item) != stream):
                                 engine, stream = self.new_engine(item), settings(item)

@@ -820,7 +820,7 @@ def _sample(u_B, logp_BV, top_p, greedy: bool, use_top_p: bool):
 
 
 @partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p", "prefill_len"))
-def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top_p, eos_id, pad_id, *,
+def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top_p, eos_K, pad_id, *,
                   max_new_tokens: int, greedy: bool, use_top_p: bool, prefill_len: int):
     B, T = prompt_BT.shape
     rows_B = jnp.arange(B)
@@ -847,7 +847,7 @@ def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top
         tokens_BT = jnp.where(write_BT, tok_B[:, None], tokens_BT)
         logp_BT = jnp.where(write_BT, tok_logp_B[:, None], logp_BT)
         mask_BT = jnp.where(write_BT, 1.0, mask_BT)
-        done_B = done_B | (tok_B == eos_id)
+        done_B = done_B | ends_row(tok_B, eos_K)
         return (tokens_BT, logp_BT, mask_BT, done_B), tok_B
 
     state = (prompt_BT, jnp.zeros((B, T), jnp.float32), jnp.zeros((B, T), jnp.float32), jnp.zeros((B,), bool))
@@ -867,6 +867,27 @@ def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top
     _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_B))
     tokens_BT, logp_BT, mask_BT, _ = state
     return tokens_BT, logp_BT, mask_BT, jnp.sum(mask_BT, axis=1).astype(jnp.int32)
+
+
+MAX_STOP_IDS = 8
+"""The most token ids that may end a row (model.generate / continuous.Slots eos_id): a fixed-length
+array, so any set of ids runs the same compiled sampler."""
+
+
+def stop_ids(eos_id, pad_id: int, vocab_size: int):
+    """eos_id (None, one id, or a sequence of ids) as the int32 [MAX_STOP_IDS] array the samplers
+    compare each new token with (-1 fills unused places); ValueError for an id outside the vocabulary."""
+    ids = [] if eos_id is None else [int(eos_id)] if np.ndim(eos_id) == 0 else [int(i) for i in eos_id]
+    if not 0 <= pad_id < vocab_size or any(not 0 <= i < vocab_size for i in ids):
+        raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {vocab_size})")
+    if len(ids) > MAX_STOP_IDS:
+        raise ValueError(f"at most {MAX_STOP_IDS} eos ids, got {len(ids)}")
+    return jnp.asarray(ids + [-1] * (MAX_STOP_IDS - len(ids)), jnp.int32)
+
+
+def ends_row(tok_B, eos_K):
+    """True where a sampled token is one of the stop ids (eos_K from stop_ids)."""
+    return jnp.any(tok_B[:, None] == eos_K[None, :], axis=-1)
 
 
 def _row_keys(key, B: int):
@@ -894,7 +915,7 @@ def _fit_len(n: int, cap: int) -> int:
 
 
 def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, max_new_tokens: int,
-             temperature: float = 1.0, top_p: float = 1.0, eos_id: int | None = None, pad_id: int = 0,
+             temperature: float = 1.0, top_p: float = 1.0, eos_id=None, pad_id: int = 0,
              fit: bool = True) -> dict:
     """Sample completions with a full-length KV cache.
 
@@ -904,7 +925,9 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
     completion token under the FULL tempered distribution softmax(logits / temperature), not the top_p
     renormalised one, so it equals token_logprobs(params, cfg, tokens_BT, temperature) bit for bit on the
     reference CPU configuration; 0 elsewhere), mask_BT (1.0 on completion tokens, eos included),
-    completion_len_B. temperature=0 is greedy and reports the untempered (temperature 1) log-probs.
+    completion_len_B. eos_id: the token id, or the ids (at most MAX_STOP_IDS), that end a row (a chat
+    checkpoint has several: every eos of its generation_config and its template's end-of-turn; the
+    row keeps the one it sampled, mask 1); None: rows end only at max_new_tokens. temperature=0 is greedy and reports the untempered (temperature 1) log-probs.
     key: one PRNG key for the batch, or a batch of B keys, one per row. With per-row keys a row's
     completion depends only on its prompt, its key and the weights, not on the other rows: the same
     keys give common random numbers across evaluations (inference_worker.py: row_keys).
@@ -927,8 +950,7 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
                          f"in [{prompt_len_B.min()}, {prompt_len_B.max()}] and max_new_tokens={max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    if not 0 <= pad_id < cfg.vocab_size or (eos_id is not None and not 0 <= eos_id < cfg.vocab_size):
-        raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {cfg.vocab_size})")
+    eos_K = stop_ids(eos_id, pad_id, cfg.vocab_size)
     keys_B = _row_keys(key, B)
     n_rows = max(B, MIN_DECODE_ROWS)
     if n_rows > B:  # dummy rows: a 1-token prompt, results dropped
@@ -940,8 +962,7 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
     P = min(_fit_len(longest, T), C) if fit else T            # the prefill length
     tokens_BT, logp_BT, mask_BT, n_B = _generate_jit(
         params, cfg, jnp.asarray(prompt_BT[:, :C], jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), keys_B,
-        jnp.float32(temperature), jnp.float32(top_p), jnp.int32(-1 if eos_id is None else eos_id),
-        jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1,
+        jnp.float32(temperature), jnp.float32(top_p), eos_K, jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1,
         prefill_len=P)
     grow = ((0, 0), (0, T - C))  # back to [B, T]: pad tokens, log-prob 0, mask 0
     out = {"tokens_BT": np.pad(np.asarray(tokens_BT), grow, constant_values=pad_id),

@@ -275,24 +275,65 @@ def user_message(problem) -> str:
             f"{_ANSWER_IN_ONE_BLOCK}")
 
 
+STAND_IN = "\u2063TURN\u2063"
+"""The content of the stand-in assistant turn rendered to find what a template puts after an assistant
+turn (invisible separators: no template treats them specially, no real answer holds them)."""
+
+
+def end_of_turn_id(template: ChatTemplate, tokenizer) -> int | None:
+    """The token that closes an assistant turn under this template, found by rendering a one-turn
+    conversation with a stand-in answer: the first token of the text after the answer, when it is a
+    special token of the tokenizer ("<|im_end|>" for ChatML and Qwen3, "<|eot_id|>" for Llama 3,
+    "<end_of_turn>" for Gemma). None when that text starts with no special token (a template that
+    closes a turn with plain text): such a model's turns end only at its eos ids."""
+    text = render_chat(template, [{"role": "user", "content": "."}, {"role": "assistant", "content": STAND_IN}],
+                       add_generation_prompt=False)
+    if text.count(STAND_IN) != 1:
+        return None
+    after = text[text.index(STAND_IN) + len(STAND_IN):]
+    ids = tokenizer.encode(after)
+    first = tokenizer.special_text(ids[0]) if ids else None
+    return ids[0] if first is not None and after.startswith(first) else None
+
+
 def next_turn_text(template: ChatTemplate, content: str, end_of_turn: str) -> str:
-    """The text that follows an assistant turn the model ended with `end_of_turn` (its end-of-turn
-    token, as text) when a user message `content` comes next and the assistant answers again: what the
-    template renders between the two, with the same template variables as render_chat. Found by
-    rendering a conversation with and without the message around a marker in the assistant's turn;
-    ValueError for a template whose rendering of the longer conversation does not extend the shorter
-    or does not close the assistant's turn with end_of_turn."""
-    mark = "\u2063TURN\u2063"
-    turn = [{"role": "user", "content": "."}, {"role": "assistant", "content": mark}]
-    short = render_chat(template, turn, add_generation_prompt=False)
-    long = render_chat(template, turn + [{"role": "user", "content": content}], add_generation_prompt=True)
-    head = short[:short.index(mark) + len(mark)]
-    if not long.startswith(head):
-        raise ValueError("the chat template renders a longer conversation differently from the start")
-    tail = long[len(head):]
-    if not end_of_turn or not tail.startswith(end_of_turn):
-        raise ValueError(f"the chat template does not end an assistant turn with {end_of_turn!r}")
-    return tail[len(end_of_turn):]
+    """The text that follows an assistant turn the model closed with its end-of-turn token (whose own
+    string is `end_of_turn`, tokenizer.special_text) when a user message `content` comes next and the
+    assistant answers again: what the template renders between the two, with the same template
+    variables as render_chat.
+
+    Found by rendering [user, assistant(STAND_IN), user(content)] with the generation prompt and taking
+    the text after STAND_IN + end_of_turn. Only the new messages are read off the rendering, never the
+    earlier ones: templates that re-render history differently once a conversation grows (Qwen3 drops
+    the reasoning of turns before the last user message) still give the right text, and the model's own
+    tokens stay exactly as sampled. ValueError, with the reason, for a template that does not close the
+    stand-in turn with end_of_turn (check_multi_turn runs this once at start)."""
+    messages = [{"role": "user", "content": "."}, {"role": "assistant", "content": STAND_IN},
+                {"role": "user", "content": content}]
+    text = render_chat(template, messages, add_generation_prompt=True)
+    head = STAND_IN + (end_of_turn or "\0")
+    if text.count(STAND_IN) != 1 or head not in text:
+        raise ValueError(f"the chat template does not close an assistant turn with {end_of_turn!r} when a user "
+                         f"message follows (it renders the turn as {text[text.find(STAND_IN):][:80]!r}), so the "
+                         f"text between two turns cannot be read off it")
+    return text[text.index(head) + len(head):]
+
+
+def check_multi_turn(template: ChatTemplate | None, tokenizer) -> int:
+    """Refuse, at start, a checkpoint whose chat template cannot carry several turns token in, token
+    out: no template, no special token closing an assistant turn, or no user message rendered after
+    it. Returns the end-of-turn token id (the one after which a tool's output may follow)."""
+    if template is None:
+        raise ValueError("several turns need the checkpoint's chat template (it has none)")
+    eot = end_of_turn_id(template, tokenizer)
+    if eot is None:
+        raise ValueError("the chat template closes an assistant turn with no special token, so a turn's end "
+                         "cannot be told from the model's text: several turns need one (ChatML's <|im_end|>, "
+                         "Llama 3's <|eot_id|>)")
+    tail = next_turn_text(template, "Output:\n42", tokenizer.special_text(eot))
+    if "Output:\n42" not in tail:
+        raise ValueError(f"the chat template drops a user message that follows an assistant turn ({tail!r})")
+    return eot
 
 
 def model_prompt(problem, fmt: str, template: ChatTemplate | None = None, system: str = "") -> str:
