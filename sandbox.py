@@ -505,18 +505,25 @@ def install_seccomp() -> None:
 
 def confine(*, uid: int | None, cwd: str, cpu_s: int | None, memory_mb: int, max_procs: int,
             max_file_mb: int, max_open_files: int, dumpable: bool, new_ns: bool = False,
-            seccomp: bool = False) -> None:
+            join_ns: int | None = None, seccomp: bool = False) -> None:
     """In a freshly forked child: limits, scrubbed environment, dropped privileges, parent-death kill;
     new_ns: an IPC namespace (SysV and POSIX IPC) and a network namespace (sockets' lingering state:
     IPv6 flow labels, abstract socket names; only a downed loopback) of its own, both gone with its
-    last process; seccomp: the filter (install_seccomp), last, so nothing of ours runs under it."""
+    last process; join_ns: with new_ns, a pidfd (closed here) of a process whose IPC and network
+    namespaces to enter instead (the judge enters its candidate's: one execution's namespaces),
+    new ones if that process has exited; seccomp: the filter (install_seccomp), last, so nothing of
+    ours runs under it."""
     os.setsid()  # own session and process group: killpg reaches all of it, no controlling tty
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(PATH="/usr/bin:/bin", HOME=cwd, TMPDIR=cwd, LANG="C.UTF-8")
     os.umask(0o077)
     if new_ns:
-        _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNET), "unshare(CLONE_NEWIPC|CLONE_NEWNET)")
+        joined = join_ns is not None and _libc.setns(join_ns, CLONE_NEWIPC | CLONE_NEWNET) == 0
+        if join_ns is not None:
+            os.close(join_ns)
+        if not joined:
+            _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNET), "unshare(CLONE_NEWIPC|CLONE_NEWNET)")
     lim = lambda r, v: resource.setrlimit(r, (v, v))
     if cpu_s is not None:
         # soft limit: SIGXCPU (reported as timeout); the hard limit a second later is SIGKILL
@@ -1428,7 +1435,7 @@ def _signal_name(sig: int) -> str:
 
 def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, dumpable: bool,
            cgroup: "JobCgroup | None" = None, cpu_s: int | None = -1, new_ns: bool = False,
-           seccomp: bool = False) -> tuple[int, int]:
+           join_ns: int | None = None, seccomp: bool = False) -> tuple[int, int]:
     """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open; it runs
     body(marks_fd). Returns (pid, marks_r).
 
@@ -1448,11 +1455,12 @@ def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, 
             cgroup.join()
         for target, src in fds.items():
             os.dup2(src, target)
-        close_fds_except(keep | {marks_w})
+        close_fds_except(keep | {marks_w} | ({join_ns} if join_ns is not None else set()))
         confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
                 cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
                 max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
-                max_open_files=lim.max_open_files, dumpable=dumpable, new_ns=new_ns, seccomp=seccomp)
+                max_open_files=lim.max_open_files, dumpable=dumpable, new_ns=new_ns, join_ns=join_ns,
+                seccomp=seccomp)
         os.write(marks_w, b"1")
     except BaseException as e:  # noqa: BLE001 - never unwind into the parent's loop in a child
         try:
@@ -1700,17 +1708,19 @@ class _Judge:
     _child) says b"1" once it is confined and b"P" once the tests compiled: from then on it
     handles the program's values, and its death is the program's doing."""
 
-    def __init__(self, ex: "Executor", job: dict, lim: Limits, channel_fd: int):
+    def __init__(self, ex: "Executor", job: dict, lim: Limits, channel_fd: int, candidate_pidfd: int):
         report_r, report_w = os.pipe()
         tests, entry_point = job["tests"], job.get("entry_point")
 
         def body(marks_fd):
+            import gc
+            gc.freeze()  # the executor's objects: no collection here walks them (copy-on-write faults)
             send_frame(report_w, judge_job(tests, entry_point, channel_fd, marks_fd))
         try:
             self.pid, self.marks_r = _child(
                 body, fds={0: ex.null, 1: ex.null, 2: ex.null}, keep={channel_fd, report_w}, uid=ex.uids[1],
                 cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.timeout_s) + 1, dumpable=False,
-                new_ns=ex.isolated, seccomp=ex.seccomp)
+                new_ns=ex.isolated, join_ns=candidate_pidfd if ex.isolated else None, seccomp=ex.seccomp)
         except BaseException:
             os.close(report_r)
             raise
@@ -1850,8 +1860,8 @@ class Executor:
 
     def run_assert(self, job: dict, lim: Limits) -> Verdict:
         """Candidate: started by the launcher, holding one end of the call channel. Judge: forked
-        for this job, holding the other end and the tests (it is forked while the launcher forks
-        the candidate)."""
+        for this job, holding the other end and the tests, in the candidate's IPC and network
+        namespaces (created per execution; entering them costs less than making new ones)."""
         s_judge, s_cand = socket.socketpair()  # the call channel; the only fd the candidate keeps
         try:
             # stdout and stderr to /dev/null: the tests see return values only, so any amount of
@@ -1859,12 +1869,15 @@ class Executor:
             self.launcher.request("assert", job["program"], lim, (self.null,) * 3, (s_cand.fileno(),))
         finally:
             s_cand.close()
+        pidfd = None
         try:
-            judge = _Judge(self, job, lim, s_judge.fileno())
+            pidfd = self.launcher.started()
+            judge = _Judge(self, job, lim, s_judge.fileno(), pidfd)
         finally:
             s_judge.close()
+            if pidfd is not None:
+                os.close(pidfd)
         try:
-            os.close(self.launcher.started())
             raw, outcome = self._read_report(judge.report_fd, time.monotonic() + lim.timeout_s)
         finally:
             jstatus, jmarks = judge.finish()
