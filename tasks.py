@@ -627,16 +627,18 @@ def _parquet_rows(path: str):
         table = pyarrow.parquet.read_table(path)
     except Exception as e:  # noqa: BLE001 - pyarrow's errors name the problem
         raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
-    yield from ((f"row {i}", rec) for i, rec in enumerate(table.to_pylist(), 1))
+    yield from ((f"row {i}", _present(rec)) for i, rec in enumerate(table.to_pylist(), 1))
 
 
 def _hf_rows(spec: str):
-    """DATA=hf:<name>[:<config>[:<split>]] (split "train" when not given): a Hugging Face dataset,
-    loaded with `datasets.load_dataset` (the datasets extra)."""
+    """DATA=hf:<name>[:<config>[:<split>]] (no config, or an empty one: the dataset's default; split
+    "train" when not given): a Hugging Face dataset, loaded with `datasets.load_dataset` (the datasets
+    extra). hf:HuggingFaceH4/MATH-500::test is MATH-500's one split."""
     parts = spec[len("hf:"):].split(":")
-    if not parts[0] or len(parts) > 3 or any(not p for p in parts[1:]):
+    if not parts[0] or len(parts) > 3 or (len(parts) == 3 and not parts[2]):
         raise ValueError(f"a Hugging Face dataset is given as hf:<name>[:<config>[:<split>]], got {spec!r}")
-    name, config, split = parts[0], parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else "train"
+    name, split = parts[0], parts[2] if len(parts) > 2 else "train"
+    config = (parts[1] if len(parts) > 1 else "") or None
     try:
         import datasets
     except ImportError:
@@ -646,14 +648,21 @@ def _hf_rows(spec: str):
     except Exception as e:  # noqa: BLE001 - a missing dataset, config or split, no network: its message says
         raise ValueError(f"DATA={spec}: cannot load {name!r} (config {config!r}, split {split!r}): "
                          f"{type(e).__name__}: {e}") from None
-    yield from ((f"row {i}", rec) for i, rec in enumerate(rows, 1))
+    yield from ((f"row {i}", _present(rec)) for i, rec in enumerate(rows, 1))
+
+
+def _present(rec):
+    """A row of a table (Parquet, Hugging Face) without its null fields: a column that a row leaves
+    null is a field that row does not have, as in a JSON line that leaves it out."""
+    return {k: v for k, v in rec.items() if v is not None} if isinstance(rec, dict) else rec
 
 
 def dataset_rows(path: str):
     """The rows of a dataset as (where, object), where = a line number (JSON lines) or "row N", or
     (where, ValueError) for a line that is not JSON. DATA can be: a .jsonl file (one object per line),
     a .json file (a list of objects, or one object per line), a .parquet file (pyarrow), or
-    hf:<name>[:<config>[:<split>]] (the datasets extra). ValueError if the source cannot be read."""
+    hf:<name>[:<config>[:<split>]] (the datasets extra); a table's null fields are left out (_present).
+    ValueError if the source cannot be read."""
     if path.startswith("hf:"):
         return _hf_rows(path)
     if not os.path.isfile(path):

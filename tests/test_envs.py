@@ -301,7 +301,8 @@ GSM8K = [{"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4
          {"question": "A book costs $1,200 and a pen $34. Total?", "answer": "1200 + 34 = 1234\n#### 1,234"}]
 MATH = [{"problem": "What is half of 3?", "solution": "Half of 3 is $\\boxed{\\frac{3}{2}}$.", "level": "Level 1"},
         {"problem": "What is the slope of the line $2y = -x + 3$?",
-         "solution": "Solving for $y$ gives $y = -\\frac{1}{2}x + \\frac{3}{2}$, so the slope is $\\boxed{-\\frac{1}{2}}$.",
+         "solution": "Solving for $y$ gives $y = -\\frac{1}{2}x + \\frac{3}{2}$, so the slope is "
+                     "$\\boxed{-\\frac{1}{2}}$.",
          "level": "Level 2", "type": "Algebra"}]
 # MATH-500 as published: the final answer in `answer`, the worked solution beside it, a unique_id
 MATH500 = [{"problem": "Convert the point $(0,3)$ in rectangular coordinates to polar coordinates.  Enter your answer "

@@ -245,6 +245,107 @@ def test_bad_lines_are_all_reported_with_line_numbers(tmp_path):
         tasks.load_jsonl(str(tmp_path / "missing.jsonl"))
 
 
+# Rows as the datasets publish them: GSM8K (openai/gsm8k, main), MATH-500, HumanEval, MBPP.
+PUBLISHED = [
+    {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+                 "How many clips did Natalia sell altogether in April and May?",
+     "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips "
+               "altogether in April and May.\n#### 72"},
+    {"problem": "Convert the point $(0,3)$ in rectangular coordinates to polar coordinates.",
+     "answer": "\\left( 3, \\frac{\\pi}{2} \\right)", "subject": "Precalculus", "level": 2,
+     "unique_id": "test/precalculus/807.json"},
+    {"task_id": "HumanEval/53", "prompt": "def add(x: int, y: int):\n    \"\"\"Add two numbers x and y\"\"\"\n",
+     "canonical_solution": "    return x + y\n", "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+     "entry_point": "add"},
+    {"task_id": 2, "text": "Write a function to find the shared elements from the given two lists.",
+     "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
+     "test_list": ["assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))"],
+     "test_setup_code": "", "challenge_test_list": []},
+]
+
+
+def _loaded(path):
+    return [(p.item_id, p.kind, p.prompt, p.tests, p.answer, p.solutions) for p in tasks.load_jsonl(str(path))]
+
+
+def test_a_dataset_reads_the_same_from_jsonl_json_and_parquet(tmp_path):
+    """DATA as users hold it: JSON lines, a JSON list, JSON lines in a .json file, and Parquet (whose
+    table gives every row every column, null where a row has none) all load the same problems."""
+    pyarrow = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (requirements-datasets.txt)")
+    import pyarrow.parquet
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in PUBLISHED))
+    (tmp_path / "list.json").write_text(json.dumps(PUBLISHED, indent=2))
+    (tmp_path / "lines.json").write_text("\n".join(json.dumps(r) for r in PUBLISHED) + "\n")
+    columns = sorted({k for r in PUBLISHED for k in r})  # one table: every row has every column
+    table = [{k: str(r[k]) if k == "task_id" and k in r else r.get(k) for k in columns} for r in PUBLISHED]
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(table), tmp_path / "rows.parquet")
+    want = _loaded(tmp_path / "rows.jsonl")
+    assert [(i, k) for i, k, *_ in want] == [("rows.jsonl:1", "math"), ("test/precalculus/807.json", "math"),
+                                             ("HumanEval/53", "assert"), ("2", "assert")]
+    strip = lambda rows: [r[1:] for r in rows]  # noqa: E731 - the default ids name the file
+    for name in ("list.json", "lines.json", "rows.parquet"):
+        assert strip(_loaded(tmp_path / name)) == strip(want), name
+
+
+def test_bad_rows_of_a_json_list_and_a_parquet_file_are_reported_by_row(tmp_path):
+    pyarrow = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (requirements-datasets.txt)")
+    import pyarrow.parquet
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([PUBLISHED[0], [1, 2], {"question": "q", "answer": "#### many"}]))
+    _, errors = tasks.scan_jsonl(str(path))
+    assert errors[0].startswith(f"{path}: row 2: expected a JSON object") and len(errors) == 2, errors
+    assert errors[1].startswith(f"{path}: row 3: ") and "not read as math" in errors[1], errors
+    (tmp_path / "broken.json").write_text('[{"question": "q",')
+    with pytest.raises(ValueError, match="invalid JSON"):
+        tasks.load_jsonl(str(tmp_path / "broken.json"))
+    pq = tmp_path / "bad.parquet"
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist([{"prompt": "def f():\n", "tests": "assert f() == 1"},
+                                                           {"prompt": "def g():\n", "tests": None}]), pq)
+    with pytest.raises(ValueError, match=re.escape(f"{pq}: row 2: no tests")):
+        tasks.load_jsonl(str(pq))
+    (tmp_path / "text.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match="not a readable Parquet file"):
+        tasks.load_jsonl(str(tmp_path / "text.parquet"))
+
+
+def test_a_hugging_face_dataset_by_name(monkeypatch):
+    """DATA=hf:<name>[:<config>[:<split>]] calls datasets.load_dataset(name, config, split=split) (the
+    library itself is stood in for: no network in the tests); a malformed name, a dataset that does
+    not load and a missing datasets extra are each refused with what to do."""
+    import types
+    calls = []
+
+    def load_dataset(name, config=None, split=None):
+        calls.append((name, config, split))
+        if name == "missing/set":
+            raise FileNotFoundError("Dataset 'missing/set' doesn't exist on the Hub")
+        return [{**PUBLISHED[0], "extra": None}]
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    probs = tasks.load_jsonl("hf:openai/gsm8k:main:train")
+    assert [(p.kind, p.answer, p.item_id) for p in probs] == [("math", "72", "gsm8k:main:train:1")]
+    tasks.load_jsonl("hf:openai/gsm8k:main")
+    tasks.load_jsonl("hf:HuggingFaceH4/MATH-500::test")
+    tasks.load_jsonl("hf:some/set")
+    assert calls == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "train"),
+                     ("HuggingFaceH4/MATH-500", None, "test"), ("some/set", None, "train")]
+    for bad in ("hf:", "hf::main", "hf:a:b:c:d", "hf:a:main:"):
+        with pytest.raises(ValueError, match=re.escape("hf:<name>[:<config>[:<split>]]")):
+            tasks.load_jsonl(bad)
+    with pytest.raises(ValueError, match="cannot load 'missing/set'.*doesn't exist on the Hub"):
+        tasks.load_jsonl("hf:missing/set")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(ValueError, match=r"needs the Python package 'datasets'.*requirements-datasets\.txt"):
+        tasks.load_jsonl("hf:openai/gsm8k:main:train")
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
+    (tmp_path / "rows.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ValueError, match=r"needs the Python package 'pyarrow'.*requirements-datasets\.txt"):
+        tasks.load_jsonl(str(tmp_path / "rows.parquet"))
+
+
 def test_split_dataset_is_deterministic_and_disjoint(tmp_path):
     probs = [tasks.Problem(item_id=f"p{i}", prompt="", tests="assert 1\n", entry_point="", kind="assert")
              for i in range(50)]
