@@ -262,3 +262,39 @@ def test_a_rollout_of_another_lineage_than_its_item_is_refused(roles, tmp_path):
     client.call(wire.EnqueueWork([item(0, lineage="K")]))
     lease = client.call(wire.LeaseWork("w", max_items=1)).items[0]["lease"]
     refused(proc, client, lease, {**rollout("it0", version=3), "lineage": "L"}, "lineage 'L', the item's is 'K'")
+
+
+def test_a_worker_reports_an_item_it_cannot_sample_and_goes_on(roles, tmp_path, capsys):
+    """An error of the worker's own while sampling one item (a bug, a prompt its tokenizer or template
+    cannot handle) is reported for that item: the param server receives a group of infra_error verdicts
+    carrying the error, which the trainer's books give the fate verifier_failed. The worker does not
+    crash (a restarted worker would lease the same item and fail the same way, forever)."""
+    import types
+    import hf_io
+    import inference_worker
+    import lifecycle
+    _, client, port = start(roles, tmp_path)
+    client.call(wire.EnqueueWork([item(0), item(1)]))
+    leased = [wire.WorkItem.from_dict(i) for i in client.call(wire.LeaseWork("w", max_items=2, lease_s=30)).items]
+    worker = object.__new__(inference_worker.Worker)  # the real methods, without weights or verifiers
+    worker.cfg = inference_worker.Config(name="w", param_server=f"tcp://127.0.0.1:{port}")
+    worker.ps, worker.tokenizer, worker.version, worker.lineage = client, hf_io.ByteTokenizer(), 0, ""
+    worker.pad_id = worker.tokenizer.pad_id
+
+    def broken(items):
+        raise KeyError("a token the template does not know")
+    worker.sample_and_submit = broken
+    assert worker.sample_or_report(leased[:1]) == 1            # returns: the worker goes on
+    assert "cannot sample ['it0']: KeyError" in capsys.readouterr().out
+    worker.sample_and_submit = types.MethodType(lambda self, items: (_ for _ in ()).throw(TimeoutError("ps")), worker)
+    with pytest.raises(TimeoutError):                           # a peer's hiccup is the caller's to retry
+        worker.sample_or_report(leased[1:])
+    got = client.call(wire.GetRollouts(max_items=10)).rollouts
+    assert [r["item_id"] for r in got] == ["it0"]
+    rollout_ = wire.Rollout.from_dict(got[0])
+    assert rollout_.statuses == [lifecycle.INFRA_ERROR] * 2 and "KeyError" in rollout_.texts[0]
+    assert rollout_.mask_GT.sum() == 0                          # nothing to train on
+    fates = []
+    books = lifecycle.Books(max_staleness=1, batch_size=2, lineage="", fate=lambda i, f: fates.append((i, f)))
+    books.add(leased[0])
+    assert books.receive(rollout_, version=0) == lifecycle.VERIFIER_FAILED and fates == [("it0", "verifier_failed")]
