@@ -1395,8 +1395,9 @@ _JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD
 #             the program and the stdin as memfds it does not read, the candidate's ends of its
 #             pipes and the limits; forks, confines and cleans up after every candidate.
 #   judge     forked by the executor for one job and killed after it (nothing an earlier job's tests
-#             did is in its state), confined as a candidate is (a uid of its own, rlimits, its own
-#             IPC and network namespaces, the seccomp filter): runs the tests (judge_job).
+#             did is in its state), confined as a candidate is (a uid of its own, rlimits, the
+#             seccomp filter, the execution's IPC and network namespaces: it enters its candidate's):
+#             runs the tests (judge_job).
 # A candidate is forked from the launcher, so its address space holds the launcher's memory: the
 # interpreter, the pre-imported modules and numbers, never a test, an expected output, a job's raw
 # bytes, freed memory of an earlier job or the verifier's environment (the pool starts executors

@@ -8,8 +8,8 @@ How a verdict is reached (why it cannot be forged):
   * assert-style (HumanEval): two processes. The CANDIDATE, forked fresh for each execution from a
     launcher process that never held a job (so no test, expected output or environment is in its
     memory), runs the program under a uid of its own; the JUDGE, under another uid, runs the tests
-    (forked for each job and confined as the candidate is: seccomp filter, its own IPC and network
-    namespaces; its death while it handles the program's values is the program's failure). The judge never
+    (forked for each job and confined as the candidate is: seccomp filter, the execution's IPC and
+    network namespaces; its death while it handles the program's values is the program's failure). The judge never
     executes a line of the program: every name the program defines appears in the judge as a proxy
     that sends the call's arguments to the candidate and gets back the result as *bytes*
     (msgpack with a few tagged types), decoded into genuine int/str/list/... objects. So the
