@@ -1297,10 +1297,10 @@ def _failure_report(e: BaseException) -> dict:
 def _judge_imports(imports) -> dict:
     """What the tests may use of the program's imports ({name: [module, attribute]} from its hello),
     as the usual harnesses allow (`math.isclose`, `Counter`), built by the judge alone: it imports
-    each module itself, by name, only from PURE_MODULES, and takes a public attribute of it. A name
-    that is a standard-library module's is bound to that module's own import or to nothing; dunders
-    and builtins' names are never bound. Malformed or disallowed entries are skipped (a test using
-    one gets NameError: the program's failure)."""
+    each module itself, by name, only from PURE_MODULES, and takes a public attribute of the
+    module's own (_of_pure_module). A name that is a standard-library module's is bound to that
+    module's own import or to nothing; dunders and builtins' names are never bound. Malformed or
+    disallowed entries are skipped (a test using one gets NameError: the program's failure)."""
     out = {}
     if type(imports) is not dict:
         return out
@@ -1316,10 +1316,22 @@ def _judge_imports(imports) -> dict:
         obj = importlib.import_module(module)
         if attr:
             obj = getattr(obj, attr, None)
-            if obj is None:
+            if obj is None or not _of_pure_module(obj):
                 continue
         out[name] = obj
     return out
+
+
+def _of_pure_module(obj) -> bool:
+    """Whether a pure module's attribute is its own: a constant (math.pi), or a function or class
+    defined by a module of PURE_MODULES (or its C accelerator, _heapq for heapq). Not a module it
+    imported (statistics.sys, json.codecs) nor another module's function it re-exports."""
+    if isinstance(obj, types.ModuleType):
+        return False
+    if not callable(obj):
+        return True
+    origin = getattr(obj, "__module__", None)
+    return type(origin) is str and origin.lstrip("_").partition(".")[0] in PURE_MODULES
 
 
 def judge_main(code: types.CodeType, entry_point: str | None, fd: int) -> dict:
@@ -1508,7 +1520,7 @@ class Launcher:
     comment). Root, non-dumpable, subreaper of everything a job starts; no sandboxed uid can signal
     it. Per execution, over its socket with the executor:
       executor -> b"R" + fds [program memfd, stdin, stdout, stderr, *extra], then {"kind", "limits"}
-      launcher -> forks the candidate, b"S" + fds [a pidfd of the candidate]
+      launcher -> forks the candidate, b"S" + fds [a pidfd of the candidate] once it is confined
       executor -> {"grace": s}   once the judge reported, the output was read, or the deadline passed
       launcher -> waits up to grace_s for the candidate to end by itself, kills everything of the
                   job, waits for the job's cgroup to empty, removes the scratch, answers
@@ -1550,6 +1562,9 @@ class Launcher:
                               new_ns=self.isolated, seccomp=self.seccomp)
         for fd in fds:
             os.close(fd)
+        # Answer once the candidate is confined (its first mark, or EOF if it failed): the judge
+        # enters the candidate's namespaces, which must be the execution's new ones by then.
+        confined = os.read(marks_r, 1) if select.select([marks_r], [], [], LAUNCHER_REPLY_S)[0] else b""
         pidfd = os.pidfd_open(pid)
         socket.send_fds(sock, [b"S"], [pidfd])
         raw = _recv_frame_within(sock.fileno(), lim.timeout_s + LAUNCHER_REPLY_S)
@@ -1558,7 +1573,7 @@ class Launcher:
             select.select([pidfd], [], [], min(float(grace), 1.0))
         os.close(pidfd)
         status, killed, breach = self._cleanup(pid, scratch)
-        send_frame(sock.fileno(), {"status": status, "killed": killed, "marks": _marks(marks_r),
+        send_frame(sock.fileno(), {"status": status, "killed": killed, "marks": confined + _marks(marks_r),
                                    "breach": breach, "oom": self.cgroup is not None
                                    and self.cgroup.oom_kills() > oom_before})
 

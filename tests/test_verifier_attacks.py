@@ -355,6 +355,7 @@ def _forge(fd, obj):
         fake = {"abs": _zero, "round": _zero, "sorted": _sorted, "len": _zero}
         obj["names"]["__builtins__"] = _S._pack(_S.to_plain(fake, objects.handle))
         obj["imports"]["math"] = ["unittest.mock", "call"]      # call.isclose(...) is truthy
+        obj["imports"]["helper"] = ["statistics", "sys"]        # a module a pure module imported
     _send(fd, obj)
 _S.send_frame = _forge
 """
@@ -362,8 +363,10 @@ _S.send_frame = _forge
 
 @pytest.mark.parametrize("tests", ["assert abs(f(3) - 918273645) < 1\n",
                                    "assert sorted(f([3, 1, 2])) == [1, 2, 3]\n",
-                                   "assert math.isclose(f(2), 2 ** 0.5)\n"],
-                         ids=["builtins_abs", "builtins_sorted", "math_bound_to_mock_call"])
+                                   "assert math.isclose(f(2), 2 ** 0.5)\n",
+                                   "helper.modules[\"os\"]._exit(3)\n"],
+                         ids=["builtins_abs", "builtins_sorted", "math_bound_to_mock_call",
+                              "sys_through_a_pure_module"])
 def test_a_program_cannot_supply_what_the_tests_run(pool, tests):
     assert_program_status(run(pool, FORGED_HELLO, tests), passed=False)
 
@@ -424,6 +427,8 @@ assert f(1) == 1
 """
     v = run(pool, "def f(x): return x", check)
     assert v.passed, v
+    with open("/proc/sysvipc/shm") as f:  # and it was made in the execution's namespace, not the host's
+        assert not any(line.split()[:1] == [str(0x5EC9)] for line in f)
 
 
 def test_the_judges_death_while_running_the_tests_is_the_programs_failure(pool):
