@@ -1,7 +1,7 @@
 """Tasks besides code (envs.py): math answers and a reward function in a file, from the dataset row to
 the verifier's verdict.
 
-Run: python -m pytest -q tests/test_envs.py       (about 20 s on a 2-core CPU)
+Run: python -m pytest -q tests/test_envs.py       (about 40 s on a 2-core CPU)
 """
 import contextlib
 import decimal
@@ -282,7 +282,7 @@ def test_an_answer_slow_to_read_fails_at_the_time_limit_and_holds_up_no_honest_j
         pool.run([{"kind": "math", "completion": "#### 5", "answer": "5", "format": "hash"}])  # one process up
         t0 = time.monotonic()
         slow = [pool.submit({"kind": "math", "completion": "\\boxed{%s}" % NESTED, "answer": "1", "format": "boxed",
-                             "timeout_s": 4.0}) for _ in range(2)]
+                             "timeout_s": 6.0}) for _ in range(2)]
         honest = [pool.submit({"kind": "math", "completion": f"so #### {n}", "answer": str(n), "format": "hash"})
                   for n in range(4)]
         assert all(f.result(timeout=30).passed for f in honest)
@@ -291,8 +291,8 @@ def test_an_answer_slow_to_read_fails_at_the_time_limit_and_holds_up_no_honest_j
         slow_s = time.monotonic() - t0
     finally:
         pool.close()
-    assert [(v.status, "ran past its 4 s limit" in v.detail) for v in verdicts] == [("failed", True)] * 2
-    assert honest_s < 3.5 and 4.0 <= slow_s < 10, (honest_s, slow_s)
+    assert [(v.status, "ran past its 6 s limit" in v.detail) for v in verdicts] == [("failed", True)] * 2
+    assert honest_s < 5.0 and 6.0 <= slow_s < 15, (honest_s, slow_s)
 
 
 # ----------------------------------------------------------------------------- rows to problems
