@@ -1401,12 +1401,13 @@ _JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD
 
 # ============================================================================ executor (one job at a time)
 # Three kinds of process per executor, so that no process a program runs in ever held a job:
-#   executor  holds the job: forks the judge, reads the program's stdout (io), decides the verdict;
-#             talks to the pool on its stdin/stdout.
+#   executor  holds the job: hands the launcher the tests for the judge (unread there), reads the
+#             judge's report or the program's stdout (io), decides the verdict; talks to the pool
+#             on its stdin/stdout.
 #   launcher  forked by the executor at start-up, before any job, and never told one: it receives
-#             the program and the stdin as memfds it does not read, the candidate's ends of its
-#             pipes and the limits; forks, confines and cleans up after every candidate.
-#   judge     forked by the executor for one job and killed after it (nothing an earlier job's tests
+#             the program, the stdin and the tests as memfds it does not read, the children's ends
+#             of their pipes and the limits; forks, confines and cleans up after every candidate and judge.
+#   judge     forked by the launcher for one job and killed after it (nothing an earlier job's tests
 #             did is in its state), confined as a candidate is (a uid of its own, rlimits, the
 #             seccomp filter, the execution's IPC and network namespaces: it enters its candidate's):
 #             runs the tests (judge_job).
@@ -1418,8 +1419,8 @@ _JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD
 _PREIMPORT = ("random", "hashlib", "typing", "decimal", *sorted(PURE_MODULES))
 
 
-JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=4, max_file_mb=0, max_open_files=64)
-"""The judge's rlimits (its CPU limit is the job's: Executor.run_assert)."""
+JUDGE_LIMITS = Limits(timeout_s=120, memory_mb=4096, max_procs=1, max_file_mb=0, max_open_files=64)
+"""The judge's rlimits: one process, no thread, no file (its CPU limit is the job's: Launcher._judge)."""
 STDERR_TAIL = 4096        # io-style: bytes of stderr kept (the rest is read and dropped)
 LAUNCHER_REPLY_S = 60.0   # the launcher answers within this (its own cleanup gives up after ~20 s)
 CLEANUP_S = 10.0          # a job's processes must be gone this long after the first kill
@@ -1516,15 +1517,21 @@ def _recv_frame_within(fd: int, timeout_s: float):
 
 
 class Launcher:
-    """The launcher process: forks, confines and cleans up after every candidate (see the section
-    comment). Root, non-dumpable, subreaper of everything a job starts; no sandboxed uid can signal
-    it. Per execution, over its socket with the executor:
+    """The launcher process: forks, confines and cleans up after every candidate and judge (see the
+    section comment). Root, non-dumpable, subreaper of everything a job starts; no sandboxed uid can
+    signal it. Per execution, over its socket with the executor:
       executor -> b"R" + fds [program memfd, stdin, stdout, stderr, *extra], then {"kind", "limits"}
-      launcher -> forks the candidate, b"S" + fds [a pidfd of the candidate] once it is confined
+                  (assert: extra = the candidate's end of the call channel, the judge's end, a memfd
+                  of the tests and the judge's report pipe; the launcher reads none of them)
+      launcher -> forks the candidate; once it is confined (the judge enters its namespaces), forks
+                  the judge (assert); b"S" + fds [a pidfd of the candidate]
       executor -> {"grace": s}   once the judge reported, the output was read, or the deadline passed
-      launcher -> waits up to grace_s for the candidate to end by itself, kills everything of the
-                  job, waits for the job's cgroup to empty, removes the scratch, answers
-                  {"status": wait status, "killed", "marks", "oom", "breach": None | why}
+      launcher -> kills the judge; waits up to grace_s for the candidate to end by itself, kills
+                  everything of the job, waits for the job's cgroup to empty, removes the scratch,
+                  answers {"status": wait status, "killed", "marks", "oom", "breach": None | why,
+                  "judge_status": wait status | None, "judge_marks"}
+    Forking the judge here rather than in the executor: its memory is the launcher's (no job of the
+    executor's is in it), and its parent sits idle while it runs (no copy-on-write faults there).
     """
 
     def __init__(self, uids: tuple, cgroup: "JobCgroup | None", isolated: bool, seccomp: bool):
@@ -1557,25 +1564,56 @@ class Launcher:
             else:
                 os.close(marks_fd)
                 candidate_main(program, extra[0])
-        pid, marks_r = _child(candidate, fds=dict(zip((0, 1, 2), stdio)), keep={program_fd, *extra},
+        pid, marks_r = _child(candidate, fds=dict(zip((0, 1, 2), stdio)), keep={program_fd, *extra[:1]},
                               uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True, cgroup=self.cgroup,
                               new_ns=self.isolated, seccomp=self.seccomp)
+        pidfd = os.pidfd_open(pid)
+        judge = None
+        if req["kind"] == "assert":
+            # The judge enters the candidate's namespaces, which must be the execution's new ones by
+            # then: wait for the candidate's first mark (EOF if it could not be confined).
+            select.select([marks_r], [], [], LAUNCHER_REPLY_S)
+            judge = self._judge(stdio, extra[1:], lim, pidfd)
         for fd in fds:
             os.close(fd)
-        # Answer once the candidate is confined (its first mark, or EOF if it failed): the judge
-        # enters the candidate's namespaces, which must be the execution's new ones by then.
-        confined = os.read(marks_r, 1) if select.select([marks_r], [], [], LAUNCHER_REPLY_S)[0] else b""
-        pidfd = os.pidfd_open(pid)
         socket.send_fds(sock, [b"S"], [pidfd])
         raw = _recv_frame_within(sock.fileno(), lim.timeout_s + LAUNCHER_REPLY_S)
         grace = from_bytes(raw).get("grace", 0.0) if raw else 0.0
+        judge_status, judge_marks = self._end_judge(*judge) if judge else (None, b"")
         if grace:  # the candidate is finishing by itself: its status says how it ended
             select.select([pidfd], [], [], min(float(grace), 1.0))
         os.close(pidfd)
         status, killed, breach = self._cleanup(pid, scratch)
-        send_frame(sock.fileno(), {"status": status, "killed": killed, "marks": confined + _marks(marks_r),
+        send_frame(sock.fileno(), {"status": status, "killed": killed, "marks": _marks(marks_r),
                                    "breach": breach, "oom": self.cgroup is not None
-                                   and self.cgroup.oom_kills() > oom_before})
+                                   and self.cgroup.oom_kills() > oom_before,
+                                   "judge_status": judge_status, "judge_marks": judge_marks})
+
+    def _judge(self, stdio: list[int], fds: list[int], lim: Limits, candidate_pidfd: int) -> tuple[int, int]:
+        """Fork this execution's judge (see the section comment): (pid, marks_r). Its marks pipe (see
+        _child) says b"1" once it is confined and b"P" once the tests compiled: from then on it
+        handles the program's values, and its death is the program's doing."""
+        channel_fd, tests_fd, report_fd = fds
+
+        def body(marks_fd):
+            job = from_bytes(_read_fd(tests_fd))
+            os.close(tests_fd)
+            send_frame(report_fd, judge_job(job["tests"], job["entry_point"], channel_fd, marks_fd))
+        return _child(body, fds=dict(zip((0, 1, 2), stdio)), keep={channel_fd, tests_fd, report_fd},
+                      uid=self.uids[1], cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.timeout_s) + 1,
+                      dumpable=False, new_ns=self.isolated,
+                      join_ns=candidate_pidfd if self.isolated else None, seccomp=self.seccomp)
+
+    @staticmethod
+    def _end_judge(pid: int, marks_r: int) -> tuple[int, bytes]:
+        """Kill the judge (it may have exited already) and reap it: (its wait status, its marks). It
+        cannot fork (JUDGE_LIMITS.max_procs), so nothing of it is left."""
+        try:
+            os.kill(pid, signal.SIGKILL)  # our unreaped child: the pid cannot have been reused
+        except ProcessLookupError:
+            pass
+        status = _wait_child(pid, CLEANUP_S)
+        return (signal.SIGKILL if status is None else status), _marks(marks_r)
 
     def _scratch(self, lim: Limits) -> str:
         """A fresh scratch directory: in the sandbox a tmpfs of its own (its size is the job's
@@ -1719,44 +1757,6 @@ class _LauncherClient:
         return from_bytes(raw)
 
 
-class _Judge:
-    """The executor's handle on one job's judge (see the section comment). Its marks pipe (see
-    _child) says b"1" once it is confined and b"P" once the tests compiled: from then on it
-    handles the program's values, and its death is the program's doing."""
-
-    def __init__(self, ex: "Executor", job: dict, lim: Limits, channel_fd: int, candidate_pidfd: int):
-        report_r, report_w = os.pipe()
-        tests, entry_point = job["tests"], job.get("entry_point")
-
-        def body(marks_fd):
-            import gc
-            gc.freeze()  # the executor's objects: no collection here walks them (copy-on-write faults)
-            send_frame(report_w, judge_job(tests, entry_point, channel_fd, marks_fd))
-        try:
-            self.pid, self.marks_r = _child(
-                body, fds={0: ex.null, 1: ex.null, 2: ex.null}, keep={channel_fd, report_w}, uid=ex.uids[1],
-                cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.timeout_s) + 1, dumpable=False,
-                new_ns=ex.isolated, join_ns=candidate_pidfd if ex.isolated else None, seccomp=ex.seccomp)
-        except BaseException:
-            os.close(report_r)
-            raise
-        finally:
-            os.close(report_w)
-        self.report_fd = report_r
-
-    def finish(self) -> tuple[int, bytes]:
-        """Kill it (it may have exited already) and reap it: (its wait status, its marks)."""
-        os.close(self.report_fd)
-        try:
-            os.kill(self.pid, signal.SIGKILL)  # our unreaped child: the pid cannot have been reused
-        except ProcessLookupError:
-            pass
-        status = _wait_child(self.pid, CLEANUP_S)
-        if status is None:
-            raise InfraFailure(f"the judge {self.pid} did not die within {CLEANUP_S:.0f} s")
-        return status, _marks(self.marks_r)
-
-
 class Executor:
     """Lives in the executor process: holds the sandbox report, the judge and the launcher, and
     turns each job into a verdict."""
@@ -1875,31 +1875,32 @@ class Executor:
     # --- jobs -------------------------------------------------------------------------------
 
     def run_assert(self, job: dict, lim: Limits) -> Verdict:
-        """Candidate: started by the launcher, holding one end of the call channel. Judge: forked
-        for this job, holding the other end and the tests, in the candidate's IPC and network
-        namespaces (created per execution; entering them costs less than making new ones)."""
+        """Both forked by the launcher for this job: the candidate, holding one end of the call
+        channel; the judge, holding the other end, the tests (a memfd the launcher passes on unread)
+        and the report pipe, in the candidate's IPC and network namespaces (made per execution;
+        entering them costs less than making new ones)."""
         s_judge, s_cand = socket.socketpair()  # the call channel; the only fd the candidate keeps
+        report_r, report_w = os.pipe()
+        tests_fd = os.memfd_create("tests")
         try:
+            data = memoryview(_pack({"tests": job["tests"], "entry_point": job.get("entry_point")}))
+            while data:
+                data = data[os.write(tests_fd, data):]
             # stdout and stderr to /dev/null: the tests see return values only, so any amount of
             # output is fine, costs no memory here and is never a failure.
-            self.launcher.request("assert", job["program"], lim, (self.null,) * 3, (s_cand.fileno(),))
+            self.launcher.request("assert", job["program"], lim, (self.null,) * 3,
+                                  (s_cand.fileno(), s_judge.fileno(), tests_fd, report_w))
         finally:
-            s_cand.close()
-        pidfd = None
+            s_cand.close(), s_judge.close(), os.close(tests_fd), os.close(report_w)
         try:
-            pidfd = self.launcher.started()
-            judge = _Judge(self, job, lim, s_judge.fileno(), pidfd)
+            os.close(self.launcher.started())
+            raw, outcome = self._read_report(report_r, time.monotonic() + lim.timeout_s)
         finally:
-            s_judge.close()
-            if pidfd is not None:
-                os.close(pidfd)
-        try:
-            raw, outcome = self._read_report(judge.report_fd, time.monotonic() + lim.timeout_s)
-        finally:
-            jstatus, jmarks = judge.finish()
+            os.close(report_r)
         report = self._parse_report(raw) if outcome == "report" else None
         crashed = report is not None and report["status"] == "crashed"
         res = self._finished(self.launcher.finish(0.5 if crashed else 0.0))
+        jstatus, jmarks = res["judge_status"], res["judge_marks"]
         if not jmarks.startswith(b"1"):
             raise InfraFailure("the judge could not be confined: "
                                + (jmarks[1:].decode("utf-8", "replace") or "it died first"))
