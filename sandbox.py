@@ -701,14 +701,16 @@ class Verdict:
       memory         MemoryError: the address-space limit (Limits.memory_mb), in the program or in
                      the tests while they hold the program's values.
       crashed        the program's process died: a signal (segfault, abort, killing itself) or an
-                     exit or a closed channel in the middle of the tests.
+                     exit or a closed channel in the middle of the tests; or the judge died while
+                     it handled the program's values (its CPU limit: timeout).
       output_limit   io-style: stdout past its cap (Limits.max_output_kb); any style: killed by
                      SIGXFSZ (a file past Limits.max_file_mb; Python's default is an OSError).
       too_large      the program text is above verifier.MAX_PROGRAM_BYTES.
     Not about the program (never train on it: the trainer drops every group that holds one):
-      infra_error    the verifier could not judge: an executor died or could not start, the
-                     sandbox or the candidate process could not be set up, the judge or the
-                     executor stopped answering or broke the protocol, an exception in the
+      infra_error    the verifier could not judge: an executor died twice or could not start, the
+                     sandbox, the candidate or the judge could not be set up (or the judge died
+                     before it read anything of the program), the executor stopped answering or
+                     broke the protocol, an exception in the
                      verifier's own code, a bad job (a caller's bug), tests that do not compile
                      or define no check(). reward 0, passed False; detail says what broke.
     A program cannot cause infra_error (a verifier error is never scored as a wrong answer, and a
@@ -717,8 +719,9 @@ class Verdict:
     hostile values, use up its limits) ends in one of the program's statuses: the only reporters
     of infra_error are trusted processes it cannot signal or write to (other uids, no shared fds),
     the judge maps every failure it meets while handling the program's values to a program
-    status, and the executor checks through a pipe the candidate never holds that the candidate
-    was confined before the program ran (before that, a death is ours). One exception, documented
+    status, a judge that dies once it handles the program's values is the program's failure, and
+    the executor checks through pipes the program never holds that the candidate was confined
+    before the program ran (before that, a death is ours) and the judge before it read the hello. One exception, documented
     with the mode: --isolation rlimits without root, where the program runs as the verifier's user
     and can kill its executor.
     """
