@@ -103,7 +103,8 @@ its step: a trainer that never waits gains nothing from staler data."""
 
 AUTO_RETRY_STEPS = 4
 """After the KL measured at bound k + 1 brought the bound down to k, AutoStaleness waits this many
-starved, healthy steps at k before it tries k + 1 again; each retry that fails doubles the wait."""
+starved, healthy steps at k before it tries k + 1 again; each retry of k + 1 that fails again doubles
+the wait."""
 
 AUTO_RETRY_MAX = 64
 """The longest wait between retries of a bound whose KL was over the target, in starved steps."""
@@ -125,13 +126,16 @@ class AutoStaleness:
                                                        healthy; not above ceiling), except into the
                                                        level remembered as failed: that one only after
                                                        `retry_in` such steps (AUTO_RETRY_STEPS, doubled
-                                                       by each failed retry up to AUTO_RETRY_MAX)
+                                                       each time a retry of that same level fails, up
+                                                       to AUTO_RETRY_MAX)
       otherwise                                     -> limit
     Why the memory: at bound 0 nothing is stale, so kl is None there and the data always looks healthy.
     Without it, a KL over the target at bound 1 gives 1, 0, 1, 0, ...: each drop discards the prompts
     fed ahead under the higher bound, and every other batch is trained too far off-policy. With it the
     bound stays down and retries the failed level at growing intervals (the policy's drift can shrink
-    later in a run); a KL within the target measured at or above the failed level clears the backoff.
+    later in a run); a KL within the target measured at or above the failed level clears the memory.
+    Drops through several levels in a row (2 -> 1 -> 0) are failures of different levels: each waits
+    AUTO_RETRY_STEPS; only the same level failing again waits longer.
     Change the bound only between batches (the batch being assembled was admitted under the old)."""
     target: float
     ceiling: int
@@ -139,7 +143,7 @@ class AutoStaleness:
     failed_level: int | None = None  # the bound whose KL was last over the target (it brought us down)
     failed_kl: float | None = None   # that KL
     retry_in: int = 0                # starved, healthy steps left before failed_level is tried again
-    backoff: int = AUTO_RETRY_STEPS  # retry_in given by the next drop
+    backoff: int = AUTO_RETRY_STEPS  # the wait failed_level was given when it last failed
 
     def __post_init__(self):
         if not (isinstance(self.ceiling, int) and self.ceiling >= 0 and self.target > 0):
@@ -150,8 +154,10 @@ class AutoStaleness:
         limit = self.limit = min(max(self.limit, 0), self.ceiling)
         if kl is not None and kl > self.target:
             if limit > 0:
-                self.failed_level, self.failed_kl = limit, kl
-                self.retry_in, self.backoff = self.backoff, min(2 * self.backoff, AUTO_RETRY_MAX)
+                # the same level failing again (a retry) waits twice as long; another level, the base wait
+                self.backoff = (min(2 * self.backoff, AUTO_RETRY_MAX) if self.failed_level == limit
+                                else AUTO_RETRY_STEPS)
+                self.failed_level, self.failed_kl, self.retry_in = limit, kl, self.backoff
                 self.limit = limit - 1
             return self.limit
         if kl is not None and self.failed_level is not None and limit >= self.failed_level:

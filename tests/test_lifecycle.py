@@ -148,10 +148,24 @@ def test_auto_staleness_forgets_a_failure_once_the_level_measures_healthy():
     auto = lc.AutoStaleness(target=1e-3, ceiling=3, limit=1)
     assert auto.update(2e-3, 0.5) == 0           # failed at 1: retry after 4 starved steps
     assert [auto.update(None, 0.5) for _ in range(4)] == [0, 0, 0, 1]
+    assert auto.update(2e-3, 0.5) == 0           # the retry fails: the next waits 8
+    assert [auto.update(None, 0.5) for _ in range(8)] == [0] * 7 + [1]
     assert auto.update(1e-4, 0.5) == 2           # healthy at 1: forgotten, and loosened at once
     assert auto.failed_level is None and auto.backoff == lc.AUTO_RETRY_STEPS
     assert auto.update(3e-4, 0.5) == 3
     assert auto.update(None, 0.0) == 3           # not starving: hold
+
+
+def test_auto_staleness_drops_through_levels_each_wait_the_base_retry():
+    """The KL is over the target at bounds 2 and 1 (one fast-moving stretch of the policy): 2 -> 1 -> 0.
+    These are failures of two levels, not a failed retry: bound 1 is retried after AUTO_RETRY_STEPS (4)
+    starved steps at 0, and, healthy there, the bound climbs to 2 at once (its old failure at 2 was
+    replaced by the one at 1, then cleared)."""
+    auto = lc.AutoStaleness(target=1e-3, ceiling=4, limit=2)
+    assert auto.update(5e-3, 0.5) == 1 and (auto.failed_level, auto.retry_in) == (2, 4)
+    assert auto.update(3e-3, 0.5) == 0 and (auto.failed_level, auto.retry_in) == (1, 4)
+    assert [auto.update(None, 0.5) for _ in range(4)] == [0, 0, 0, 1]
+    assert auto.update(2e-4, 0.5) == 2 and auto.failed_level is None
 
 
 def test_auto_staleness_counts_only_starved_healthy_steps_towards_a_retry():
