@@ -1452,9 +1452,11 @@ def _signal_name(sig: int) -> str:
 
 def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, dumpable: bool,
            cgroup: "JobCgroup | None" = None, cpu_s: int | None = -1, new_ns: bool = False,
-           join_ns: int | None = None, seccomp: bool = False) -> tuple[int, int]:
+           join_ns: int | None = None, wait_fd: int | None = None, seccomp: bool = False) -> tuple[int, int]:
     """Fork a confined child whose fds 0,1,2 are fds[0..2] and which keeps `keep` open; it runs
-    body(marks_fd). Returns (pid, marks_r).
+    body(marks_fd). Returns (pid, marks_r). wait_fd: confine only once it is readable (a judge waits
+    for its candidate's first word: the candidate is confined by then, so the namespaces join_ns
+    names are the execution's; it reads nothing before it is confined itself).
 
     The marks pipe says what our code did in the child before anything untrusted ran: b"1" once
     confine() succeeded (b"0" + the error if it failed: exit 71), then whatever body writes
@@ -1473,6 +1475,8 @@ def _child(body, *, fds: dict[int, int], keep: set[int], uid, cwd, lim: Limits, 
         for target, src in fds.items():
             os.dup2(src, target)
         close_fds_except(keep | {marks_w} | ({join_ns} if join_ns is not None else set()))
+        if wait_fd is not None:  # bounded by the execution: its end kills this child
+            select.select([wait_fd], [], [])
         confine(uid=uid, cwd=cwd, memory_mb=lim.memory_mb,
                 cpu_s=math.ceil(lim.timeout_s) if cpu_s == -1 else cpu_s,
                 max_procs=lim.max_procs, max_file_mb=lim.max_file_mb,
@@ -1526,8 +1530,7 @@ class Launcher:
       executor -> b"R" + fds [program memfd, stdin, stdout, stderr, *extra], then {"kind", "limits"}
                   (assert: extra = the candidate's end of the call channel, the judge's end, a memfd
                   of the tests and the judge's report pipe; the launcher reads none of them)
-      launcher -> forks the candidate; once it is confined (the judge enters its namespaces), forks
-                  the judge (assert); b"S" + fds [a pidfd of the candidate]
+      launcher -> forks the candidate and (assert) the judge; b"S" + fds [a pidfd of the candidate]
       executor -> {"grace": s}   once the judge reported, the output was read, or the deadline passed
       launcher -> kills the judge; waits up to grace_s for the candidate to end by itself, kills
                   everything of the job, waits for the job's cgroup to empty, removes the scratch,
@@ -1572,10 +1575,7 @@ class Launcher:
                               new_ns=self.isolated, seccomp=self.seccomp)
         pidfd = os.pidfd_open(pid)
         judge = None
-        if req["kind"] == "assert":
-            # The judge enters the candidate's namespaces, which must be the execution's new ones by
-            # then: wait for the candidate's first mark (EOF if it could not be confined).
-            select.select([marks_r], [], [], LAUNCHER_REPLY_S)
+        if req["kind"] == "assert":  # forked now, confined once the candidate speaks (_judge)
             judge = self._judge(stdio, extra[1:], lim, pidfd)
         for fd in fds:
             os.close(fd)
@@ -1593,9 +1593,13 @@ class Launcher:
                                    "judge_status": judge_status, "judge_marks": judge_marks})
 
     def _judge(self, stdio: list[int], fds: list[int], lim: Limits, candidate_pidfd: int) -> tuple[int, int]:
-        """Fork this execution's judge (see the section comment): (pid, marks_r). Its marks pipe (see
-        _child) says b"1" once it is confined and b"P" once the tests compiled: from then on it
-        handles the program's values, and its death is the program's doing."""
+        """Fork this execution's judge (see the section comment): (pid, marks_r). It enters the
+        candidate's namespaces, which are the execution's new ones only once the candidate is
+        confined, so it confines itself only once the candidate has written on the channel (or
+        closed it: then the candidate is gone and the judge makes new ones); meanwhile the candidate
+        loads the program. Its marks pipe (see _child) says b"1" once it is confined and b"P" once
+        the tests compiled: from then on it handles the program's values, and its death is the
+        program's doing."""
         channel_fd, tests_fd, report_fd = fds
 
         def body(marks_fd):
@@ -1605,7 +1609,8 @@ class Launcher:
         return _child(body, fds=dict(zip((0, 1, 2), stdio)), keep={channel_fd, tests_fd, report_fd},
                       uid=self.uids[1], cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.timeout_s) + 1,
                       dumpable=False, new_ns=self.isolated,
-                      join_ns=candidate_pidfd if self.isolated else None, seccomp=self.seccomp)
+                      join_ns=candidate_pidfd if self.isolated else None, wait_fd=channel_fd,
+                      seccomp=self.seccomp)
 
     @staticmethod
     def _end_judge(pid: int, marks_r: int) -> tuple[int, bytes]:
@@ -1904,7 +1909,8 @@ class Executor:
         crashed = report is not None and report["status"] == "crashed"
         res = self._finished(self.launcher.finish(0.5 if crashed else 0.0))
         jstatus, jmarks = res["judge_status"], res["judge_marks"]
-        if not jmarks.startswith(b"1"):
+        # a judge with no mark at a timeout was still waiting for the program's first word
+        if not jmarks.startswith(b"1") and not (outcome == "timeout" and jmarks == b""):
             raise InfraFailure("the judge could not be confined: "
                                + (jmarks[1:].decode("utf-8", "replace") or "it died first"))
         if outcome == "timeout":
