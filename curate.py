@@ -33,7 +33,8 @@ What it does:
                          seq_len: never sampled, as the trainer would skip it)}
        keep.txt          "#" header lines (band, checkpoint, problems), then the problem_key of every
                          problem in the band, one a line: trainer --curated keep.txt trains on those only
-       kept.jsonl        --data only: the dataset lines of the kept problems, verbatim, in file order:
+       kept.jsonl        --data only: the dataset lines of the kept problems, verbatim, in file order
+                         (from a JSON list, Parquet or hf: source, each row as one JSON line):
                          a dataset of its own (trainer --data kept.jsonl splits it again, so its
                          held-out problems are then drawn from the kept ones; to keep the original
                          split, train on the whole file with trainer --curated keep.txt)
@@ -285,9 +286,15 @@ def dataset_problems(path: str, heldout: int) -> tuple[list, list, dict]:
         raise ValueError(f"dataset {path} holds {len(problems)} problem: the trainer holds some out, so "
                          f"curation needs at least 2")
     train, held = tasks.split_dataset(problems, min(heldout, len(problems) // 2))
-    with open(path, "rb") as f:  # scan_jsonl numbers lines as text mode splits them: so does splitlines
-        raw = f.read().splitlines(keepends=True)
-    lines = {p.item_id: (n, raw[n - 1]) for n, p in tasks.scan_jsonl(path)[0]}
+    # A JSON-lines file keeps its lines verbatim; a row of any other source (a JSON list, Parquet, a
+    # Hugging Face dataset) becomes one JSON line, so kept.jsonl is a dataset the trainer reads either way.
+    rows = {int(w) if isinstance(w, int) else int(w.split()[1]): (w, r) for w, r in tasks.dataset_rows(path)}
+    raw = []
+    if os.path.isfile(path) and all(isinstance(w, int) for w, _ in rows.values()):
+        with open(path, "rb") as f:  # scan_jsonl numbers lines as text mode splits them: so does splitlines
+            raw = f.read().splitlines(keepends=True)
+    line = lambda n: raw[n - 1] if raw else (json.dumps(rows[n][1], default=str) + "\n").encode()
+    lines = {p.item_id: (n, line(n)) for n, p in tasks.scan_jsonl(path)[0]}
     return train, held, lines
 
 

@@ -128,6 +128,23 @@ def dataset(tmp_path):
     return lines, held["item_id"], path
 
 
+def test_kept_rows_of_a_json_list_are_json_lines_the_trainer_reads(tmp_path):
+    """A dataset that is not JSON lines (here a JSON list; Parquet and hf: go the same way) gives each
+    problem's row as one JSON line, so kept.jsonl is a dataset of its own; JSON lines stay verbatim."""
+    lines, _, path = dataset(tmp_path)
+    rows = [json.loads(line) for line in lines.values()]
+    listed = tmp_path / "data.json"
+    listed.write_text(json.dumps(rows, indent=1))
+    train, held, got = curate.dataset_problems(str(listed), 1)
+    assert {p.item_id for p in train + held} == set(got) == set(lines)
+    kept = tmp_path / "kept.jsonl"
+    kept.write_bytes(b"".join(got[i][1] for i in sorted(got)))
+    assert [p.item_id for p in tasks.load_jsonl(str(kept))] == sorted(got)
+    assert {i: json.loads(got[i][1]) for i in got} == {r["item_id"]: r for r in rows}
+    assert {i: n for i, (n, _) in got.items()} == {r["item_id"]: n for n, r in enumerate(rows, 1)}
+    assert curate.dataset_problems(str(path), 1)[2]["coin-1"][1] == lines["coin-1"].encode()  # verbatim
+
+
 def test_command_on_a_dataset_with_known_pass_rates(tmp_path):
     lines, held, path = dataset(tmp_path)
     out = tmp_path / "out"
