@@ -49,7 +49,8 @@ import re
 import resource
 import threading
 
-REWARD_ERROR = "reward_error"
+from verdicts import REWARD_ERROR
+
 MATH_FORMATS = ("boxed", "hash")  # MATH's \boxed{...}; GSM8K's "#### answer"
 
 

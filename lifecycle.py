@@ -62,6 +62,8 @@ from typing import Callable
 
 import numpy as np
 
+from verdicts import INFRA_ERROR, REWARD_ERROR  # the statuses infra_failures counts
+
 # ----------------------------------------------------------------------------- staleness
 
 OK, STALE, FUTURE, OTHER_LINEAGE = "ok", "stale", "future", "other_lineage"
@@ -242,19 +244,6 @@ def worker_action(min_version: int, item_lineage: str, version: int, lineage: st
 
 
 # ----------------------------------------------------------------------------- verdicts
-
-INFRA_ERROR = "infra_error"
-"""The verdict status that means the verifier failed (executor died, sandbox did not start, no
-answer), not the program (REWARD_ERROR is its twin for reward functions). Every other status
-(passed, failed, runtime_error, timeout, ...) is the program's doing and scores as the verifier says. A group with an infra failure says nothing about the
-policy, so it is never trained on (its advantages would compare a broken sandbox with real answers)."""
-
-
-REWARD_ERROR = "reward_error"
-"""The verdict status of a completion whose reward function (REWARD=file.py:function, envs.py) raised,
-returned no finite number or ran past its time limit: the verifier's failure to score it, counted
-with INFRA_ERROR (the group is never trained on, and a run whose rewards keep failing stops)."""
-
 
 def infra_failures(statuses: list) -> int:
     return sum(s in (INFRA_ERROR, REWARD_ERROR) for s in statuses)

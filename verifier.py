@@ -18,15 +18,16 @@ How a verdict is reached (why it cannot be forged):
     judge's report, on a pipe the candidate does not hold, says "passed". Names that shadow
     builtins (abs, len, ...) and dunders (__builtins__) are never bound, so a program cannot
     redefine what tests use; the judge imports a module the program imported only if it is a pure
-    one (sandbox.PURE_MODULES), by name, itself, and binds no program object under a
+    one (judge.PURE_MODULES), by name, itself, and binds no program object under a
     standard-library module's name.
     Objects that are not plain data (instances of the program's classes, closures, generators)
     stay in the candidate; the judge holds a handle it can call, read attributes of and pass back,
-    and decides `==` itself (a handle equals only itself, never a plain value): sandbox.Handle
+    and decides `==` itself (a handle equals only itself, never a plain value): judge.Handle
     says why that cannot forge a pass.
   * io-style (Codeforces): the program's stdout is captured by the executor (trusted) and compared
     token by token with the expected output; the exit status must be 0.
-The candidate, the judge and the isolation (namespaces, uids, limits, cleanup) are in sandbox.py.
+The candidate and the judge are in judge.py, the isolation (namespaces, uids, limits, cleanup) in
+isolation.py, the executor that runs them in sandbox.py, the verdict record in verdicts.py.
   * math and reward jobs (envs.py) run no program: a math completion's final answer is compared with
     the reference by math-verify, in a grading process killed at the job's time limit (an answer that
     runs past it, or is longer than envs.MAX_ANSWER_CHARS, fails); a reward job calls the user's
@@ -35,7 +36,7 @@ The candidate, the judge and the isolation (namespaces, uids, limits, cleanup) a
     format asked for) and "reward_error" (the function raised, returned no real number finite as a
     float32, or ran too long: never scored, like infra_error).
 
-Statuses: sandbox.Verdict's docstring is the list. All but one are the program's own outcomes;
+Statuses: verdicts.Verdict's docstring is the list. All but one are the program's own outcomes;
 infra_error says the verifier could not judge (an executor died twice or could not start, the
 sandbox could not be set up, a protocol broke, a bad job). It says nothing about the program: a
 caller must not score it (the trainer drops every group that holds one), and a program cannot
@@ -88,9 +89,11 @@ import threading
 
 import envs
 import sandbox
-from sandbox import (INFRA_ERROR, ISOLATION_MODES, LIMIT_KEYS, BoundaryError, IsolationUnavailable,
-                     Limits, Verdict, _verdict, from_bytes, recv_frame, send_frame, to_plain,
-                     verdict_from_dict)
+from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
+                       kill_uid, remove_cgroup, remove_stale_cgroups, role_uids)
+from judge import from_bytes, recv_frame, send_frame, to_plain
+from verdicts import (INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict, make_verdict,
+                      verdict_from_dict)
 
 # ============================================================================ configuration
 
@@ -104,7 +107,7 @@ class VerifierConfig:
     """Pre-started executor processes; each runs one execution at a time."""
     isolation: str = "namespaces"
     """namespaces (refuse to start if unavailable) | rlimits (no network/file isolation; only by
-    name, and every batch logs a warning). See sandbox.py."""
+    name, and every batch logs a warning). See isolation.py."""
     hide: str = ""
     """Extra comma-separated host paths to cover inside the sandbox (datasets holding tests)."""
     max_jobs: int = 4096
@@ -212,13 +215,13 @@ def program_verdict(job: dict) -> Verdict | None:
     for text that is not UTF-8), else None. A program's own failings, never infra_error."""
     program = job["program"]
     if len(program) > MAX_PROGRAM_BYTES:
-        return _verdict("too_large", f"the program has {len(program)} chars, above {MAX_PROGRAM_BYTES}")
+        return make_verdict("too_large", f"the program has {len(program)} chars, above {MAX_PROGRAM_BYTES}")
     try:
         size = len(program.encode("utf-8"))
     except UnicodeEncodeError as e:
-        return _verdict("syntax_error", f"the program is not UTF-8 text: {e}")
+        return make_verdict("syntax_error", f"the program is not UTF-8 text: {e}")
     if size > MAX_PROGRAM_BYTES:
-        return _verdict("too_large", f"the program has {size} bytes, above {MAX_PROGRAM_BYTES}")
+        return make_verdict("too_large", f"the program has {size} bytes, above {MAX_PROGRAM_BYTES}")
     return None
 
 
@@ -289,13 +292,13 @@ class _ExecutorProcess:
             except OSError:
                 pass
         if os.geteuid() == 0:
-            cand, judge, reaper = sandbox.role_uids(self.proc.pid)
+            cand, judge, reaper = role_uids(self.proc.pid)
             for uid in (cand, judge):
                 try:
-                    sandbox.kill_uid(uid, reaper)
-                except sandbox.SandboxBreach as e:  # logged; the uid is never reused while we run
+                    kill_uid(uid, reaper)
+                except SandboxBreach as e:  # logged; the uid is never reused while we run
                     print(f"verifier: {e}", file=sys.stderr, flush=True)
-            sandbox.remove_cgroup(self.proc.pid)
+            remove_cgroup(self.proc.pid)
 
 
 class ExecutorPool:
@@ -312,8 +315,8 @@ class ExecutorPool:
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be {'|'.join(ISOLATION_MODES)}, got {isolation!r}")
         if os.geteuid() == 0:
-            sandbox.remove_stale_cgroups()  # of executors whose verifier was killed before closing
-        self.isolation, self.hide = isolation, (hide or []) + sandbox.default_hidden_paths()
+            remove_stale_cgroups()  # of executors whose verifier was killed before closing
+        self.isolation, self.hide = isolation, (hide or []) + default_hidden_paths()
         self.use_cgroup = use_cgroup
         self.scorer = envs.Scorer(reward, workers=executors)  # math and reward jobs (REWARD=file.py:fn)
         self.jobs: queue.Queue = queue.Queue()
@@ -373,7 +376,7 @@ class ExecutorPool:
                     lost.append(verdict.detail)
                     continue
             return verdict
-        return _verdict(INFRA_ERROR, "verifier error: executor lost twice running this job: "
+        return make_verdict(INFRA_ERROR, "verifier error: executor lost twice running this job: "
                         + "; ".join(lost))
 
     def _work(self, i: int) -> None:
@@ -382,7 +385,7 @@ class ExecutorPool:
             try:
                 verdict = self._run_job(i, job)
             except Exception as e:  # noqa: BLE001 - a bug here must not stop this thread
-                verdict = _verdict(INFRA_ERROR, f"verifier error: {type(e).__name__}: {e}")
+                verdict = make_verdict(INFRA_ERROR, f"verifier error: {type(e).__name__}: {e}")
             future.set_result(verdict)
 
     def submit(self, job: dict) -> concurrent.futures.Future:
@@ -390,7 +393,7 @@ class ExecutorPool:
         try:
             job = check_job(job)
         except ValueError as e:
-            future.set_result(_verdict(INFRA_ERROR, f"bad job: {e}"))
+            future.set_result(make_verdict(INFRA_ERROR, f"bad job: {e}"))
             return future
         if job["kind"] in envs.SCORED_KINDS:  # math answers and reward functions: envs.py
             return self._scored(self.scorer.submit(job))
@@ -409,7 +412,7 @@ class ExecutorPool:
             try:
                 out.set_result(verdict_from_dict(f.result()))
             except Exception as e:  # noqa: BLE001 - the scorer's failure, not the completion's
-                out.set_result(_verdict(INFRA_ERROR, f"scorer failed: {type(e).__name__}: {e}"))
+                out.set_result(make_verdict(INFRA_ERROR, f"scorer failed: {type(e).__name__}: {e}"))
         scoring.add_done_callback(done)
         return out
 
@@ -481,14 +484,14 @@ class VerifierClient:
         service's failure, so every job of it gets infra_error (never a wrong answer)."""
         reply = self.client.call(self.wire.VerifyBatch(jobs=list(jobs)), what=f"{len(jobs)} verdicts")
         if not isinstance(reply.verdicts, list) or len(reply.verdicts) != len(jobs):
-            return [_verdict(INFRA_ERROR, "the verifier service answered with a different number of "
+            return [make_verdict(INFRA_ERROR, "the verifier service answered with a different number of "
                              "verdicts")] * len(jobs)
         verdicts = []
         for v in reply.verdicts:
             try:
                 verdicts.append(verdict_from_dict(v))
             except BoundaryError as e:
-                verdicts.append(_verdict(INFRA_ERROR, f"the verifier service sent {e}"))
+                verdicts.append(make_verdict(INFRA_ERROR, f"the verifier service sent {e}"))
         return verdicts
 
     def close(self) -> None:

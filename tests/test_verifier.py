@@ -11,6 +11,7 @@ may produce it.
 """
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -19,12 +20,13 @@ import uuid
 
 import pytest
 
-import sandbox
+import isolation
 import verifier
+from verdicts import PROGRAM_STATUSES
 
 MARK = f"oubliette_probe_{uuid.uuid4().hex[:8]}"
 WATCHED_DIRS = ["/tmp", "/var/tmp", "/dev/shm", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-HUMANEVAL_FILE = os.path.join(sandbox.default_hidden_paths()[0], "HumanEval.jsonl.gz")
+HUMANEVAL_FILE = os.path.join(isolation.default_hidden_paths()[0], "HumanEval.jsonl.gz")
 SMALL = {"timeout_s": 2.0, "memory_mb": 256, "max_procs": 8, "max_output_kb": 64}
 
 
@@ -55,10 +57,10 @@ class Host:
         self.port = self.listener.getsockname()[1]
 
     def check_clean(self):
-        candidates = {sandbox.role_uids(pid)[0] for pid in self.pool.executor_pids()}
+        candidates = {isolation.role_uids(pid)[0] for pid in self.pool.executor_pids()}
         assert _uids_alive(candidates) == [], "a sandboxed process survived its execution"
         for pid in self.pool.executor_pids():  # at most the executor's persistent judge
-            assert len(_uids_alive({sandbox.role_uids(pid)[1]})) <= 1
+            assert len(_uids_alive({isolation.role_uids(pid)[1]})) <= 1
         for d in WATCHED_DIRS:
             assert not [n for n in os.listdir(d) if MARK in n], f"a program wrote into {d}"
         with pytest.raises(BlockingIOError):
@@ -96,6 +98,17 @@ def run(pool, program, tests, entry_point=None, **limits):
 
 
 # ----------------------------------------------------------------------------- real data: HumanEval
+
+def test_the_sandboxed_side_imports_no_numpy_or_zmq():
+    """The candidate and the judge are forked from the executor and hold all it imported (sandbox.py
+    and its modules): none of it may be numpy or zmq, large native code a program could reach."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    probe = ("import sys, sandbox, judge\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'zmq', 'jax'}))")
+    out = subprocess.run([sys.executable, "-E", "-s", "-c", probe], cwd=root, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out
+
 
 def test_default_isolation_is_namespaces_and_reported_honestly(pool):
     # The default asks for namespaces and fails closed (refusal: test_verifier_service.py), so a
@@ -305,7 +318,7 @@ def f(x):
 def test_attack_does_not_pass(pool, host, name):
     v = run(pool, ATTACKS[name], SECRET_TESTS, entry_point="f")
     assert not v.passed and v.reward == 0.0, (name, v)
-    assert v.status in sandbox.PROGRAM_STATUSES, (name, v)  # never infra_error
+    assert v.status in PROGRAM_STATUSES, (name, v)  # never infra_error
     host.check_clean()
 
 
@@ -666,7 +679,7 @@ def test_rlimits_fallback_still_refuses_forgeries():
         for name in ("os_exit_in_call", "always_equal", "patch_builtins", "kill_parent", "forge_frames"):
             assert not run(p, ATTACKS[name], SECRET_TESTS, "f").passed, name
         assert run(p, HANGS["daemon_escape"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
-        uids = set(sandbox.role_uids(p.executor_pids()[0]))
+        uids = set(isolation.role_uids(p.executor_pids()[0]))
         assert _uids_alive(uids) == []
         assert p.slots[0].proc.poll() is None
     finally:
@@ -681,7 +694,7 @@ def test_fallback_cleanup_without_uids_finds_daemons_by_parentage():
     if pid == 0:
         code = 1
         try:
-            sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
+            isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
             if os.fork() == 0:
                 os.setsid()
                 if os.fork() == 0:
@@ -689,7 +702,7 @@ def test_fallback_cleanup_without_uids_finds_daemons_by_parentage():
                     time.sleep(60)
                 os._exit(0)
             daemon = int(os.read(r, 16))
-            sandbox.kill_children()
+            isolation.kill_children()
             code = 0 if not os.path.exists(f"/proc/{daemon}") else 2
         finally:
             os._exit(code)
@@ -711,7 +724,7 @@ def test_without_cgroup_sweep_every_time():
             assert not run(p, ATTACKS[name], SECRET_TESTS, "f").passed, name
         assert run(p, HANGS["daemon_escape"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
         assert run(p, HANGS["fork_bomb"], SECRET_TESTS, "f", timeout_s=1.0).status == "timeout"
-        cand, judge, _ = sandbox.role_uids(p.executor_pids()[0])
+        cand, judge, _ = isolation.role_uids(p.executor_pids()[0])
         assert _uids_alive({cand}) == [] and len(_uids_alive({judge})) <= 1  # at most the judge
     finally:
         p.close()
@@ -734,10 +747,10 @@ def test_killed_executor_twice_is_infra_error_and_the_pool_goes_on():
                                                                   "timeout_s": 10.0}])[0]))
         t.start()
         for _ in range(2):  # kill whichever executor is running the job, once it is running it
-            uid = sandbox.role_uids(p.slots[0].proc.pid)[0]
+            uid = isolation.role_uids(p.slots[0].proc.pid)[0]
             wait_for(lambda: _uids_alive({uid}), "the candidate to start")
             os.kill(p.slots[0].proc.pid, 9)
-            wait_for(lambda: p.slots[0].proc.poll() is None and sandbox.role_uids(p.slots[0].proc.pid)[0] != uid,
+            wait_for(lambda: p.slots[0].proc.poll() is None and isolation.role_uids(p.slots[0].proc.pid)[0] != uid,
                      "the executor's successor")
         t.join(timeout=60)
         v = out["v"]

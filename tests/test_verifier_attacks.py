@@ -21,8 +21,9 @@ import time
 
 import pytest
 
-import sandbox
+import isolation
 import verifier
+from verdicts import PROGRAM_STATUSES
 
 SECRET = "S3CR3T-" + secrets.token_hex(8)    # what the tests expect; only the judge may hold it
 PLANT = "PLANT-" + secrets.token_hex(8)      # what an earlier job's tests held
@@ -100,7 +101,7 @@ def run(pool, program, tests, entry_point=None, **limits):
 
 
 def assert_program_status(v, passed=False):
-    assert v.status in sandbox.PROGRAM_STATUSES, v   # never infra_error
+    assert v.status in PROGRAM_STATUSES, v   # never infra_error
     assert v.passed is passed, v
 
 
@@ -330,7 +331,7 @@ def test_deep_tree_is_removed_without_namespaces_too(tmp_path):
         cur = cur / "d" if len(str(cur)) < 3000 else cur
         os.makedirs(cur, exist_ok=True)
     os.chmod(cur, 0)
-    sandbox.remove_tree(str(d))
+    isolation.remove_tree(str(d))
     assert not d.exists()
 
 
@@ -341,7 +342,7 @@ def test_deep_tree_is_removed_without_namespaces_too(tmp_path):
 # make a wrong program pass if the judge bound what the hello names.
 FORGED_HELLO = r"""
 import sys
-_S = sys.modules["__main__"]            # the sandbox module the candidate runs in
+_S = sys.modules["judge"]               # the module whose code the candidate runs
 def f(x):
     return 0
 def _zero(*args, **kwargs):
@@ -353,7 +354,7 @@ def _forge(fd, obj):
     if isinstance(obj, dict) and "names" in obj:
         objects = sys._getframe(1).f_locals["objects"]
         fake = {"abs": _zero, "round": _zero, "sorted": _sorted, "len": _zero}
-        obj["names"]["__builtins__"] = _S._pack(_S.to_plain(fake, objects.handle))
+        obj["names"]["__builtins__"] = _S.pack(_S.to_plain(fake, objects.handle))
         obj["imports"]["math"] = ["unittest.mock", "call"]      # call.isclose(...) is truthy
         obj["imports"]["helper"] = ["statistics", "sys"]        # a module a pure module imported
     _send(fd, obj)
@@ -519,13 +520,13 @@ def test_tests_may_use_the_modules_the_program_imported(pool):
 def test_the_sweeper_can_kill_the_uid_and_the_uid_cannot_stop_the_sweeper():
     """kill_uid's helper, with sweeper_credentials: a leftover of the uid gets EPERM signalling it
     (so it cannot SIGSTOP it between its uid switch and its kill), and the helper can kill it."""
-    uid, reaper = sandbox.role_uids(os.getpid())[0], sandbox.role_uids(os.getpid())[2]
+    uid, reaper = isolation.role_uids(os.getpid())[0], isolation.role_uids(os.getpid())[2]
     r, w = os.pipe()
     sweeper = os.fork()
     if sweeper == 0:  # waits until the leftover has tried, then kills it
         code = 1
         try:
-            sandbox.sweeper_credentials(uid, reaper)
+            isolation.sweeper_credentials(uid, reaper)
             leftover_pid = int(os.read(r, 32))  # 0: the leftover could signal us
             if leftover_pid:
                 os.kill(leftover_pid, 9)
