@@ -42,7 +42,7 @@ The loop, one batch at a time:
      item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
      with (the trainer compares its own to these, bit for bit, at staleness 0), mask, rewards,
      verdict statuses, and the policy version. A verifier that does not answer (after one retry)
-     gives every program the status lifecycle.INFRA_ERROR: the trainer then drops the group and
+     gives every program the status INFRA_ERROR: the trainer then drops the group and
      counts it, instead of reading a broken sandbox as a policy that fails. With several verifiers
      (--verifier a,b,...) batches go round robin over them; one that stops answering is skipped for
      verifier_cooldown_s and its batch goes to the next; infra_error only when every one failed
@@ -62,6 +62,7 @@ import threading
 import time
 import traceback
 import zlib
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -79,6 +80,7 @@ import sharding
 import timeline
 import weights
 import wire
+from verdicts import INFRA_ERROR, BoundaryError, check_batch, make_verdict
 
 
 @dataclass
@@ -136,7 +138,7 @@ class Config:
     timeout_s: float = 20.0
     """how long to wait for any one reply of the param server before reconnecting and retrying"""
     verify_timeout_s: float = 120.0
-    """how long to wait for the verifier's verdicts on one batch (twice, then lifecycle.INFRA_ERROR)"""
+    """how long to wait for the verifier's verdicts on one batch (twice, then INFRA_ERROR)"""
     verifier_ping_s: float = 2.0
     """while a batch is out longer than this, ping its verifier every this many seconds: a verifier
     that does not answer a ping within 2 x this is taken for dead at once (no verify_timeout_s wait)"""
@@ -439,18 +441,20 @@ class Worker:
         verifier (verifier_order); one that does not answer (no verdicts within verify_timeout_s, or no
         pong within 2 x verifier_ping_s while the batch is out) is skipped for verifier_cooldown_s and
         the whole batch is sent to the next. Only when every try failed is it an infrastructure
-        failure: every job gets lifecycle.INFRA_ERROR, never a silent 0. A second try of the same
-        verifier (a fleet of one) is not pinged: it waits verify_timeout_s, time for a restarted
-        service (launch.sh restarts it) to come back."""
+        failure: every job gets INFRA_ERROR, never a silent 0. A reply is checked (check_batch: a
+        verdict per job, a known status, a reward in range); a bad one is that verifier's failure, as
+        silence is. A second try of the same verifier (a fleet of one) is not pinged: it waits
+        verify_timeout_s, time for a restarted service (launch.sh restarts it) to come back."""
         order, error, tried = self.verifier_order(), "", set()
         for attempt, i in enumerate(order, 1):
             client = self.verifiers[i]
             try:
                 reply = self.call_watched(client, wire.VerifyBatch(jobs=jobs), f"{len(jobs)} verdicts",
                                           ping=i not in tried)
+                check_batch(jobs, reply.verdicts)
                 self.verifier_down.pop(i, None)
                 return reply.verdicts
-            except TimeoutError as e:  # dead, stuck or gone: skip it for a while
+            except (TimeoutError, BoundaryError) as e:  # dead, stuck, gone or answering garbage: skip it
                 tried.add(i)
                 self.verifier_down[i] = time.monotonic() + self.cfg.verifier_cooldown_s
                 log(self.cfg, f"verifier attempt {attempt}/{len(order)} failed: {e}"
@@ -461,8 +465,7 @@ class Worker:
                 tried.add(i)
                 log(self.cfg, f"verifier attempt {attempt}/{len(order)} failed: {e}")
                 error = f"{type(e).__name__}: {e}"
-        return [{"passed": False, "reward": 0.0, "status": lifecycle.INFRA_ERROR, "detail": error[:500],
-                 "fraction": 0.0} for _ in jobs]
+        return [dataclasses.asdict(make_verdict(INFRA_ERROR, error)) for _ in jobs]
 
     def call_watched(self, client: wire.Client, msg, what: str, ping: bool = True):
         """client.call(msg), but while the reply is outstanding the same socket pings the server every
@@ -556,7 +559,7 @@ class Worker:
                 item_id=item.item_id, version=max(self.version, item.min_version, 0), lineage=self.lineage or item.lineage,
                 worker=self.cfg.name, prompt_len=1, tokens_GT=tokens, logp_behav_GT=np.zeros((G, T), np.float32),
                 mask_GT=np.zeros((G, T), np.float32), rewards_G=np.zeros(G, np.float32),
-                finished_G=np.zeros(G, bool), statuses=[lifecycle.INFRA_ERROR] * G,
+                finished_G=np.zeros(G, bool), statuses=[INFRA_ERROR] * G,
                 texts=[f"[worker error] {error}"[:2000]] * G, eval=item.eval)
             try:
                 self.ps.call(wire.SubmitRollout(self.cfg.name, item.item_id, item.lease, rollout.to_dict()),
@@ -653,7 +656,7 @@ class Worker:
 
         def run_code(programs):
             verdicts = self.verify([{"kind": "run", "program": p, "timeout_s": first.timeout_s} for p in programs])
-            return [v["detail"] if v["status"] != lifecycle.INFRA_ERROR else "[the tool is unavailable]"
+            return [v["detail"] if v["status"] != INFRA_ERROR else "[the tool is unavailable]"
                     for v in verdicts]
 
         observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_text))

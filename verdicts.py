@@ -8,6 +8,7 @@ the sandboxed ones included. Verdict's docstring is the list of statuses.
 """
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass
@@ -125,6 +126,20 @@ def verdict_from_dict(d) -> Verdict:
             or not all(type(d[k]) in (int, float) for k in ("reward", "fraction")):
         raise BoundaryError(f"malformed verdict {str(d)[:200]}")
     return Verdict(**d)
+
+
+def check_batch(jobs: list, verdicts) -> None:
+    """What a receiver checks of the verdicts a verifier sent for `jobs`: one per job, each well formed
+    (verdict_from_dict), its reward finite and, but for a reward job (the user's function: any finite
+    number), in [0, 1]. BoundaryError says what is wrong: the verifier is broken, not the programs."""
+    if type(verdicts) is not list or len(verdicts) != len(jobs):
+        n = len(verdicts) if type(verdicts) is list else type(verdicts).__name__
+        raise BoundaryError(f"{n} verdicts for {len(jobs)} jobs")
+    for job, d in zip(jobs, verdicts):
+        v = verdict_from_dict(d)
+        kind = job.get("kind") if isinstance(job, dict) else None
+        if not math.isfinite(v.reward) or (kind != "reward" and not 0.0 <= v.reward <= 1.0):
+            raise BoundaryError(f"reward {v.reward!r} out of range for a {kind} job")
 
 
 LIMIT_KEYS = tuple(f.name for f in dataclasses.fields(Limits))

@@ -17,6 +17,7 @@ import zmq
 
 import verifier
 import wire
+from verdicts import BoundaryError, check_batch
 from conftest import ROOT, free_port, wait_until
 
 GOOD = {"kind": "assert", "program": "def f(x):\n    return x * 2\n",
@@ -59,6 +60,33 @@ def test_good_batch_and_bad_jobs(service):
     assert [v.status for v in verdicts] == ["passed", "failed", "infra_error", "infra_error"]
     assert verdicts[0].reward == 1.0 and verdicts[1].reward == 0.0
     client.close()
+
+
+def _v(status="passed", reward=1.0):
+    return {"passed": status == "passed", "reward": reward, "status": status, "detail": "", "fraction": 1.0}
+
+
+@pytest.mark.parametrize("jobs, verdicts, ok", [
+    ([GOOD, GOOD], [_v(), _v("failed", 0.0)], True),
+    ([{"kind": "reward"}], [_v("failed", -3.5)], True),          # a reward function's value: any finite
+    ([GOOD, GOOD], [_v()], False),                                # one verdict short
+    ([GOOD], [_v(), _v()], False),                                # one too many
+    ([GOOD], {"0": _v()}, False),                                 # not a list
+    ([GOOD], [_v("pased")], False),                               # an unknown status
+    ([GOOD], [_v(reward=1.5)], False),                            # a code job's reward above 1
+    ([GOOD], [_v(reward=float("nan"))], False),
+    ([{"kind": "reward"}], [_v(reward=float("inf"))], False),
+    ([GOOD], [{**_v(), "extra": 1}], False),                      # not a verdict's fields
+], ids=["good", "reward_any_finite", "short", "long", "not_a_list", "unknown_status", "reward_above_1",
+        "nan", "reward_inf", "extra_field"])
+def test_a_receiver_checks_every_verdict(jobs, verdicts, ok):
+    """What the worker checks of a verifier's reply before it trusts it (a bad one: that verifier's
+    infra failure)."""
+    if ok:
+        check_batch(jobs, verdicts)
+    else:
+        with pytest.raises(BoundaryError):
+            check_batch(jobs, verdicts)
 
 
 def test_malformed_truncated_oversized_requests_get_errors(service):
