@@ -73,6 +73,7 @@ import tasks
 import trainer
 import warmup
 import wire
+from verdicts import INFRA_ERROR
 
 # ----------------------------------------------------------------------------- config
 
@@ -329,7 +330,7 @@ def verify(jobs: list) -> list:
             out += [(v.passed, v.status) for v in client.verify_batch(part)]
         except (TimeoutError, wire.RemoteError) as e:
             print(f"curate: {len(part)} verdicts lost ({e}): counted as infra failures", file=sys.stderr)
-            out += [(False, lifecycle.INFRA_ERROR)] * len(part)
+            out += [(False, INFRA_ERROR)] * len(part)
     return out
 
 
