@@ -72,7 +72,6 @@ import prompts
 import tasks
 import trainer
 import warmup
-import wire
 from verdicts import INFRA_ERROR
 
 # ----------------------------------------------------------------------------- config
@@ -322,15 +321,14 @@ def seq_len(policy, problems: list, max_new_tokens: int, dataset: bool) -> int:
 
 
 def verify(jobs: list) -> list:
-    """(passed, status) per job from the verifier service; a batch it does not answer: infra_error."""
-    client, out = warmup.verifier_service(), []
+    """(passed, status) per job from the verifier service (warmup.verifier_service's wire.VerifierFleet:
+    a batch it cannot get answered comes back infra_error)."""
+    fleet, out = warmup.verifier_service(), []
     for s in range(0, len(jobs), warmup.VERIFY_CHUNK):
-        part = jobs[s:s + warmup.VERIFY_CHUNK]
-        try:
-            out += [(v.passed, v.status) for v in client.verify_batch(part)]
-        except (TimeoutError, wire.RemoteError) as e:
-            print(f"curate: {len(part)} verdicts lost ({e}): counted as infra failures", file=sys.stderr)
-            out += [(False, INFRA_ERROR)] * len(part)
+        verdicts = fleet.verify(jobs[s:s + warmup.VERIFY_CHUNK])
+        if lost := [v for v in verdicts if v.status == INFRA_ERROR]:
+            print(f"curate: {len(lost)} verdicts lost ({lost[0].detail}): counted as infra failures", file=sys.stderr)
+        out += [(v.passed, v.status) for v in verdicts]
     return out
 
 

@@ -46,7 +46,7 @@ The loop, one batch at a time:
      counts it, instead of reading a broken sandbox as a policy that fails. With several verifiers
      (--verifier a,b,...) batches go round robin over them; one that stops answering is skipped for
      verifier_cooldown_s and its batch goes to the next; infra_error only when every one failed
-     (Worker.verify).
+     (wire.VerifierFleet).
 
 A worker keeps no state worth saving: SIGKILL it at any time. Its heartbeats stop, so its leases
 lapse within lease_s, and its restarted successor's hello releases them at once (invariant 3).
@@ -62,7 +62,6 @@ import threading
 import time
 import traceback
 import zlib
-import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -80,7 +79,7 @@ import sharding
 import timeline
 import weights
 import wire
-from verdicts import INFRA_ERROR, BoundaryError, check_batch, make_verdict
+from verdicts import INFRA_ERROR
 
 
 @dataclass
@@ -190,6 +189,13 @@ class Config:
 
 def log(cfg: Config, text: str) -> None:
     print(f"[{cfg.name}] {time.strftime('%H:%M:%S')} {text}", flush=True)
+
+
+def verifier_fleet(cfg: Config) -> wire.VerifierFleet:
+    """The worker's verifier client (wire.VerifierFleet) with this worker's addresses, timeouts and log."""
+    return wire.VerifierFleet(cfg.name, [a.strip() for a in cfg.verifier.split(",")], timeout_s=cfg.verify_timeout_s,
+                              ping_s=cfg.verifier_ping_s, cooldown_s=cfg.verifier_cooldown_s,
+                              log=lambda text: log(cfg, text))
 
 
 def weight_fetcher(cfg: Config, incarnation: str) -> weights.WeightFetcher:
@@ -378,7 +384,7 @@ class Worker:
         self.mesh = tensor_mesh(cfg.tensor_parallel)  # None: one device
         self.incarnation = os.urandom(4).hex()  # this process: a restart is a new incarnation
         self.ps = wire.Client(cfg.name, cfg.param_server, timeout_s=cfg.timeout_s)
-        self.connect_verifiers()
+        self.verifiers = verifier_fleet(cfg)
         self.heartbeat = Heartbeat(cfg, self.incarnation)
         self.timeline = timeline.Timeline(cfg.timeline, cfg.name)  # what we did when (timeline.py)
         self.version, self.lineage, self.params, self.batches = -1, "", None, 0
@@ -412,95 +418,6 @@ class Worker:
         finally:
             self.fetcher.done(buf)
             self.timeline.add("pull", start, time.time(), version=self.version)
-
-    def connect_verifiers(self) -> None:
-        """A client per verifier of --verifier (sockets connect lazily: a verifier down now is fine)."""
-        cfg = self.cfg
-        self.verifiers = [wire.Client(cfg.name, a.strip(), timeout_s=cfg.verify_timeout_s)
-                          for a in cfg.verifier.split(",")]
-        # Round robin over the fleet; each worker starts at its own place (its name), so that workers
-        # started together do not all send their first batch to the same verifier.
-        self.next_verifier = zlib.crc32(cfg.name.encode()) % len(self.verifiers)
-        self.verifier_down: dict[int, float] = {}  # index -> time.monotonic() until which it is skipped
-
-    def verifier_order(self) -> list:
-        """The verifiers to try for the next batch: round robin from the next one, those cooling down
-        after a failure last (in the order their cool-down ends), so a batch goes to a dead one only
-        when every other one failed too. At least two tries: one verifier gets a second, on a fresh
-        connection (which finds a restarted service)."""
-        n, now = len(self.verifiers), time.monotonic()
-        ring = [(self.next_verifier + k) % n for k in range(n)]
-        self.next_verifier = (self.next_verifier + 1) % n
-        up = [i for i in ring if self.verifier_down.get(i, 0.0) <= now]
-        down = sorted((i for i in ring if i not in up), key=lambda i: self.verifier_down[i])
-        order = up + down
-        return order if n > 1 else order * 2
-
-    def verify(self, jobs: list) -> list:
-        """Verdict dicts {passed, reward, status, detail, fraction}, one per job. The batch goes to one
-        verifier (verifier_order); one that does not answer (no verdicts within verify_timeout_s, or no
-        pong within 2 x verifier_ping_s while the batch is out) is skipped for verifier_cooldown_s and
-        the whole batch is sent to the next. Only when every try failed is it an infrastructure
-        failure: every job gets INFRA_ERROR, never a silent 0. A reply is checked (check_batch: a
-        verdict per job, a known status, a reward in range); a bad one is that verifier's failure, as
-        silence is. A second try of the same verifier (a fleet of one) is not pinged: it waits
-        verify_timeout_s, time for a restarted service (launch.sh restarts it) to come back."""
-        order, error, tried = self.verifier_order(), "", set()
-        for attempt, i in enumerate(order, 1):
-            client = self.verifiers[i]
-            try:
-                reply = self.call_watched(client, wire.VerifyBatch(jobs=jobs), f"{len(jobs)} verdicts",
-                                          ping=i not in tried)
-                check_batch(jobs, reply.verdicts)
-                self.verifier_down.pop(i, None)
-                return reply.verdicts
-            except (TimeoutError, BoundaryError) as e:  # dead, stuck, gone or answering garbage: skip it
-                tried.add(i)
-                self.verifier_down[i] = time.monotonic() + self.cfg.verifier_cooldown_s
-                log(self.cfg, f"verifier attempt {attempt}/{len(order)} failed: {e}"
-                              + (f"; skipping {client.addr} for {self.cfg.verifier_cooldown_s:.0f}s"
-                                 if len(self.verifiers) > 1 else ""))
-                error = f"{type(e).__name__}: {e}"
-            except wire.RemoteError as e:  # it answered with an error: alive, so not skipped
-                tried.add(i)
-                log(self.cfg, f"verifier attempt {attempt}/{len(order)} failed: {e}")
-                error = f"{type(e).__name__}: {e}"
-        return [dataclasses.asdict(make_verdict(INFRA_ERROR, error)) for _ in jobs]
-
-    def call_watched(self, client: wire.Client, msg, what: str, ping: bool = True):
-        """client.call(msg), but while the reply is outstanding the same socket pings the server every
-        verifier_ping_s (if `ping`): the service answers pings from its serving loop at once even
-        while it runs batches, so a missing pong (2 x verifier_ping_s) means the process is gone or
-        hung, and we give up on it now rather than after verify_timeout_s. Raises TimeoutError or wire.RemoteError
-        as client.call does; on a timeout the socket is reconnected, so a late reply is never read.
-        (Uses the client's socket and request ids: the one place outside wire.py that does.)"""
-        cfg, sock = self.cfg, client.sock
-        rid = next(client._rids)
-        sock.send_multipart(wire.encode(msg, rid), copy=False)
-        start = time.monotonic()
-        deadline, next_ping, ping_rid, ping_sent = start + cfg.verify_timeout_s, start + cfg.verifier_ping_s, None, 0.0
-        why = f"within {cfg.verify_timeout_s:.1f}s"
-        while (now := time.monotonic()) < deadline:
-            if ping_rid is not None and now - ping_sent > 2 * cfg.verifier_ping_s:
-                why = f"and no pong within {2 * cfg.verifier_ping_s:.1f}s after {now - start:.1f}s"
-                break
-            if ping and ping_rid is None and now >= next_ping:
-                ping_rid, ping_sent = next(client._rids), now
-                sock.send_multipart(wire.encode(wire.Ping(), ping_rid), copy=False)
-            wake = min(deadline, ping_sent + 2 * cfg.verifier_ping_s if ping_rid is not None
-                       else next_ping if ping else deadline)
-            if not sock.poll(max(1, int((wake - now) * 1000))):
-                continue
-            reply, reply_rid = wire.decode(sock.recv_multipart(copy=False))
-            if isinstance(reply, wire.Error) and reply_rid in (rid, 0):
-                raise wire.RemoteError(reply.error)
-            if reply_rid == rid:
-                return reply
-            if reply_rid == ping_rid:
-                ping_rid, next_ping = None, time.monotonic() + cfg.verifier_ping_s
-            # else: a late reply to an earlier, abandoned request: dropped
-        client._connect()
-        raise TimeoutError(f"{client.name}: no reply to {msg.TYPE} ({what}) from {client.addr} {why}")
 
     def lease(self, wait_s: float) -> list:
         """Lease up to batch_items work items (their leases renewed by the heartbeat from now on)."""
@@ -655,8 +572,9 @@ class Worker:
             return [(t[len(s):], lp) for t, s, lp in zip(res["tokens"], seqs, res["logp"])]
 
         def run_code(programs):
-            verdicts = self.verify([{"kind": "run", "program": p, "timeout_s": first.timeout_s} for p in programs])
-            return [v["detail"] if v["status"] != INFRA_ERROR else "[the tool is unavailable]"
+            verdicts = self.verifiers.verify([{"kind": "run", "program": p, "timeout_s": first.timeout_s}
+                                              for p in programs])
+            return [v.detail if v.status != INFRA_ERROR else "[the tool is unavailable]"
                     for v in verdicts]
 
         observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_text))
@@ -694,7 +612,7 @@ class Worker:
         sampled = out["mask_BT"][:len(texts)] > 0
         versions = sorted(set(versions_BT[:len(texts)][sampled].tolist())) or [self.version]
         with self.timeline.span("verify", version=versions[0], programs=len(texts)):
-            verdicts = self.verify(verify_jobs(items, texts))
+            verdicts = self.verifiers.verify(verify_jobs(items, texts))
         verify_s = time.monotonic() - t1
         t2 = time.time()
 
@@ -708,9 +626,9 @@ class Worker:
                 worker=cfg.name, prompt_len=int(prompt_len_B[r]),
                 tokens_GT=out["tokens_BT"][rows_G].astype(np.int32),
                 logp_behav_GT=out["logp_BT"][rows_G].astype(np.float32), mask_GT=mask_GT,
-                rewards_G=np.array([float(v["reward"]) for v in verdicts[rows_G]], np.float32),
+                rewards_G=np.array([v.reward for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),
-                statuses=[str(v["status"]) for v in verdicts[rows_G]],
+                statuses=[v.status for v in verdicts[rows_G]],
                 texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s,
                 versions_GT=versions_GT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight,
                 env_stats={k: [s[k][0] for s in env_stats[rows_G]] for k in ("turns", "tool_calls")}
@@ -845,7 +763,7 @@ class Worker:
                 time.sleep(0.5)
 
     def run(self) -> None:
-        log(self.cfg, f"started: param server {self.cfg.param_server}, verifier{'s' if len(self.verifiers) > 1 else ''} "
+        log(self.cfg, f"started: param server {self.cfg.param_server}, verifier{'s' if len(self.verifiers.clients) > 1 else ''} "
                       f"{self.cfg.verifier}")
         self.hello()
         if self.cfg.inflight != lifecycle.OFF:

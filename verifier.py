@@ -51,7 +51,8 @@ the caller would be a silent fallback to weaker isolation.
 Processes and sockets:
   service   `python verifier.py --bind tcp://127.0.0.1:5557 --executors 2`: a wire.Server (ROUTER)
             answering wire.VerifyBatch with wire.Verdicts (deferred reply; batches from several
-            clients run concurrently over the pool); wire.Ping -> wire.Pong.
+            clients run concurrently over the pool); wire.Ping -> wire.Pong. Its client is
+            wire.VerifierFleet (in wire.py: no role imports this one).
   executor  `python -E -s sandbox.py --executor CONFIG` (started by the pool, never by hand): a fresh
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
@@ -469,33 +470,6 @@ def verify_io(program: str, cases: list[tuple[str, str]], timeout_s: float = 5.0
 def verify_batch(jobs: list[dict], workers: int = 2) -> list[Verdict]:
     """Many jobs at once over `workers` executors; verdicts in job order."""
     return default_pool(workers).run(jobs)
-
-
-class VerifierClient:
-    """Client of the verifier service (see the module docstring for the command)."""
-
-    def __init__(self, addr: str = "tcp://127.0.0.1:5557", timeout_s: float = 120.0):
-        import wire
-        self.wire = wire
-        self.client = wire.Client("verifier-client", addr, timeout_s=timeout_s)
-
-    def verify_batch(self, jobs: list[dict]) -> list[Verdict]:
-        """Verdicts in job order; a reply that is not one well-formed verdict per job is the
-        service's failure, so every job of it gets infra_error (never a wrong answer)."""
-        reply = self.client.call(self.wire.VerifyBatch(jobs=list(jobs)), what=f"{len(jobs)} verdicts")
-        if not isinstance(reply.verdicts, list) or len(reply.verdicts) != len(jobs):
-            return [make_verdict(INFRA_ERROR, "the verifier service answered with a different number of "
-                             "verdicts")] * len(jobs)
-        verdicts = []
-        for v in reply.verdicts:
-            try:
-                verdicts.append(verdict_from_dict(v))
-            except BoundaryError as e:
-                verdicts.append(make_verdict(INFRA_ERROR, f"the verifier service sent {e}"))
-        return verdicts
-
-    def close(self) -> None:
-        self.client.close()
 
 
 # ============================================================================ service

@@ -51,6 +51,7 @@ import grpo
 import hf_io
 import model
 import tasks
+from verdicts import INFRA_ERROR
 
 # ----------------------------------------------------------------------------- config
 
@@ -167,7 +168,7 @@ def sft_batch(tok, problems: list, seq_len: int, prompt_loss_weight: float):
 
 # ----------------------------------------------------------------------------- evaluation
 
-_verifier = None  # score()'s verifier.VerifierClient, once verifier_service() started it
+_verifier = None  # score()'s wire.VerifierFleet, once verifier_service() started the service
 VERIFY_CHUNK = 1024  # jobs per VerifyBatch (the service takes at most 4096 in one)
 
 
@@ -176,7 +177,8 @@ def verifier_service():
     started on first use and stopped at exit; a client of it. Not verifier.verify_batch's pool in this
     process: that pool forks to clean up after its executors (sandbox.kill_uid, as root), and a fork
     in a process where JAX runs may deadlock (JAX warns "os.fork() was called ..."). subprocess.Popen
-    starts the service without a Python-level fork of this process."""
+    starts the service without a Python-level fork of this process. The client is the worker's
+    (wire.VerifierFleet, one address): checked verdicts, a second try, INFRA_ERROR if both fail."""
     global _verifier
     if _verifier is not None:
         return _verifier
@@ -184,7 +186,6 @@ def verifier_service():
     import socket
     import subprocess
     import sys
-    import verifier
     import wire
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -213,16 +214,19 @@ def verifier_service():
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the verifier service at {addr} did not answer within 120 s") from None
     probe.close()
-    _verifier = verifier.VerifierClient(addr, timeout_s=600.0)
+    _verifier = wire.VerifierFleet("warmup", [addr], timeout_s=600.0)
     return _verifier
 
 
 def score(problems: list, completions: list[str]) -> np.ndarray:
-    """Reward 1.0/0.0 per (problem, completion), executed in the verifier sandbox (verifier_service)."""
+    """Reward 1.0/0.0 per (problem, completion), executed in the verifier sandbox (verifier_service).
+    Raises RuntimeError if the verifier could not judge a job: an infra_error is no wrong answer."""
     jobs = [{"kind": "assert", "program": p.program(c), "tests": p.tests, "timeout_s": 2.0}
             for p, c in zip(problems, completions)]
-    client = verifier_service()
-    verdicts = [v for s in range(0, len(jobs), VERIFY_CHUNK) for v in client.verify_batch(jobs[s:s + VERIFY_CHUNK])]
+    fleet = verifier_service()
+    verdicts = [v for s in range(0, len(jobs), VERIFY_CHUNK) for v in fleet.verify(jobs[s:s + VERIFY_CHUNK])]
+    if lost := [v for v in verdicts if v.status == INFRA_ERROR]:
+        raise RuntimeError(f"the verifier could not judge {len(lost)} of {len(jobs)} jobs: {lost[0].detail}")
     return np.array([float(v.passed) for v in verdicts], np.float32)
 
 

@@ -44,6 +44,7 @@ import threading
 import time
 import traceback
 import typing
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -51,6 +52,8 @@ import ml_dtypes
 import msgpack
 import numpy as np
 import zmq
+
+from verdicts import INFRA_ERROR, BoundaryError, Verdict, check_batch, make_verdict, verdict_from_dict
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: far above any chunk or rollout batch
@@ -778,7 +781,8 @@ class Server:
 
 class Client:
     """A DEALER socket: `call` sends one request and waits for its reply with a timeout; `pipeline` keeps
-    several in flight."""
+    several in flight. `send`, `receive` and `reconnect` are the parts they are made of, for a caller
+    that waits in its own way (VerifierFleet pings while a batch is out)."""
 
     def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None,
                  curve_server_key: str | None = None):
@@ -798,9 +802,11 @@ class Client:
                              "client's own CURVE key pair (curve_key / RLAX_CURVE_KEY)")
         self._rids = itertools.count(1)
         self.sock = None
-        self._connect()
+        self.reconnect()
 
-    def _connect(self) -> None:
+    def reconnect(self) -> None:
+        """A fresh socket to addr: a server that restarted is found again, and no reply to a request
+        sent before this is ever read (it went to the old socket)."""
         if self.sock is not None:
             self.sock.close(0)
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -809,24 +815,36 @@ class Client:
             self.sock.curve_serverkey, self.sock.curve_publickey, self.sock.curve_secretkey = self._keys
         self.sock.connect(self.addr)
 
+    def send(self, msg) -> int:
+        """Send `msg` as a request without waiting; returns its request id, which its reply carries."""
+        rid = next(self._rids)
+        self.sock.send_multipart(encode(msg, rid), copy=False)
+        return rid
+
+    def receive(self, timeout_s: float):
+        """(reply, request id) of the next reply to come, or None if none came within timeout_s. An
+        Error with request id 0 is the server's answer to a message it could not read at all."""
+        if not self.sock.poll(max(1, int(timeout_s * 1000) + 1)):
+            return None
+        return decode(self.sock.recv_multipart(copy=False))
+
     def call(self, msg, timeout_s: float | None = None, what: str | None = None):
         """Send `msg`, return the reply. Raises TimeoutError naming what was awaited and from where,
         RemoteError if the server answered with an Error."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        rid = next(self._rids)
-        self.sock.send_multipart(encode(msg, rid), copy=False)
+        rid = self.send(msg)
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            if not self.sock.poll(int(left * 1000) + 1):
+            if (got := self.receive(left)) is None:
                 continue
-            reply, reply_rid = decode(self.sock.recv_multipart(copy=False))
+            reply, reply_rid = got
             if isinstance(reply, Error) and reply_rid in (rid, 0):
                 raise RemoteError(reply.error)
             if reply_rid == rid:
                 return reply
             # else: a late reply to an earlier, timed-out request; drop it.
         # Reconnect so a server that restarted is found again and nothing stale stays queued.
-        self._connect()
+        self.reconnect()
         raise TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) "
                            f"from {self.addr} within {timeout_s:.1f}s")
 
@@ -843,9 +861,7 @@ class Client:
             msg = next(msgs, None)
             if msg is None:
                 return False
-            rid = next(self._rids)
-            self.sock.send_multipart(encode(msg, rid), copy=False)
-            inflight[rid] = (msg, time.monotonic() + timeout_s)
+            inflight[self.send(msg)] = (msg, time.monotonic() + timeout_s)
             return True
         while len(inflight) < window and send_next():
             pass
@@ -854,11 +870,11 @@ class Client:
             while rid not in replies:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self._connect()
+                    self.reconnect()
                     raise TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) "
                                        f"from {self.addr} within {timeout_s:.1f}s")
-                if self.sock.poll(int(left * 1000) + 1):
-                    reply, reply_rid = decode(self.sock.recv_multipart(copy=False))
+                if (got := self.receive(left)) is not None:
+                    reply, reply_rid = got
                     if isinstance(reply, Error) and reply_rid == 0:
                         raise RemoteError(reply.error)
                     if reply_rid in inflight:
@@ -872,6 +888,103 @@ class Client:
 
     def close(self) -> None:
         self.sock.close(0)
+
+
+class VerifierFleet:
+    """The one client of the verifier service (the worker, warmup.py and curate.py use it): a Client per
+    address, batches round robin, failover. It lives here, with Client, because every role may import
+    wire.py while none may import verifier.py (a role: it imports the sandbox and forks executors).
+
+    A batch goes to one verifier; one that does not answer (no verdicts within timeout_s, or no pong
+    within 2 x ping_s while the batch is out) or answers badly (verdicts.check_batch: a verdict per
+    job, a known status, a reward in range) is skipped for cooldown_s and the whole batch goes to the
+    next. Only when every try failed is it an infrastructure failure: every job gets INFRA_ERROR, never
+    a silent 0. A verifier that answers with an Error is alive: not skipped. A fleet of one gets a
+    second try on a fresh connection, not pinged: it waits timeout_s, time for a restarted service
+    (launch.sh restarts it) to come back."""
+
+    def __init__(self, name: str, addrs: list[str], *, timeout_s: float = 120.0, ping_s: float = 2.0,
+                 cooldown_s: float = 30.0, log: Callable[[str], None] = print):
+        """Sockets connect lazily: a verifier down now is fine. Each fleet starts its round robin at
+        its own place (from `name`), so workers started together do not all pick the same verifier."""
+        if not addrs:
+            raise ValueError(f"{name}: a verifier fleet needs at least one address")
+        self.name, self.timeout_s, self.ping_s, self.cooldown_s, self.log = name, timeout_s, ping_s, cooldown_s, log
+        self.clients = [Client(name, a, timeout_s=timeout_s) for a in addrs]
+        self.next = zlib.crc32(name.encode()) % len(self.clients)
+        self.down: dict[int, float] = {}  # index -> time.monotonic() until which it is skipped
+
+    def order(self) -> list[int]:
+        """The verifiers to try for the next batch: round robin from the next one, those cooling down
+        last (in the order their cool-down ends), so a batch goes to a dead one only when every other
+        one failed too. At least two tries: one verifier gets a second."""
+        n, now = len(self.clients), time.monotonic()
+        ring = [(self.next + k) % n for k in range(n)]
+        self.next = (self.next + 1) % n
+        up = [i for i in ring if self.down.get(i, 0.0) <= now]
+        down = sorted((i for i in ring if i not in up), key=lambda i: self.down[i])
+        return up + down if n > 1 else ring * 2
+
+    def verify(self, jobs: list) -> list[Verdict]:
+        """A checked Verdict per job, in order, from the first verifier of `order` that answers well."""
+        if not jobs:
+            return []
+        order, error, tried = self.order(), "", set()
+        for attempt, i in enumerate(order, 1):
+            client = self.clients[i]
+            try:
+                reply = self.call_watched(client, VerifyBatch(jobs=jobs), f"{len(jobs)} verdicts",
+                                          ping=i not in tried)
+                if not isinstance(reply, Verdicts):
+                    raise BoundaryError(f"a {reply.TYPE} reply to {len(jobs)} jobs")
+                check_batch(jobs, reply.verdicts)
+                self.down.pop(i, None)
+                return [verdict_from_dict(d) for d in reply.verdicts]
+            except (TimeoutError, BoundaryError) as e:  # dead, stuck, gone or answering garbage: skip it
+                tried.add(i)
+                self.down[i] = time.monotonic() + self.cooldown_s
+                self.log(f"verifier attempt {attempt}/{len(order)} failed: {e}"
+                         + (f"; skipping {client.addr} for {self.cooldown_s:.0f}s" if len(self.clients) > 1 else ""))
+                error = f"{type(e).__name__}: {e}"
+            except RemoteError as e:  # it answered with an error: alive, so not skipped
+                tried.add(i)
+                self.log(f"verifier attempt {attempt}/{len(order)} failed: {e}")
+                error = f"{type(e).__name__}: {e}"
+        return [make_verdict(INFRA_ERROR, error) for _ in jobs]
+
+    def call_watched(self, client: Client, msg, what: str, ping: bool = True):
+        """client.call(msg), but while the reply is outstanding the same socket pings the server every
+        ping_s (if `ping`): the service answers pings from its serving loop at once even while it runs
+        batches, so a missing pong (2 x ping_s) means the process is gone or hung, and we give up on it
+        now rather than after timeout_s. Raises TimeoutError or RemoteError as client.call does; on a
+        timeout the socket is reconnected, so a late reply is never read."""
+        rid, start = client.send(msg), time.monotonic()
+        deadline, next_ping, ping_rid, ping_sent = start + self.timeout_s, start + self.ping_s, None, 0.0
+        why = f"within {self.timeout_s:.1f}s"
+        while (now := time.monotonic()) < deadline:
+            if ping_rid is not None and now - ping_sent > 2 * self.ping_s:
+                why = f"and no pong within {2 * self.ping_s:.1f}s after {now - start:.1f}s"
+                break
+            if ping and ping_rid is None and now >= next_ping:
+                ping_rid, ping_sent = client.send(Ping()), now
+            wake = min(deadline, ping_sent + 2 * self.ping_s if ping_rid is not None
+                       else next_ping if ping else deadline)
+            if (got := client.receive(wake - now)) is None:
+                continue
+            reply, reply_rid = got
+            if isinstance(reply, Error) and reply_rid in (rid, 0):
+                raise RemoteError(reply.error)
+            if reply_rid == rid:
+                return reply
+            if reply_rid == ping_rid:
+                ping_rid, next_ping = None, time.monotonic() + self.ping_s
+            # else: a late reply to an earlier, abandoned request: dropped
+        client.reconnect()
+        raise TimeoutError(f"{client.name}: no reply to {msg.TYPE} ({what}) from {client.addr} {why}")
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
 
 
 if __name__ == "__main__":

@@ -512,10 +512,10 @@ def verifier_seed(target):
 
 def verifier_state(target):
     """What must survive in a stateless verifier is its judgement: right passes, wrong fails."""
-    from verifier import VerifierClient
-    client = VerifierClient(target.addr, timeout_s=60)
+    import wire
+    client = wire.VerifierFleet("fuzz", [target.addr], timeout_s=60)
     try:
-        return [(v.status, v.passed) for v in client.verify_batch([GOOD_JOB, WRONG_JOB])]
+        return [(v.status, v.passed) for v in client.verify([GOOD_JOB, WRONG_JOB])]
     finally:
         client.close()
 

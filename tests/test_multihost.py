@@ -208,7 +208,7 @@ GOOD = {"kind": "assert", "program": "def f(x):\n    return x * 2\n",
 
 
 def test_worker_spreads_batches_and_skips_a_dead_verifier(capsys):
-    """Worker.verify against two verifier services: batches alternate between them; with one closed,
+    """The worker's wire.VerifierFleet against two verifier services: batches alternate between them; with one closed,
     every batch still passes (the dead one found by a missing pong in about 3 x --verifier-ping-s, then
     skipped); with both closed, infra_error for every job, after one short try of each."""
     import inference_worker
@@ -228,18 +228,17 @@ def test_worker_spreads_batches_and_skips_a_dead_verifier(capsys):
         threads[k].join(10)
         services[k].close()
 
-    worker = object.__new__(inference_worker.Worker)  # the verifier client alone: no model, no sampler
-    worker.cfg = inference_worker.Config(verifier=f"{a},{b}", name="w", verifier_ping_s=0.3, verify_timeout_s=60)
-    worker.connect_verifiers()
+    fleet = inference_worker.verifier_fleet(  # the worker's verifier client alone: no model, no sampler
+        inference_worker.Config(verifier=f"{a},{b}", name="w", verifier_ping_s=0.3, verify_timeout_s=60))
     try:
         for _ in range(4):
-            assert [v["status"] for v in worker.verify([GOOD, GOOD])] == ["passed", "passed"]
+            assert [v.status for v in fleet.verify([GOOD, GOOD])] == ["passed", "passed"]
         assert [svc.batches for svc in services] == [2, 2]  # round robin
 
         close(0)
         t0 = time.monotonic()
         for _ in range(4):
-            assert [v["status"] for v in worker.verify([GOOD])] == ["passed"]
+            assert [v.status for v in fleet.verify([GOOD])] == ["passed"]
         assert time.monotonic() - t0 < 10  # one short wait for the pong, then skipped
         assert services[1].batches == 6
         out = capsys.readouterr().out
@@ -247,15 +246,14 @@ def test_worker_spreads_batches_and_skips_a_dead_verifier(capsys):
 
         close(1)
         t0 = time.monotonic()
-        verdicts = worker.verify([GOOD, GOOD])
-        assert [v["status"] for v in verdicts] == ["infra_error", "infra_error"]
-        assert time.monotonic() - t0 < 10 and "no pong" in verdicts[0]["detail"]
+        verdicts = fleet.verify([GOOD, GOOD])
+        assert [v.status for v in verdicts] == ["infra_error", "infra_error"]
+        assert time.monotonic() - t0 < 10 and "no pong" in verdicts[0].detail
     finally:
         for k in range(2):
             if not stops[k].is_set():
                 close(k)
-        for c in worker.verifiers:
-            c.close()
+        fleet.close()
 
 
 # ----------------------------------------------------------------------------- (b) two hosts on loopback

@@ -53,9 +53,9 @@ def raw_request(addr: str, frames: list) -> object:
 
 
 def test_good_batch_and_bad_jobs(service):
-    client = verifier.VerifierClient(service.cfg.bind, timeout_s=60)
+    client = wire.VerifierFleet("test", [service.cfg.bind], timeout_s=60)
     bad_job = {"kind": "assert", "program": 5}
-    verdicts = client.verify_batch([GOOD, {**GOOD, "program": "def f(x):\n    return 0\n"}, bad_job,
+    verdicts = client.verify([GOOD, {**GOOD, "program": "def f(x):\n    return 0\n"}, bad_job,
                                     "not a job"])
     assert [v.status for v in verdicts] == ["passed", "failed", "infra_error", "infra_error"]
     assert verdicts[0].reward == 1.0 and verdicts[1].reward == 0.0
@@ -115,8 +115,8 @@ def test_malformed_truncated_oversized_requests_get_errors(service):
     assert not sock.poll(500)
     sock.close(0)
     # ... and the service still serves.
-    client = verifier.VerifierClient(addr, timeout_s=60)
-    assert client.verify_batch([GOOD])[0].passed
+    client = wire.VerifierFleet("test", [addr], timeout_s=60)
+    assert client.verify([GOOD])[0].passed
     client.close()
 
 
@@ -125,10 +125,10 @@ def test_concurrent_clients_are_served_at_once(service):
 
     def worker(i):
         try:
-            c = verifier.VerifierClient(service.cfg.bind, timeout_s=60)
+            c = wire.VerifierFleet("test", [service.cfg.bind], timeout_s=60)
             expect = i % 2 == 0
             prog = GOOD if expect else {**GOOD, "program": "def f(x):\n    return -1\n"}
-            results[i] = (expect, [v.passed for v in c.verify_batch([prog] * 5)])
+            results[i] = (expect, [v.passed for v in c.verify([prog] * 5)])
             c.close()
         except Exception as e:  # noqa: BLE001 - surfaced by the assert below
             errors.append(e)
@@ -144,9 +144,9 @@ def test_concurrent_clients_are_served_at_once(service):
 def test_killing_an_executor_mid_run_loses_no_request(service):
     pool = service.pool
     restarts = pool.restarts
-    client = verifier.VerifierClient(service.cfg.bind, timeout_s=120)
+    client = wire.VerifierFleet("test", [service.cfg.bind], timeout_s=120)
     out = {}
-    t = threading.Thread(target=lambda: out.update(v=client.verify_batch([SLOW] * 8)))
+    t = threading.Thread(target=lambda: out.update(v=client.verify([SLOW] * 8)))
     t.start()
     time.sleep(0.6)  # both executors are busy with their first or second job
     victim = pool.slots[0].proc
@@ -168,8 +168,8 @@ def test_cli_service(roles):
         except TimeoutError:
             return None
     wait_until(pong, 60, "the verifier service to answer a ping")
-    client = verifier.VerifierClient(addr, timeout_s=60)
-    assert [v.passed for v in client.verify_batch([GOOD, {**GOOD, "tests": "assert False"}])] == [True, False]
+    client = wire.VerifierFleet("test", [addr], timeout_s=60)
+    assert [v.passed for v in client.verify([GOOD, {**GOOD, "tests": "assert False"}])] == [True, False]
     roles.kill(proc, signal.SIGTERM)
     assert proc.returncode == 0, roles.log(proc)
     client.close()
@@ -217,9 +217,9 @@ def test_rlimits_only_by_name_and_every_batch_warns(tmp_path):
                                  "--bind", addr, "--executors", "1", "--isolation", "rlimits"],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        client = verifier.VerifierClient(addr, timeout_s=60)
-        assert [v.status for v in client.verify_batch([GOOD])] == ["passed"]
-        assert [v.status for v in client.verify_batch([GOOD, {**GOOD, "tests": "assert False"}])] \
+        client = wire.VerifierFleet("test", [addr], timeout_s=60)
+        assert [v.status for v in client.verify([GOOD])] == ["passed"]
+        assert [v.status for v in client.verify([GOOD, {**GOOD, "tests": "assert False"}])] \
             == ["passed", "failed"]
         client.close()
     finally:
