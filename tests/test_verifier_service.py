@@ -89,6 +89,78 @@ def test_a_receiver_checks_every_verdict(jobs, verdicts, ok):
             check_batch(jobs, verdicts)
 
 
+@pytest.mark.parametrize("bad", ["short", "unknown_status", "reward_above_1"])
+def test_a_bad_reply_is_that_verifiers_failure(service, bad):
+    """wire.VerifierFleet over a verifier that answers badly (one verdict short, an unknown status, a
+    reward above 1) and a good one: the bad one is skipped for its cooldown and the batch is judged
+    by the good one. Alone, the bad one is tried twice and every job gets infra_error, never a score."""
+    answers = {"short": [_v()], "unknown_status": [_v("pased")] * 2, "reward_above_1": [_v(reward=1.5)] * 2}
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    fake = wire.Server("bad-verifier", addr)
+    batches = []
+    fake.on(wire.VerifyBatch, lambda msg, peer: batches.append(msg) or wire.Verdicts(verdicts=answers[bad]))
+    stop = threading.Event()
+    thread = threading.Thread(target=fake.serve, args=(stop,), daemon=True)
+    thread.start()
+    lines = []
+    both = wire.VerifierFleet("test", [addr, service.cfg.bind], timeout_s=30, log=lines.append)
+    alone = wire.VerifierFleet("test", [addr], timeout_s=30, log=lines.append)
+    try:
+        both.next = 0  # the bad one first
+        assert [v.status for v in both.verify([GOOD, GOOD])] == ["passed", "passed"]
+        assert len(batches) == 1 and list(both.down) == [0]
+        assert len(lines) == 1 and lines[0].startswith("verifier attempt 1/2 failed: ")
+        assert lines[0].endswith(f"; skipping {addr} for 30s")
+        assert [v.status for v in both.verify([GOOD, GOOD])] == ["passed", "passed"]  # cooling down: not asked
+        assert len(batches) == 1
+
+        verdicts = alone.verify([GOOD, GOOD])
+        assert [v.status for v in verdicts] == ["infra_error", "infra_error"] and len(batches) == 3
+        assert verdicts[0].detail.startswith("BoundaryError: ") and not any(v.passed for v in verdicts)
+    finally:
+        both.close(), alone.close()
+        stop.set()
+        thread.join(10)
+        fake.close()
+
+
+def test_a_verifier_process_killed_mid_batch_loses_no_job(roles):
+    """Two real verifier processes; the one holding a batch is killed (SIGKILL) while it runs it. The
+    fleet finds it gone by the missing pong, sends the whole batch to the other and every job is
+    judged (none lost, no infra_error); later batches skip the dead one."""
+    addrs = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
+    procs = [roles.start(f"verifier{k}", os.path.join(ROOT, "verifier.py"), "--bind", a, "--executors", "1")
+             for k, a in enumerate(addrs)]
+    for a in addrs:
+        ping = wire.Client("test", a, timeout_s=2)
+        wait_until(lambda: _pong(ping), 60, f"the verifier at {a} to answer a ping")
+        ping.close()
+    lines = []
+    fleet = wire.VerifierFleet("test", addrs, timeout_s=60, ping_s=0.3, log=lines.append)
+    try:
+        victim = fleet.next
+        out = {}
+        t = threading.Thread(target=lambda: out.update(v=fleet.verify([SLOW] * 6 + [{**GOOD, "tests": "assert False"}])))
+        t.start()
+        time.sleep(1.0)  # the victim has started the batch (6 x 0.4 s on one executor)
+        roles.kill(procs[victim])
+        t.join(60)
+        assert [v.status for v in out["v"]] == ["passed"] * 6 + ["failed"]
+        assert len(lines) == 1 and "no pong" in lines[0] and f"skipping {addrs[victim]} for 30s" in lines[0]
+        for _ in range(3):
+            assert [v.status for v in fleet.verify([GOOD])] == ["passed"]
+        assert len(lines) == 1  # the dead one is cooling down: not tried again
+    finally:
+        fleet.close()
+
+
+def _pong(client):
+    try:
+        return client.call(wire.Ping())
+    except TimeoutError:
+        return None
+
+
 def test_malformed_truncated_oversized_requests_get_errors(service):
     addr = service.cfg.bind
     good = wire.encode(wire.VerifyBatch(jobs=[GOOD]), rid=1)

@@ -1,5 +1,6 @@
 """Wire format and socket behaviour. Run: python -m pytest -q tests/test_wire.py"""
 import threading
+import time
 import zlib
 
 import ml_dtypes
@@ -308,6 +309,48 @@ def test_client_timeout_names_what_it_waited_for():
         client.call(wire.LeaseWork(worker="w"), what="work item")
     silent.close(0)
     client.close()
+
+
+def test_send_receive_reconnect_are_call_in_parts():
+    """A request's id comes back on its reply; receive gives None when nothing came; after reconnect
+    the reply to a request sent before it is never read (what VerifierFleet relies on)."""
+    server = wire.Server("echo", "tcp://127.0.0.1:0")
+    addr = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+    stop = threading.Event()
+    held, release = [], threading.Event()  # a LeaseWork is answered only once `release` is set
+
+    def tick():  # on the serving thread: a ZeroMQ socket belongs to one thread
+        if release.is_set() and held:
+            server.reply(held.pop(), wire.Work(items=[]))
+    server.on(wire.LeaseWork, lambda msg, peer: held.append(peer))
+    thread = threading.Thread(target=server.serve, args=(stop, tick), daemon=True)
+    thread.start()
+    client = wire.Client("t", addr, timeout_s=5)
+    try:
+        assert client.receive(0.05) is None
+        first, second = client.send(wire.Ping()), client.send(wire.Ping())
+        got = [client.receive(5), client.receive(5)]
+        assert second > first and [rid for _, rid in got] == [first, second]
+        assert all(isinstance(reply, wire.Pong) for reply, _ in got)
+        client.send(wire.LeaseWork(worker="w"))
+        assert wait_for(lambda: held)
+        client.reconnect()
+        release.set()  # the reply goes to the old socket: lost with it
+        assert wait_for(lambda: not held)
+        rid = client.send(wire.Ping())
+        assert client.receive(5)[1] == rid and client.receive(0.2) is None
+    finally:
+        client.close()
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def wait_for(predicate, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
 
 
 def test_non_loopback_bind_requires_curve():
