@@ -12,9 +12,10 @@ no base64, no extra copy). ZeroMQ delivers a multipart message whole or not at a
 a manifest and chunks (the messages below; weights.py tells their layout, checks and path), never as
 one message.
 
-Sockets: servers bind a ROUTER, clients connect a DEALER. A client tags each request with a fresh
-request id and discards replies with another id, so a reply that arrives after its request timed out
-can never be mistaken for the answer to the next one. Servers reply to a malformed message with an
+Sockets: servers bind a ROUTER, clients connect a DEALER (Client; VerifierFleet is the verifier's
+client over several). A client tags each request with a fresh request id and discards replies with
+another id, so a reply that arrives after its request timed out can never be mistaken for the answer
+to the next one. Servers reply to a malformed message with an
 `Error` and carry on; a handler may also defer its reply (long polls, batches that run in the
 background) and send it later with `Server.reply`.
 
