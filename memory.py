@@ -24,7 +24,7 @@ import model
 from model import ModelConfig
 
 # The trainer's microbatch graph: f32 master -> cast to cfg.dtype -> token_logprobs -> loss -> gradient
-# w.r.t. the f32 master (trainer.make_update's grad_fn). train_step_bytes estimates the device memory
+# w.r.t. the f32 master (update.make_update's grad_fn). train_step_bytes estimates the device memory
 # one such call needs beyond the trainer's persistent state (train_state_bytes): XLA's temporaries plus
 # the f32 gradient it returns. Derived term by term, each coefficient fitted to XLA:CPU's
 # compiled.memory_analysis() of that graph for Qwen2.5-0.5B-shaped models (tied and untied head,
@@ -50,7 +50,7 @@ _MEM_COEF = dict(layer_weights=1.0, embed_tied=3.85, embed_untied=0.9, carry=2.0
 def train_state_bytes(cfg: ModelConfig) -> int:
     """The trainer's persistent state on one device, unsharded: f32 master weights (4 B/param), Adam's
     two f32 moments (8), the f32 gradient summed over microbatches (4): 16 bytes per parameter.
-    (trainer.make_update's optimizer step, jitted without buffer donation, briefly holds a second master
+    (update.make_update's optimizer step, jitted without buffer donation, briefly holds a second master
     and Adam state too: 12 more bytes per parameter at that moment, independent of the microbatch.)"""
     return 16 * model.param_count(cfg)
 

@@ -80,8 +80,8 @@ def plan(lengths, rows_for, cap: int) -> list[tuple[np.ndarray, int]]:
 
 def pack_batch(data: dict, minibatches: int, rows_for, cap: int | None = None) -> tuple[list[list[dict]], np.ndarray]:
     """The rows of `data` (tokens_BT, mask_BT, logp_behav_BT, adv_B, ...: [B, T] or [B] arrays) as
-    [minibatch][microbatch] dicts (the layout trainer.Update takes), each microbatch's [B, T] arrays cut
-    to its bucket length. Minibatches are the same contiguous row ranges as trainer.split_batch's.
+    [minibatch][microbatch] dicts (the layout update.Update takes), each microbatch's [B, T] arrays cut
+    to its bucket length. Minibatches are the same contiguous row ranges as update.split_batch's.
     Returns (minibatches, order): order[j] is the original row of the j-th row of the microbatches
     taken in sequence (see unpack)."""
     n = len(data["mask_BT"])

@@ -147,7 +147,7 @@ def row_sharding(mesh: Mesh) -> NamedSharding:
 def shard_rows(data: dict, mesh: Mesh) -> dict:
     """A microbatch's arrays (rows first, one row count) padded with all-zero rows up to a multiple of
     the data axis and placed rows over "data". The trainer's zero rows have mask 0 and advantage 0, so
-    they add nothing to any loss or gradient (trainer.make_update drops their log-probs)."""
+    they add nothing to any loss or gradient (update.make_update drops their log-probs)."""
     n = len(next(iter(data.values())))
     pad = -n % mesh.shape["data"]
     put = lambda v: jax.device_put(np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]) if pad else v,

@@ -116,14 +116,14 @@ def load_policy(run_dir: str | None):
     """(cfg, params) of a run's newest checkpoint, or of the cold start (run_dir None)."""
     import hf_io
     import checkpointing
-    import trainer
+    import update
     cfg, params = hf_io.load_hf(os.path.join(ROOT, "checkpoints/coldstart"))
     if run_dir is None:
         return cfg, params
-    master = trainer.cast_params(params, "float32")
+    master = update.cast_params(params, "float32")
     tensors, meta = checkpointing.read_checkpoint(run_dir, master)
     flat = {k[len("master/"):]: v for k, v in tensors.items() if k.startswith("master/")}
-    return cfg, trainer.cast_params(checkpointing._unflat(master, flat), cfg.jdtype)
+    return cfg, update.cast_params(checkpointing._unflat(master, flat), cfg.jdtype)
 
 
 def evaluate(cfg, params, n_problems: int, n_samples: int = 8, seed: int = 0) -> dict:

@@ -10,10 +10,10 @@ template (tests/hf_local.py: no download). A batch is --prompts HumanEval proble
 package's file) x --group completions of 1..--max-new-tokens tokens (uniform), as one GRPO step of
 `launch.sh` sees them. T is what the trainer picks for the whole dataset (trainer.fit_seq_len: the
 longest chat-rendered prompt plus max_new_tokens, rounded up to a power of two: 1024 here).
-  fixed:  trainer.split_batch: every row at T, microbatches of fit_microbatch(T) rows;
+  fixed:  update.split_batch: every row at T, microbatches of fit_microbatch(T) rows;
   packed: packing.pack_batch: rows grouped by real length, each microbatch cut to its bucket length,
           fit_microbatch(T_b) rows per microbatch (the trainer's default path when it saves >= 25%).
-Both run trainer.make_update (forward + backward + Adam, bf16 with the precision policy) on the same
+Both run update.make_update (forward + backward + Adam, bf16 with the precision policy) on the same
 rows and weights, after one warm-up each (compiles), then --repeats times alternating; the median
 time. tokens/s = real tokens (prompt + completion of every row) / seconds, the same numerator for both.
 padding_frac = share of the packed update's positions past a row's real length.
@@ -47,6 +47,7 @@ import packing  # noqa: E402
 import prompts  # noqa: E402
 import tasks  # noqa: E402
 import trainer  # noqa: E402
+import update  # noqa: E402
 
 
 def humaneval_problems() -> list:
@@ -93,11 +94,11 @@ def trainer_stage(args) -> dict:
     chosen = [problems[i] for i in rng.choice(len(problems), args.prompts, replace=False)]
     data = rollout_batch(tok, template, chosen, T, args.group, args.max_new_tokens, rng)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-6))
-    update = trainer.make_update(mcfg, grpo.GRPOConfig(), opt, 1.0)
-    master, opt_state = trainer.init_state(params, mcfg, opt)
+    update_fn = update.make_update(mcfg, grpo.GRPOConfig(), opt, 1.0)
+    master, opt_state = update.init_state(params, mcfg, opt)
     rows_at = {}
-    rows_for = lambda T_b: rows_at.setdefault(T_b, trainer.fit_microbatch(mcfg, T_b, args.memory_budget_gb))  # noqa: E731
-    fixed = trainer.split_batch(data, 1, rows_for(T))
+    rows_for = lambda T_b: rows_at.setdefault(T_b, update.fit_microbatch(mcfg, T_b, args.memory_budget_gb))  # noqa: E731
+    fixed = update.split_batch(data, 1, rows_for(T))
     packed, order = packing.pack_batch(data, 1, rows_for)
     real = int(packing.real_lengths(data["mask_BT"]).sum())
     print(f"T {T}; {len(data['mask_BT'])} rows, {real} real tokens; fixed: {len(fixed[0])} microbatches of "
@@ -107,7 +108,7 @@ def trainer_stage(args) -> dict:
 
     def run(layout):
         t0 = time.perf_counter()
-        out = update(master, opt_state, layout)
+        out = update_fn(master, opt_state, layout)
         jax.block_until_ready(out[0])
         return time.perf_counter() - t0, out[2]
 

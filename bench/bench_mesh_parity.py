@@ -4,9 +4,9 @@ Run:  python bench/bench_mesh_parity.py                    # 8 devices, a small 
       python bench/bench_mesh_parity.py --size tiny --trainers 8x1 2x4 --samplers 1 4
 
 Samplers: model.generate on one device, or on a 1 x t tensor-parallel mesh with the weights installed
-as a `inference_worker.py --tensor-parallel t` worker installs them. Trainers: trainer.make_update (the
+as a `inference_worker.py --tensor-parallel t` worker installs them. Trainers: update.make_update (the
 value_and_grad graph whose log-probs the mismatch metrics compare) on a data x tensor mesh, with the
-master and Adam state placed as the Trainer places them (trainer.init_state); "1x1" is the unsharded
+master and Adam state placed as the Trainer places them (update.init_state); "1x1" is the unsharded
 program. Every trainer scores every sampler's rows in one batch (microbatches of --microbatch rows,
 padded to the data axis). Per pair: fraction of completion tokens bitwise equal, max |delta logp|.
 
@@ -54,7 +54,7 @@ def main():
     import inference_worker
     import model
     import sharding
-    import trainer
+    import update
 
     dims = {"tiny": dict(vocab_size=128, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, head_dim=8,
                          intermediate_size=64),
@@ -91,9 +91,9 @@ def main():
     for layout in args.trainers:
         d, t = map(int, layout.split("x"))
         mesh = None if d * t == 1 else sharding.make_mesh(d, t, jax.devices()[:d * t])
-        master, opt_state = trainer.init_state(host, cfg, optimizer, mesh)
-        _, _, logp_BT, _ = trainer.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
-            master, opt_state, trainer.split_batch(data, 1, args.microbatch))
+        master, opt_state = update.init_state(host, cfg, optimizer, mesh)
+        _, _, logp_BT, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
+            master, opt_state, update.split_batch(data, 1, args.microbatch))
         for i, n in enumerate(names):
             rows = slice(i * args.rows, (i + 1) * args.rows)
             m = samples[n]["mask_BT"] > 0

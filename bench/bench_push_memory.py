@@ -73,6 +73,7 @@ def child(args) -> None:
     import model
     import sharding
     import trainer
+    import update
     import weights
     import wire
 
@@ -108,7 +109,7 @@ def child(args) -> None:
                 yield self.call(inflight.popleft())
 
     def push_whole(self):  # the alternative: the whole model cast and converted at once, then pushed
-        tensors = hf_io.to_hf_tensors(trainer.cast_params(self.master, self.mcfg.jdtype), self.mcfg)
+        tensors = hf_io.to_hf_tensors(update.cast_params(self.master, self.mcfg.jdtype), self.mcfg)
         weights.push_weights(self.ps, self.step_n, self.lineage, tensors.items())
 
     fake = types.SimpleNamespace(master=master, mcfg=cfg, ps=Client(), step_n=1, lineage="bench", leader=True)

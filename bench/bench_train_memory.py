@@ -8,7 +8,7 @@ The model: hidden 896, 24 layers, 14 heads, 2 kv heads, mlp 4864, vocab 151,936,
 q/k/v biases, bf16 with the precision policy on; random weights made here (no download). The step is
 make_update's forward + backward (f32 master -> bf16 cast -> model.token_logprobs -> grpo.policy_loss
 -> gradient w.r.t. the master, mirrored here so that XLA's analysis and the run are of one compiled
-program), then trainer.make_update's update itself (that and optax clip + Adam, as trainer.Trainer
+program), then update.make_update's update itself (that and optax clip + Adam, as trainer.Trainer
 builds it), on one microbatch of 1 x 1,024 tokens.
 Each variant runs in a fresh child process (freed memory of one cannot hide the other's peak).
 
@@ -18,7 +18,7 @@ Measured per variant:
                     state, the step's buffers, XLA's compiled programs (on XLA:CPU the devices' memory is
                     host memory);
   rss_before_gib    the resident set just before that step (state made, graphs compiled);
-  update_peak_rss_gib  the peak after then running trainer.make_update's whole update once (compile,
+  update_peak_rss_gib  the peak after then running update.make_update's whole update once (compile,
                     forward + backward, Adam): its optimizer step, jitted without buffer donation, holds
                     two masters and two Adam states at once, 28 bytes/param, more than the step itself;
   temp_gib          XLA's compiled.memory_analysis() of the step's forward + backward graph (a mirror of
@@ -79,7 +79,7 @@ def child(chunking: str) -> dict:
     import grpo
     import memory
     import model
-    import trainer
+    import update
     if chunking == "off":
         model.HEAD_CHUNK_BYTES = model.ATTN_CHUNK_BYTES = 0
     cfg = model.ModelConfig(**QWEN25["0.5B"], **COMMON)
@@ -93,7 +93,7 @@ def child(chunking: str) -> dict:
         return (0.02 * rng.standard_normal(s.shape, np.float32)).astype(s.dtype)
     params = jax.tree_util.tree_map_with_path(draw, shapes)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-6))  # as trainer.Trainer's
-    master, opt_state = trainer.init_state(params, cfg, optimizer)
+    master, opt_state = update.init_state(params, cfg, optimizer)
     del params
     gcfg = grpo.GRPOConfig(max_len=T // 2)
     tokens_BT = rng.integers(0, cfg.vocab_size, (ROWS, T)).astype(np.int32)
@@ -104,7 +104,7 @@ def child(chunking: str) -> dict:
 
     # XLA's numbers for the graphs make_update jits (mirrored: the same loss on the same cast weights)
     def loss_fn(master, mb):
-        logp_BT = model.token_logprobs(trainer.cast_params(master, cfg.jdtype), cfg, mb["tokens_BT"], 1.0)
+        logp_BT = model.token_logprobs(update.cast_params(master, cfg.jdtype), cfg, mb["tokens_BT"], 1.0)
         loss, _ = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), mb["adv_B"], mb["mask_BT"], gcfg,
                                    logp_behav_BT=mb["logp_behav_BT"])
         return loss
@@ -140,16 +140,16 @@ def child(chunking: str) -> dict:
     jax.block_until_ready(grad_step(master, mb_dev))
     res["step_s"] = time.time() - t0
     res["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
-    # 2) trainer.make_update's whole update (grad_fn + Adam apply), once (compiles, runs)
-    update = trainer.make_update(cfg, gcfg, optimizer, 1.0)
-    m2, o2, logp_BT, aux = update(master, opt_state, trainer.split_batch(mb, 1, ROWS))
+    # 2) update.make_update's whole update (grad_fn + Adam apply), once (compiles, runs)
+    update = update.make_update(cfg, gcfg, optimizer, 1.0)
+    m2, o2, logp_BT, aux = update(master, opt_state, update.split_batch(mb, 1, ROWS))
     jax.block_until_ready((m2, o2))
     res["update_peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     res["loss_finite"] = bool(np.isfinite(aux["loss"]))
     del m2, o2
 
     if chunking == "on":  # the bits: chunked log-probs (default) == unchunked, on this model's shapes
-        policy = trainer.cast_params(master, cfg.jdtype)
+        policy = update.cast_params(master, cfg.jdtype)
         on = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t, 1.0))(policy, tokens_BT)
         off = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t, 1.0, chunk_tokens=0, query_chunk=0))(policy, tokens_BT)
         res["chunked_bitwise_unchunked"] = bool(np.array_equal(np.asarray(on), np.asarray(off)))

@@ -1,4 +1,4 @@
-"""The GRPO training step: ours (trainer.make_update: forward + backward + optax update, jitted) vs the
+"""The GRPO training step: ours (update.make_update: forward + backward + optax update, jitted) vs the
 same step written in PyTorch on transformers' Qwen2 model with the same weights, side by side in one run.
 
 Run:  python bench/bench_train_step.py                     # 3m (16 x 160) and 100m (8 x 160), ~5 min on 2 cores
@@ -8,7 +8,7 @@ One step, both sides: per-token log-probs at temperature 1 of a batch of B rows 
 tokens, 128 completion tokens under the mask), a PPO-clip loss (clip 0.2 low / 0.28 high, token-mean
 aggregation over the masked tokens, advantages given per row), backward, gradient clip to global norm
 1.0, one Adam step (lr 1e-6) on float32 master weights.
-  ours:  trainer.make_update(ModelConfig(dtype=bfloat16, bf16_fix=True|False), GRPOConfig() (its defaults:
+  ours:  update.make_update(ModelConfig(dtype=bfloat16, bf16_fix=True|False), GRPOConfig() (its defaults:
          ppo clip, token_mean, TIS on pi_old/pi_behav), optax.chain(clip_by_global_norm(1), adam)),
          the whole batch as one microbatch. The forward runs the bf16 cast of the f32 master, as the trainer does.
   peer:  transformers Qwen2ForCausalLM loaded from the same weights (hf_io.save_hf), torch.optim.Adam,
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import grpo  # noqa: E402
 import hf_io  # noqa: E402
 import model  # noqa: E402
-import trainer  # noqa: E402
+import update  # noqa: E402
 from bench_generate import SIZES, peak_gflops  # noqa: E402
 
 NPROC = len(os.sched_getaffinity(0))
@@ -77,15 +77,15 @@ def ours_step(cfg, params, data):
     """A callable doing one real update (state carried between calls). data["logp_behav_BT"]: the
     sampler's log-probs (here the f32 torch model's; only their values' order of magnitude matters)."""
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(LR))
-    update = trainer.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
-    master, opt_state = trainer.init_state(params, cfg, optimizer)
+    update_fn = update.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
+    master, opt_state = update.init_state(params, cfg, optimizer)
     d = {**data, "logp_behav_BT": data["logp_behav_BT"] * data["mask_BT"]}
     B = len(d["tokens_BT"])
     state = {"master": master, "opt": opt_state}
 
     def step():
-        state["master"], state["opt"], logp, aux = update(state["master"], state["opt"],
-                                                          trainer.split_batch(d, 1, B))
+        state["master"], state["opt"], logp, aux = update_fn(state["master"], state["opt"],
+                                                          update.split_batch(d, 1, B))
         jax.block_until_ready(state["master"])
         assert np.isfinite(aux["loss"])
     return step

@@ -60,7 +60,7 @@ def program(kind: str, args):
     import hf_io
     import model
     import optax
-    import trainer
+    import update
     from bench_generate import SIZES
     if args.coldstart:
         cfg, params = hf_io.load_hf(os.path.join(ROOT, "checkpoints", "coldstart"))
@@ -90,11 +90,11 @@ def program(kind: str, args):
     data = {"tokens_BT": tokens, "mask_BT": mask, "adv_B": rng.standard_normal(B).astype(np.float32),
             "logp_behav_BT": np.full((B, T), -3.0, np.float32) * mask}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-6))
-    update = trainer.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
-    state = list(trainer.init_state(params, cfg, optimizer))
+    update = update.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
+    state = list(update.init_state(params, cfg, optimizer))
 
     def run():
-        state[0], state[1], _, _ = update(state[0], state[1], trainer.split_batch(data, 1, B))
+        state[0], state[1], _, _ = update(state[0], state[1], update.split_batch(data, 1, B))
         jax.block_until_ready(state[0])
     return run, what
 

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import grpo  # noqa: E402
 import multihost  # noqa: E402
 import trainer  # noqa: E402
+import update  # noqa: E402
 
 multihost.initialize(coordinator, n_proc, proc_id)
 cfg = trainer.Config(run_dir=os.path.join(out, "run"), model=model_path, param_server="tcp://127.0.0.1:9",
@@ -39,7 +40,7 @@ mask = np.zeros((B, T), np.float32)
 mask[:, T // 2:] = rng.random((B, T - T // 2)) < 0.9
 data = {"tokens_BT": rng.integers(0, V, (B, T)).astype(np.int32), "adv_B": rng.normal(size=B).astype(np.float32),
         "mask_BT": mask, "logp_behav_BT": (-rng.random((B, T)) * 3).astype(np.float32)}
-logp_BT, aux = t.collective("update", {"minibatches": trainer.split_batch(data, cfg.minibatches, cfg.microbatch),
+logp_BT, aux = t.collective("update", {"minibatches": update.split_batch(data, cfg.minibatches, cfg.microbatch),
                                        "epochs": cfg.ppo_epochs})
 t.collective("checkpoint", {"step": 1, "meta": {"cursor": 0}})
 t.collective("restore")

@@ -838,12 +838,12 @@ def test_token_draws_depend_on_the_row_and_position_only():
 
 
 def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
-    """The trainer's two layouts of one microbatch of 8 rows (trainer.split_batch: every row at T = 32,
+    """The trainer's two layouts of one microbatch of 8 rows (update.split_batch: every row at T = 32,
     in order; packing.pack_batch: rows sorted by real length, cut to the bucket length 16) hold the same
     rows, so the band and the count are the same; with draws from each row's own tokens Clip-Cov
     detaches the same tokens. (A draw over the microbatch's array picks differently in each.)"""
     import packing
-    import trainer
+    import update
     rng = np.random.default_rng(1)
     B, T = 8, 32
     lengths = [16, 14, 16, 15, 16, 14, 15, 16]  # real lengths: one bucket (16), all within 15% of it
@@ -858,7 +858,7 @@ def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
     def pick(mb):
         return np.asarray(grpo.covariance_tokens(mb["logp_BT"], mb["adv_B"], mb["mask_BT"], cfg,
                                                  grpo.token_draws(mb["tokens_BT"], mb["mask_BT"])))
-    [[fixed]] = trainer.split_batch(data, 1, B)
+    [[fixed]] = update.split_batch(data, 1, B)
     [[packed]], order = packing.pack_batch(data, 1, lambda T_b: B)
     assert packed["mask_BT"].shape == (B, 16) and not np.array_equal(order, np.arange(B))
     n = int(np.floor(0.1 * mask.sum()))  # every masked token is a candidate: exactly n are detached

@@ -6,7 +6,7 @@ XLA fixes the number of CPU devices when it starts, so the 8-device checks run i
 (this file as a script: `XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/test_mesh.py bf16`,
 and `... f32`), started together so that they compile side by side; this pytest process keeps its one
 device. Each child prints one `RESULT {json}` line that the tests below read.
-  bf16: the production numerics. The trainer's update (trainer.make_update) on an 8 x 1 mesh (FSDP:
+  bf16: the production numerics. The trainer's update (update.make_update) on an 8 x 1 mesh (FSDP:
         its log-probs must be bitwise the one-device sampler's) and on a 2 x 4 mesh (FSDP x tensor
         parallel: measured), a tensor-parallel worker on 4 devices (inference_worker.tensor_mesh +
         Worker.install), and the weights the sharded trainer pushes.
@@ -34,6 +34,7 @@ import inference_worker  # noqa: E402
 import model  # noqa: E402
 import sharding  # noqa: E402
 import trainer  # noqa: E402
+import update  # noqa: E402
 
 # A tiny Qwen2-style model (untied head, q/k/v biases) whose every axis divides 8 except K (2 kv heads).
 TINY = dict(vocab_size=128, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -112,7 +113,7 @@ def child_bf16() -> dict:
 
     # The trainer on 8 x 1 (FSDP): state laid out as sharding.py says
     mesh = sharding.role_mesh(1)
-    master, opt_state = trainer.init_state(host_params, cfg, optimizer, mesh)
+    master, opt_state = update.init_state(host_params, cfg, optimizer, mesh)
     adam = opt_state[1][0]
     res["layout_master"] = _layout(master, sharding.param_shardings(cfg, mesh))
     res["layout_adam_mu"] = _layout(adam.mu, sharding.param_shardings(cfg, mesh))
@@ -121,7 +122,7 @@ def child_bf16() -> dict:
 
     # Push from the sharded master, one tensor at a time: the same bytes as the unsharded cast
     pushed = list(hf_io.iter_hf_tensors(master, cfg, dtype=cfg.jdtype))
-    whole = hf_io.to_hf_tensors(trainer.cast_params(jax.device_put(master, jax.devices()[0]), cfg.jdtype), cfg)
+    whole = hf_io.to_hf_tensors(update.cast_params(jax.device_put(master, jax.devices()[0]), cfg.jdtype), cfg)
     res["push_same_names"] = [n for n, _ in pushed] == list(whole)
     res["push_same_bits"] = all(a.dtype == whole[n].dtype and a.tobytes() == whole[n].tobytes() for n, a in pushed)
 
@@ -145,14 +146,14 @@ def child_bf16() -> dict:
         params, tokens_BT))  # the trainer's numbers on one device
 
     # 8 x 1: the 24 rows in microbatches of 7, 7, 7, 3, each padded to 8 (one row per device)
-    update = trainer.make_update(cfg, gcfg, optimizer, 1.0, mesh)
-    new_master, new_opt, logp_fsdp, aux = update(master, opt_state, trainer.split_batch(data, 1, 7))
+    update_fn = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)
+    new_master, new_opt, logp_fsdp, aux = update_fn(master, opt_state, update.split_batch(data, 1, 7))
     res["layout_after_step"] = _layout((new_master, new_opt[1][0].mu), (sharding.param_shardings(cfg, mesh),) * 2)
     # 2 x 4: FSDP over 2, tensor parallel over 4 (the TP worker's degree)
     mesh24 = sharding.role_mesh(4)
-    master24, opt24 = trainer.init_state(host_params, cfg, optimizer, mesh24)
-    _, _, logp_24, _ = trainer.make_update(cfg, gcfg, optimizer, 1.0, mesh24)(
-        master24, opt24, trainer.split_batch(data, 1, 12))
+    master24, opt24 = update.init_state(host_params, cfg, optimizer, mesh24)
+    _, _, logp_24, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh24)(
+        master24, opt24, update.split_batch(data, 1, 12))
     res["parity"] = {
         "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one["logp_BT"], one["mask_BT"]),
         "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one["logp_BT"], one["mask_BT"]),
@@ -180,11 +181,11 @@ def child_f32() -> dict:
     gcfg = grpo.GRPOConfig(max_len=NEW)
     out = {}
     for name, mesh in (("one", None), ("mesh", sharding.role_mesh(1))):
-        master, opt_state = trainer.init_state(host_params, cfg, optimizer, mesh)
+        master, opt_state = update.init_state(host_params, cfg, optimizer, mesh)
         if mesh is None:
             master, opt_state = jax.device_put((master, opt_state), jax.devices()[0])
-        master, opt_state, logp_BT, aux = trainer.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
-            master, opt_state, trainer.split_batch(data, 1, ROWS))  # 12 rows: padded to 16 on the mesh
+        master, opt_state, logp_BT, aux = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
+            master, opt_state, update.split_batch(data, 1, ROWS))  # 12 rows: padded to 16 on the mesh
         out[name] = (jax.tree_util.tree_leaves(jax.device_get((master, opt_state[1][0].mu, opt_state[1][0].nu))),
                      logp_BT, aux)
     (leaves1, logp1, aux1), (leaves8, logp8, aux8) = out["one"], out["mesh"]
@@ -281,7 +282,7 @@ def test_tensor_parallel_flags():
 def test_iter_hf_tensors_is_to_hf_tensors_one_at_a_time(tie):
     cfg = model.ModelConfig(**{**TINY, "tie_embeddings": tie, "num_layers": 2})
     master = jax.tree_util.tree_map(lambda x: jnp.asarray(x.astype(np.float32)), _host_params(cfg))
-    whole = hf_io.to_hf_tensors(trainer.cast_params(master, cfg.jdtype), cfg)
+    whole = hf_io.to_hf_tensors(update.cast_params(master, cfg.jdtype), cfg)
     for params in (master, jax.tree_util.tree_map(np.asarray, master)):  # device arrays, host arrays
         pieces = list(hf_io.iter_hf_tensors(params, cfg, dtype=cfg.jdtype))
         assert [n for n, _ in pieces] == list(whole)

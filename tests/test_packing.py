@@ -15,6 +15,7 @@ import model
 import packing
 from random_weights import random_params
 import trainer
+import update
 
 CFG = model.ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                         intermediate_size=128, max_seq_len=256, rope_theta=1e4, rms_norm_eps=1e-6, qkv_bias=True,
@@ -85,7 +86,7 @@ def test_pack_batch_keeps_each_minibatch_and_unpack_restores_row_order():
     cut = np.concatenate([np.pad(mb["tokens_BT"], ((0, 0), (0, 96 - mb["tokens_BT"].shape[1])))
                           for mini in packed for mb in mini])
     assert np.array_equal(packing.unpack(cut, order, (24, 96)), data["tokens_BT"])
-    assert 0 <= packing.padding_frac(packed) < packing.padding_frac(trainer.split_batch(data, 3, 5))
+    assert 0 <= packing.padding_frac(packed) < packing.padding_frac(update.split_batch(data, 3, 5))
 
 
 def _layouts(cfg):
@@ -163,13 +164,13 @@ def test_packed_update_equals_the_fixed_length_update():
     data = _rollout_batch(16, 96, seed=3)
     master = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), random_params(cfg, seed=4))
     opt = optax.sgd(1.0)
-    update = trainer.make_update(cfg, grpo.GRPOConfig(loss_agg="seq_mean_token_sum_norm", max_len=64,
+    update_fn = update.make_update(cfg, grpo.GRPOConfig(loss_agg="seq_mean_token_sum_norm", max_len=64,
                                                       is_correction="none"), opt, 1.0)
-    fixed = update(master, opt.init(master), trainer.split_batch(data, 1, 8))
+    fixed = update_fn(master, opt.init(master), update.split_batch(data, 1, 8))
     packed, order = packing.pack_batch(data, 1, lambda T_b: 4)
     assert len(packed[0]) > 2 and packing.padding_frac(packed) < 0.5 * packing.padding_frac(
-        trainer.split_batch(data, 1, 8))
-    got = update(master, opt.init(master), packed)
+        update.split_batch(data, 1, 8))
+    got = update_fn(master, opt.init(master), packed)
     real = np.arange(96)[None, :] < packing.real_lengths(data["mask_BT"])[:, None]
     assert np.array_equal(packing.unpack(got[2], order, (16, 96))[real], fixed[2][real])
     np.testing.assert_allclose(got[3]["loss"], fixed[3]["loss"], rtol=1e-5, atol=1e-7)

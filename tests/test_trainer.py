@@ -12,6 +12,7 @@ import cli
 import grpo
 import model
 import trainer
+import update
 
 CFG = model.ModelConfig(vocab_size=259, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
                         intermediate_size=64, max_seq_len=24, rope_theta=1e4, rms_norm_eps=1e-6, qkv_bias=False,
@@ -26,7 +27,7 @@ MAX_LEN = 16  # the generation budget: shorter than T = 24 (prompt + completion)
 @functools.lru_cache(maxsize=None)
 def update_for(agg):
     """One update per aggregation, shared by the tests below: its jitted graphs compile once per shape."""
-    return trainer.make_update(CFG, grpo.GRPOConfig(loss_agg=agg, max_len=MAX_LEN, is_correction="none"), OPT, 1.0)
+    return update.make_update(CFG, grpo.GRPOConfig(loss_agg=agg, max_len=MAX_LEN, is_correction="none"), OPT, 1.0)
 
 
 def batch(B, seed=0):
@@ -44,10 +45,10 @@ def batch(B, seed=0):
 def test_gradient_accumulation_equals_one_big_batch(agg):
     """Microbatches weighted by grpo.microbatch_weight give the full-batch update (f32 rounding aside)."""
     B = 12
-    data, update = batch(B), update_for(agg)
+    data, update_fn = batch(B), update_for(agg)
     results = []
     for size in (B, 5):  # one batch; microbatches of 5, 5, 2
-        new, _, logp, aux = update(MASTER, OPT.init(MASTER), trainer.split_batch(data, 1, size))
+        new, _, logp, aux = update_fn(MASTER, OPT.init(MASTER), update.split_batch(data, 1, size))
         results.append((new, logp, aux["loss"]))
     for new, logp, loss in results[1:]:
         np.testing.assert_allclose(loss, results[0][2], rtol=1e-5, atol=1e-7)
@@ -65,7 +66,7 @@ def test_drgrpo_max_len_is_the_completion_budget():
     step the ratio is 1, so the loss is -sum_b A_b |y_b| / (B * max_len) with the constant max_len."""
     B = 12
     data = batch(B)
-    _, _, _, aux = update_for("seq_mean_token_sum_norm")(MASTER, OPT.init(MASTER), trainer.split_batch(data, 1, B))
+    _, _, _, aux = update_for("seq_mean_token_sum_norm")(MASTER, OPT.init(MASTER), update.split_batch(data, 1, B))
     expected = -(data["adv_B"] * data["mask_BT"].sum(1)).sum() / (B * MAX_LEN)
     np.testing.assert_allclose(aux["loss"], expected, rtol=1e-5)
 
@@ -74,10 +75,10 @@ def test_ppo_epochs_and_minibatches_make_the_clip_act():
     """One optimizer step per batch: ratio 1, clip fractions exactly 0. Several (epochs x minibatches):
     the later steps see pi != pi_old and the clip acts. pi_old, the log-probs returned for every row,
     are those at the starting weights, bit for bit, whatever the number of steps."""
-    data, update = batch(24), update_for("token_mean")  # microbatches of 12 rows throughout
+    data, update_fn = batch(24), update_for("token_mean")  # microbatches of 12 rows throughout
     runs = {}
     for epochs, minibatches in ((1, 1), (2, 1), (1, 2), (2, 2)):
-        _, opt_state, logp, aux = update(MASTER, OPT.init(MASTER), trainer.split_batch(data, minibatches, 12),
+        _, opt_state, logp, aux = update_fn(MASTER, OPT.init(MASTER), update.split_batch(data, minibatches, 12),
                                          epochs=epochs)
         assert int(optax.tree_utils.tree_get(opt_state, "count")) == epochs * minibatches  # optimizer steps
         runs[epochs, minibatches] = logp, aux
@@ -130,14 +131,14 @@ def test_ppo_config_flags_and_validation():
 
 def test_split_batch_keeps_row_order():
     data = {"x": np.arange(10), "y": np.arange(10) * 2}
-    parts = trainer.split_batch(data, 3, 2)  # 10 rows -> minibatches of 4, 3, 3 -> microbatches of <= 2
+    parts = update.split_batch(data, 3, 2)  # 10 rows -> minibatches of 4, 3, 3 -> microbatches of <= 2
     assert [[len(mb["x"]) for mb in mini] for mini in parts] == [[2, 2], [2, 1], [2, 1]]
     assert np.array_equal(np.concatenate([mb["y"] for mini in parts for mb in mini]), data["y"])
-    assert [[len(mb["x"]) for mb in mini] for mini in trainer.split_batch(data, 1, 4)] == [[4, 4, 2]]
+    assert [[len(mb["x"]) for mb in mini] for mini in update.split_batch(data, 1, 4)] == [[4, 4, 2]]
     with pytest.raises(ValueError, match="minibatches"):
-        trainer.split_batch(data, 11, 2)
+        update.split_batch(data, 11, 2)
     with pytest.raises(ValueError, match="row counts"):
-        trainer.split_batch({"x": np.arange(3), "y": np.arange(4)}, 1, 2)
+        update.split_batch({"x": np.arange(3), "y": np.arange(4)}, 1, 2)
 
 
 def test_the_microbatch_comes_from_the_memory_budget():
@@ -145,22 +146,22 @@ def test_the_microbatch_comes_from_the_memory_budget():
     MICROBATCH_MAX; a budget that cannot hold one row is a clear error, not an out-of-memory crash."""
     import memory
     import model
-    import trainer
+    import update
     qwen05 = model.ModelConfig(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
                                head_dim=64, intermediate_size=4864, max_seq_len=32768, rope_theta=1e6,
                                rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
     state = memory.train_state_bytes(qwen05) / 2**30
-    rows = trainer.fit_microbatch(qwen05, 1024, budget_gb=state + 8)
-    assert 1 <= rows < trainer.MICROBATCH_MAX
+    rows = update.fit_microbatch(qwen05, 1024, budget_gb=state + 8)
+    assert 1 <= rows < update.MICROBATCH_MAX
     assert memory.train_state_bytes(qwen05) + memory.train_step_bytes(qwen05, rows, 1024) <= (state + 8) * 2**30
     assert memory.train_state_bytes(qwen05) + memory.train_step_bytes(qwen05, rows + 1, 1024) > (state + 8) * 2**30
-    assert trainer.fit_microbatch(qwen05, 1024, budget_gb=state + 8, with_ref=True) <= rows  # pi_ref's copy
+    assert update.fit_microbatch(qwen05, 1024, budget_gb=state + 8, with_ref=True) <= rows  # pi_ref's copy
     with pytest.raises(ValueError, match="does not fit"):
-        trainer.fit_microbatch(qwen05, 1024, budget_gb=state)
+        update.fit_microbatch(qwen05, 1024, budget_gb=state)
     tiny = model.ModelConfig(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                              head_dim=16, intermediate_size=128, max_seq_len=128, rope_theta=1e4, rms_norm_eps=1e-6,
                              qkv_bias=False, tie_embeddings=True, model_type="llama")
-    assert trainer.fit_microbatch(tiny, 128, budget_gb=4) == trainer.MICROBATCH_MAX
+    assert update.fit_microbatch(tiny, 128, budget_gb=4) == update.MICROBATCH_MAX
 
 
 @pytest.mark.parametrize("role", ["trainer", "inference_worker", "param_server", "verifier"])
