@@ -64,6 +64,7 @@ import types
 from dataclasses import dataclass
 
 import cli
+import envs
 import hf_io
 import inference_worker
 import lifecycle
@@ -298,6 +299,98 @@ def dataset_problems(path: str, heldout: int) -> tuple[list, list, dict]:
     return train, held, lines
 
 
+# ----------------------------------------------------------------------------- the dataset check
+
+def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: float = 5.0, out=None) -> int:
+    """`python curate.py check`: report every bad line of a dataset, then verify each problem's
+    reference solutions exactly as the worker would verify a model's completion in format `fmt`
+    (prompts.reference_completions -> prompts.assemble_program -> the verifier's sandbox, in this
+    process). make_pool() returns that sandbox: an executor pool with run(jobs) -> verdicts and close()
+    (the command makes a verifier.ExecutorPool); it is called only when some problem has a reference
+    solution, and the pool is closed before returning. A problem passes if any of its references
+    passes: references are tried in rounds (the first of every problem, then the second of those
+    still failing, ...), so a dataset with many references per problem (APPS) costs about one run per
+    problem. Prints one line per bad line and per failing problem, then as its last line
+    "checked N problems: P reference solutions pass, F fail, B bad lines" (N problems loaded, of
+    which N - P - F have no reference). Returns the exit status: 1 if F or B > 0 or the file holds
+    no problem, else 0."""
+    out = out or sys.stdout
+    numbered, errors = tasks.scan_jsonl(path)
+    for e in errors:
+        print(e, file=out)
+    refs = {i: list(p.solutions) if p.kind == "math" else prompts.reference_completions(p, fmt)
+            for i, (_, p) in enumerate(numbered)}
+    first_failure: dict[int, tuple[str, str]] = {}
+    passed: set[int] = set()
+    pending = [i for i in refs if refs[i]]
+    if pending:
+        pool = make_pool()
+        try:
+            for round_ in range(max(len(r) for r in refs.values())):
+                todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
+                jobs = []
+                for i in todo:
+                    p = numbered[i][1]
+                    if p.kind == "math":  # the reference solution scores 1 against its own answer
+                        jobs.append({"kind": "math", "completion": refs[i][round_], "answer": p.answer,
+                                     "format": p.answer_format})
+                        continue
+                    program = prompts.assemble_program(fmt, prompts.program_prefix(p, fmt), refs[i][round_],
+                                                       prompts.stop_strings(p, fmt))
+                    job = {"kind": p.kind, "program": program, "timeout_s": timeout_s}
+                    job.update({"cases": [list(c) for c in p.cases]} if p.kind == "io" else {"tests": p.tests})
+                    jobs.append(job)
+                for i, v in zip(todo, pool.run(jobs)):
+                    if v.passed:
+                        passed.add(i)
+                    else:
+                        first_failure.setdefault(i, (v.status, v.detail))
+        finally:
+            pool.close()
+    failed = [i for i in pending if i not in passed]
+    for i in failed:
+        lineno, p = numbered[i]
+        status, detail = first_failure[i]
+        n = len(refs[i])
+        which = "the reference solution fails" if n == 1 else f"all {n} reference solutions fail, the first"
+        detail = " ".join(detail.split())[:200]
+        print(f"{path}:{lineno}: {p.item_id}: {which}: {status}" + (f" ({detail})" if detail else ""), file=out)
+    if not numbered:
+        print(f"{path}: holds no problems", file=out)
+    if len(numbered) > len(pending):
+        print(f"{len(numbered) - len(pending)} problem(s) have no reference solution", file=out)
+    print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail, "
+          f"{len(errors)} bad lines", file=out, flush=True)
+    return 1 if failed or errors or not numbered else 0
+
+
+def _check_main(argv: list[str]) -> int:
+    """The command `python curate.py check`: its flags, the verifier's executor pool (in this process:
+    nothing here has started JAX, so forking executors is safe), the exit status."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python curate.py check",
+        description="Report every bad line of a dataset and every problem whose reference solutions all fail, "
+                    "with the programs built exactly as the inference worker builds them (prompts.py).")
+    parser.add_argument("file", help="the dataset: .jsonl, .json, .parquet or hf:<name>[:<config>[:<split>]]")
+    parser.add_argument("--format", choices=prompts.FORMATS, default="completion",
+                        help="the prompt format whose programs are checked (default: completion)")
+    parser.add_argument("--executors", type=int, default=max(1, min(8, os.cpu_count() or 1)),
+                        help="sandbox executor processes (default: the CPU count, at most 8)")
+    parser.add_argument("--isolation", default="namespaces",
+                        help="the verifier's isolation: namespaces (default) or, by name only, rlimits")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per program (default 5, as a work item's)")
+    args = parser.parse_args(argv)
+    import verifier
+    make_pool = lambda: verifier.ExecutorPool(args.executors, isolation=args.isolation)
+    try:
+        return check_dataset(args.file, make_pool, args.format, args.timeout)
+    except (ValueError, envs.MathVerifyMissing, verifier.IsolationUnavailable) as e:  # no file, grader, sandbox
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 # ----------------------------------------------------------------------------- sampling and scoring
 
 def load_policy(model_dir: str, prompt_format: str = "", dtype: str = "bfloat16") -> types.SimpleNamespace:
@@ -400,6 +493,8 @@ def main(cfg: Config) -> dict:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        sys.exit(_check_main(sys.argv[2:]))
     config = cli.parse(Config, description=__doc__.split("\n\n")[0])
     try:
         main(config)

@@ -299,7 +299,7 @@ def eos_for(tokenizer, stop: tuple, end_of_turn: int | None = None) -> tuple:
 
 def verify_jobs(items: list, texts: list) -> list:
     """One verifier job per completion. Code: the program built by prompts.assemble_program (the same
-    function `python tasks.py check` uses on a dataset's reference solutions); math and reward items:
+    function `python curate.py check` uses on a dataset's reference solutions); math and reward items:
     the completion text itself, scored by envs.py in the verifier role."""
     jobs, r = [], 0
     for item in items:

@@ -43,7 +43,7 @@ The code-extraction rule (extract_code), for chat answers:
   item) removes up to that much leading indentation from each content line, as Markdown does.
 
 assemble_program is the ONE function that builds a program from a completion: the inference worker
-calls it with the fields carried in its work item, and `python tasks.py check` calls it on the
+calls it with the fields carried in its work item, and `python curate.py check` calls it on the
 dataset's reference solutions (reference_completions), so a dataset that passes the check is
 verified exactly as the model's answers will be.
 """

@@ -62,7 +62,7 @@ Two sources of problems, one `Problem` type:
 
 Run: python tasks.py            (prints a few training and held-out problems with their solutions)
      python tasks.py FILE.jsonl (loads a dataset and prints a summary)
-     python tasks.py check FILE.jsonl [--format chat|completion]
+     python curate.py check FILE.jsonl [--format chat|completion]
                                 (every bad line, then every problem whose reference solutions all
                                  fail in the sandbox, built exactly as the worker builds programs;
                                  last line "checked N problems: P reference solutions pass, F fail,
@@ -704,7 +704,7 @@ def load_jsonl(path: str, reward: bool = False) -> list[Problem]:
 
     Every bad line is collected (scan_jsonl); if any, one ValueError lists them all as
     "path:line: reason" (the first 20, then a count), so the whole file is fixed in one pass.
-    Duplicate ids are an error too. `python tasks.py check FILE` lists them all and also runs the
+    Duplicate ids are an error too. `python curate.py check FILE` lists them all and also runs the
     reference solutions.
     """
     numbered, errors = scan_jsonl(path, reward)
@@ -725,104 +725,11 @@ def split_dataset(problems: list[Problem], n_heldout: int) -> tuple[list[Problem
     return [p for p in problems if p.item_id not in held], [p for p in problems if p.item_id in held]
 
 
-# ----------------------------------------------------------------------------- the dataset check
-
-def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: float = 5.0, out=None) -> int:
-    """`python tasks.py check`: report every bad line of a dataset, then verify each problem's
-    reference solutions exactly as the worker would verify a model's completion in format `fmt`
-    (prompts.reference_completions -> prompts.assemble_program -> the verifier's sandbox, in this
-    process). make_pool() returns that sandbox: an executor pool with run(jobs) -> verdicts and close()
-    (the command makes a verifier.ExecutorPool); it is called only when some problem has a reference
-    solution, and the pool is closed before returning. A problem passes if any of its references
-    passes: references are tried in rounds (the first of every problem, then the second of those
-    still failing, ...), so a dataset with many references per problem (APPS) costs about one run per
-    problem. Prints one line per bad line and per failing problem, then as its last line
-    "checked N problems: P reference solutions pass, F fail, B bad lines" (N problems loaded, of
-    which N - P - F have no reference). Returns the exit status: 1 if F or B > 0 or the file holds
-    no problem, else 0."""
-    out = out or sys.stdout
-    numbered, errors = scan_jsonl(path)
-    for e in errors:
-        print(e, file=out)
-    refs = {i: list(p.solutions) if p.kind == "math" else prompts.reference_completions(p, fmt)
-            for i, (_, p) in enumerate(numbered)}
-    first_failure: dict[int, tuple[str, str]] = {}
-    passed: set[int] = set()
-    pending = [i for i in refs if refs[i]]
-    if pending:
-        pool = make_pool()
-        try:
-            for round_ in range(max(len(r) for r in refs.values())):
-                todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
-                jobs = []
-                for i in todo:
-                    p = numbered[i][1]
-                    if p.kind == "math":  # the reference solution scores 1 against its own answer
-                        jobs.append({"kind": "math", "completion": refs[i][round_], "answer": p.answer,
-                                     "format": p.answer_format})
-                        continue
-                    program = prompts.assemble_program(fmt, prompts.program_prefix(p, fmt), refs[i][round_],
-                                                       prompts.stop_strings(p, fmt))
-                    job = {"kind": p.kind, "program": program, "timeout_s": timeout_s}
-                    job.update({"cases": [list(c) for c in p.cases]} if p.kind == "io" else {"tests": p.tests})
-                    jobs.append(job)
-                for i, v in zip(todo, pool.run(jobs)):
-                    if v.passed:
-                        passed.add(i)
-                    else:
-                        first_failure.setdefault(i, (v.status, v.detail))
-        finally:
-            pool.close()
-    failed = [i for i in pending if i not in passed]
-    for i in failed:
-        lineno, p = numbered[i]
-        status, detail = first_failure[i]
-        n = len(refs[i])
-        which = "the reference solution fails" if n == 1 else f"all {n} reference solutions fail, the first"
-        detail = " ".join(detail.split())[:200]
-        print(f"{path}:{lineno}: {p.item_id}: {which}: {status}" + (f" ({detail})" if detail else ""), file=out)
-    if not numbered:
-        print(f"{path}: holds no problems", file=out)
-    if len(numbered) > len(pending):
-        print(f"{len(numbered) - len(pending)} problem(s) have no reference solution", file=out)
-    print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail, "
-          f"{len(errors)} bad lines", file=out, flush=True)
-    return 1 if failed or errors or not numbered else 0
-
-
-def _check_main(argv: list[str]) -> int:
-    """The command `python tasks.py check`: its flags, the verifier's executor pool, the exit status.
-    The verifier role (verifier.py) is imported here, by the command: the rest of tasks.py needs no
-    role file."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python tasks.py check",
-        description="Report every bad line of a dataset and every problem whose reference solutions all fail, "
-                    "with the programs built exactly as the inference worker builds them (prompts.py).")
-    parser.add_argument("file", help="the dataset: .jsonl, .json, .parquet or hf:<name>[:<config>[:<split>]]")
-    parser.add_argument("--format", choices=prompts.FORMATS, default="completion",
-                        help="the prompt format whose programs are checked (default: completion)")
-    parser.add_argument("--executors", type=int, default=max(1, min(8, os.cpu_count() or 1)),
-                        help="sandbox executor processes (default: the CPU count, at most 8)")
-    parser.add_argument("--isolation", default="namespaces",
-                        help="the verifier's isolation: namespaces (default) or, by name only, rlimits")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per program (default 5, as a work item's)")
-    args = parser.parse_args(argv)
-    import verifier
-    make_pool = lambda: verifier.ExecutorPool(args.executors, isolation=args.isolation)
-    try:
-        return check_dataset(args.file, make_pool, args.format, args.timeout)
-    except (ValueError, envs.MathVerifyMissing, verifier.IsolationUnavailable) as e:  # no file, grader, sandbox
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
 # ----------------------------------------------------------------------------- main
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "check":
-        sys.exit(_check_main(sys.argv[2:]))
+        sys.exit("the dataset check is `python curate.py check FILE` (it runs the verifier's sandbox)")
     if len(sys.argv) > 1:
         ps = load_jsonl(sys.argv[1])
         kinds = {k: sum(p.kind == k for p in ps) for k in KINDS}

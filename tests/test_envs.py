@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+import curate
 import envs
 import lifecycle
 import prompts
@@ -131,7 +132,7 @@ def test_without_math_verify_a_math_dataset_is_refused_naming_the_extra(tmp_path
     assert tasks.load_jsonl(write(tmp_path / "c.jsonl", [code]))[0].kind == "assert"
     out = io.StringIO()
     with contextlib.redirect_stderr(out):
-        assert tasks._check_main([write(tmp_path / "m.jsonl", GSM8K)]) == 2
+        assert curate._check_main([write(tmp_path / "m.jsonl", GSM8K)]) == 2
     assert "requirements-math.txt" in out.getvalue()
 
 
@@ -343,15 +344,15 @@ def test_bad_math_rows_are_reported_by_line(tmp_path):
 
 
 def test_tasks_check_scores_each_math_reference_against_its_own_answer(tmp_path):
-    """`python tasks.py check` on math: every reference solution parses and scores 1 (strict)."""
+    """`python curate.py check` on math: every reference solution parses and scores 1 (strict)."""
     out = io.StringIO()
     path = write(tmp_path / "m.jsonl", GSM8K + MATH + MATH500)
     make_pool = lambda: verifier.ExecutorPool(1, "rlimits", use_cgroup=False)
-    assert tasks.check_dataset(path, make_pool, out=out) == 0
+    assert curate.check_dataset(path, make_pool, out=out) == 0
     assert out.getvalue().strip().endswith("checked 6 problems: 5 reference solutions pass, 0 fail, 0 bad lines")
     bad = write(tmp_path / "w.jsonl", GSM8K + [{"question": "q", "answer": "#### many"}])
     out = io.StringIO()
-    assert tasks.check_dataset(bad, make_pool, out=out) == 1  # an answer that is not a number: a bad line
+    assert curate.check_dataset(bad, make_pool, out=out) == 1  # an answer that is not a number: a bad line
     assert "w.jsonl:3: " in out.getvalue() and "2 reference solutions pass, 0 fail, 1 bad lines" in out.getvalue()
 
 

@@ -1,8 +1,8 @@
 """prompts.py: chat rendering equal to transformers', code extraction, the programs built in both formats
-for every dataset style, and `python tasks.py check`.
+for every dataset style, and `python curate.py check`.
 
 Run: python -m pytest -q tests/test_prompts.py   (about 25 s on 2 cores: 8-11 s building the local
-tokenizers and checkpoint, most of it importing torch/transformers, and 2 s per `tasks.py check` run)
+tokenizers and checkpoint, most of it importing torch/transformers, and 2 s per `curate.py check` run)
 """
 import gzip
 import json
@@ -329,11 +329,11 @@ def test_completion_cut_at_a_stop_string_never_leaves_a_dangling_keyword():
     compile(program, "<p>", "exec")
 
 
-# ----------------------------------------------------------------------------- python tasks.py check
+# ----------------------------------------------------------------------------- python curate.py check
 
 
 def run_check(path, *args):
-    res = subprocess.run([sys.executable, "tasks.py", "check", str(path), *args], cwd=ROOT,
+    res = subprocess.run([sys.executable, "curate.py", "check", str(path), *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     return res.returncode, res.stdout.splitlines(), res.stderr
 

@@ -161,7 +161,7 @@ def test_instruction_model_on_mbpp_and_apps_as_the_readme_says(tmp_path, checkpo
     assert "PROMPT_FORMAT=chat" in chat and "--partial-reward" in chat
     data = tmp_path / "mbpp_apps.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in MBPP + APPS))
-    check = subprocess.run(["python", "tasks.py", "check", str(data), "--format", "chat"], cwd=ROOT,
+    check = subprocess.run(["python", "curate.py", "check", str(data), "--format", "chat"], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert check.stdout.strip().splitlines()[-1] == "checked 7 problems: 7 reference solutions pass, 0 fail, 0 bad lines"
     run_dir = str(tmp_path / "run")
