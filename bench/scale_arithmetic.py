@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import memory  # noqa: E402
 import model  # noqa: E402
-import trainer  # noqa: E402
+import workitems  # noqa: E402
 
 GB = 1e9
 # Qwen/QwQ-32B config.json (a Qwen2 architecture)
@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     cfg, chip = QWQ_32B, V5P
     P = model.param_count(cfg)
-    T = trainer.fit_seq_len([a.prompt_len], a.max_new_tokens, 1 << 20)   # our one T per run
+    T = workitems.fit_seq_len([a.prompt_len], a.max_new_tokens, 1 << 20)   # our one T per run
     workers = (a.chips - a.trainer_chips) // a.worker_chips
     rollouts = a.prompts * a.group
     print(f"QwQ-32B: {P / 1e9:.2f}B parameters; T = {T} (prompt {a.prompt_len} + {a.max_new_tokens} new, "

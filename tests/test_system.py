@@ -229,9 +229,10 @@ def test_worker_jobs_reward_a_right_completion_and_not_a_wrong_one():
     import inference_worker
     import tasks
     import trainer
+    import workitems
     import verifier
     problem = tasks.heldout_problems(1)[0]
-    item = trainer.problem_item(problem, "x", trainer.Config(), 3, 64, 0)
+    item = workitems.problem_item(problem, "x", trainer.Config(), 3, 64, 0)
     texts = [problem.solution, "0\n", "__import__('os')._exit(0)\n"]
     verdicts = verifier.verify_batch(inference_worker.verify_jobs([item], texts), workers=1)
     assert [v.reward for v in verdicts] == [1.0, 0.0, 0.0], verdicts
