@@ -435,6 +435,22 @@ class Scorer:
             g.kill()
 
 
+def batch_metrics(env_stats: list, statuses: list, math_task: bool) -> dict:
+    """A step's task metrics: env/turns_mean and env/tool_calls_mean over the rows of multi-turn
+    episodes (env_stats: each rollout's {"turns": [G], "tool_calls": [G]}, {} for one turn), and for a
+    math task math/strict_acc (the answer in the format asked for: the reward) and math/lenient_acc
+    (a right answer found anywhere) over the verdict statuses."""
+    out = {}
+    if any(env_stats):
+        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+        out.update({f"env/{k}_mean": float(mean([x for s in env_stats for x in s.get(k, [])]))
+                    for k in ("turns", "tool_calls")})
+    if math_task and statuses:
+        out.update({"math/strict_acc": sum(s == "passed" for s in statuses) / len(statuses),
+                    "math/lenient_acc": sum(s in ("passed", "lenient") for s in statuses) / len(statuses)})
+    return out
+
+
 # ----------------------------------------------------------------------------- more than one turn
 
 ENVS = ("python_tool",)

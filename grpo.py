@@ -833,6 +833,41 @@ def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewar
     return out
 
 
+def mismatch_report(logp_behav_BT, logp_BT, exact_BT, stale_BT) -> dict:
+    """mismatch/*: mismatch_metrics over the tokens our weights sampled from inputs our weights computed
+    (exact_BT: the bf16 problem, bitwise_frac 1.0 when the fix holds); offpolicy/*: its KL and spread
+    over the stale tokens (stale_BT: sampled by older versions). Empty where a mask selects nothing."""
+    out = {}
+    if np.any(exact_BT):
+        out.update({f"mismatch/{k}": float(v) for k, v in mismatch_metrics(logp_behav_BT, logp_BT, exact_BT).items()})
+    if np.any(stale_BT):
+        mm = mismatch_metrics(logp_behav_BT, logp_BT, stale_BT)
+        out.update({f"offpolicy/{k}": float(mm[k]) for k in
+                    ("k3_kl", "mean_abs_logp_diff", "frac_ratio_outside_0.5_2", "num_tokens")})
+    return out
+
+
+def batch_metrics(aux: dict, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT) -> dict:
+    """The step's scalars about its batch (numpy, host side; the trainer logs them every step): the
+    update's own (aux, from policy_loss: loss/*, policy/*), the rewards as the verifier gave them
+    (raw_BG: reward/pass_frac, reward/partial_frac) and as shaped (rewards_BG: reward/mean, std, the
+    share of groups with one reward), how the advantages treat right and wrong completions
+    (adv/mean_right, adv/mean_wrong), the sampler's entropy estimate on the trained tokens
+    (-mean log pi_behav) and the mean completion length."""
+    names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
+    raw_R, adv_R = np.asarray(raw_BG).reshape(-1), np.asarray(adv_B).reshape(-1)
+    mask_BT, logp_behav_BT = np.asarray(mask_BT), np.asarray(logp_behav_BT)
+    return {**{names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()},
+            "reward/mean": float(np.mean(rewards_BG)), "reward/std": float(np.std(rewards_BG)),
+            "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
+            "reward/pass_frac": float(np.mean(raw_R >= 1.0)),
+            "reward/partial_frac": float(np.mean((raw_R > 0) & (raw_R < 1))),
+            **{f"adv/mean_{name}": float(adv_R[sel].mean()) for name, sel in
+               (("right", raw_R >= 1.0), ("wrong", raw_R <= 0.0)) if sel.any()},
+            "policy/entropy": float(-(logp_behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
+            "len/completion_mean": float(mask_BT.sum(1).mean())}
+
+
 def mismatch_metrics(logp_behav_BT, logp_BT, mask_BT):
     """How far the trainer's log-probs are from what the sampler reported for the same tokens (docs/numerics.md).
 

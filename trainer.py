@@ -104,20 +104,6 @@ def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
     return tuple(np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_B, finished_B, gcfg))
 
 
-def staleness_metrics(staleness_BT, mask_BT, max_staleness: int) -> dict:
-    """staleness/*: trainer version - sampling version over the tokens trained on (a version per token:
-    with in-flight weight updates one row holds several). max is the oldest token's (what the bound
-    checks), mean the token-weighted age, frac_k the share of tokens k versions old, k <= max_staleness,
-    mixed_row_frac the share of rows sampled by more than one version (in-flight weight updates)."""
-    s = np.asarray(staleness_BT)[np.asarray(mask_BT) > 0]
-    if s.size == 0:
-        return {}
-    rows = [np.unique(r[m > 0]) for r, m in zip(np.asarray(staleness_BT), np.asarray(mask_BT))]
-    return {"staleness/max": int(s.max()), "staleness/mean": float(s.mean()),
-            "staleness/mixed_row_frac": float(np.mean([u.size > 1 for u in rows])),
-            **{f"staleness/frac_{k}": float(np.mean(s == k)) for k in range(max_staleness + 1)}}
-
-
 class Trainer:
     def __init__(self, cfg: Config, gcfg: grpo.GRPOConfig):
         # Across hosts (multihost.py) the leader (process 0) is the trainer the other roles see; every
@@ -164,6 +150,64 @@ class Trainer:
                                                                      **dataclasses.asdict(gcfg)})
         self.ledger = open(ledger_path, "a")
         self.stop_requested = False
+
+
+    def run(self) -> None:
+        """The loop: (step 0: evaluate), then per step feed + collect (collect_batch), update
+        (train_step), push the new version (push_trained), log, evaluate, checkpoint (end_step)."""
+        cfg = self.cfg
+        self.check_param_server()
+        if self.step_n == 0:
+            metrics = self.evaluate()
+            self.write_metrics(metrics)
+            self.log(f"step 0 | {eval_text(metrics)} on {metrics['eval/problems']} held-out problems")
+        while self.step_n < cfg.steps and not self.stop_requested:
+            t0 = time.monotonic()
+            try:
+                self.check_param_server()
+                with self.timeline.span("wait", step=self.step_n + 1):
+                    wait_s = self.collect_batch()
+            except (TimeoutError, wire.RemoteError) as e:
+                # The param server died or restarted: nothing is lost (every prompt without a fate
+                # is in self.books); check_param_server re-sends weights and work.
+                self.log(f"{type(e).__name__}: {e}; retrying")
+                continue
+            if self.stop_requested:
+                break
+            tokens = sum(float(r.mask_GT.sum()) for r in self.books.batch.values())
+            with self.timeline.span("train", step=self.step_n + 1):
+                metrics = self.train_step()
+            push_s = self.push_trained()  # every version is pushed: items of the next step ask for it
+            self.end_step(metrics, wait_s, push_s, tokens, time.monotonic() - t0)
+        if self.step_n == cfg.steps and not self.stop_requested:
+            self.log(f"trained policy in {self.export_policy()} (Hugging Face layout)")
+        if self.stop_requested:
+            self.checkpoint()
+            self.log("stopped by SIGTERM after checkpointing")
+            raise SystemExit(143)  # not 0: the run is not finished, so a supervisor restarts us
+
+    def end_step(self, metrics: dict, wait_s: float, push_s: float, tokens: float, step_s: float) -> None:
+        """After a step's push: its timings, the staleness bound for the next batch (auto), an
+        evaluation when due, the metrics line and log line, a checkpoint when due."""
+        cfg = self.cfg
+        metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
+                        "throughput/rollouts_per_s": cfg.prompts_per_step * self.gcfg.group_size / step_s,
+                        "throughput/tokens_per_s": tokens / step_s, "staleness/limit": self.books.max_staleness,
+                        "staleness/wait_frac": wait_s / step_s})
+        if cfg.staleness_target > 0:  # the bound for the next batch (this one was admitted under the old)
+            self.books.max_staleness = self.auto_bound.update(
+                metrics.get("offpolicy/k3_kl"), metrics["staleness/wait_frac"])
+        if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
+            metrics.update(self.evaluate())
+        self.write_metrics(metrics)
+        self.log(f"step {self.step_n}: reward {metrics['reward/mean']:.3f} "
+                 f"entropy {metrics['policy/entropy']:.3f} "
+                 f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
+                 f"staleness<={metrics['staleness/max']} dropped {self.books.counts['dropped_stale']} "
+                 f"{metrics['throughput/rollouts_per_s']:.0f} rollouts/s {step_s:.2f}s"
+                 + (f" | {eval_text(metrics)}" if "eval/pass@1" in metrics else ""))
+        if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
+            self.checkpoint()
 
     def load_model(self) -> dict:
         """The checkpoint's config, tokenizer and prompt format; returns its weights (on a mesh they
@@ -313,18 +357,26 @@ class Trainer:
     # -- across hosts (multihost.py) ----------------------------------------------------------------
     # Everything that touches the sharded state is a command, run by every trainer process in the
     # leader's order: update, push, checkpoint, restore, export. With one process it is a plain call.
+    def commands(self) -> dict:
+        """What the leader may ask every trainer process to run (collective): a fixed table, so a
+        follower runs only these, and a reader finds each one by name."""
+        return {"update": self.do_update, "push": self.do_push, "checkpoint": self.do_checkpoint,
+                "restore": self.do_restore, "export": self.do_export}
+
     def collective(self, command: str, payload=None):
-        """The leader runs do_<command>(payload) on every trainer process, itself included."""
+        """The leader runs commands()[command](payload) on every trainer process, itself included."""
+        run = self.commands()[command]  # an unknown command fails here, before any process is told
         multihost.broadcast([command, payload])
-        return getattr(self, f"do_{command}")(payload)
+        return run(payload)
 
     def follow(self) -> int:
         """A follower's life: the leader's commands until it says stop; returns the leader's exit status."""
+        commands = self.commands()
         while True:
             command, payload = multihost.broadcast()
             if command == "stop":
                 return payload
-            getattr(self, f"do_{command}")(payload)
+            commands[command](payload)
 
     def release_followers(self, status: int) -> None:
         if jax.process_count() > 1:
@@ -527,47 +579,26 @@ class Trainer:
         logp_BT = packing.unpack(logp_RT, order, tokens_BT.shape)  # back to row order and length T
         train_s = time.monotonic() - t0
         self.collector.trained()  # step_n + 1; each prompt's fate: trained at it
-        names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
-        metrics = {names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()}
-        metrics.update({"reward/mean": float(rewards_BG.mean()), "reward/std": float(rewards_BG.std()),
-                        "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
-                        "reward/pass_frac": float(np.mean(raw_BG >= 1.0)),
-                        "reward/partial_frac": float(np.mean((raw_BG > 0) & (raw_BG < 1))),
-                        # how the objective treats right and wrong completions (grpo.group_advantages)
-                        **{f"adv/mean_{name}": float(adv_B[sel].mean()) for name, sel in
-                           (("right", raw_BG.reshape(-1) >= 1.0), ("wrong", raw_BG.reshape(-1) <= 0.0)) if sel.any()},
-                        "policy/entropy": float(-(logp_behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
-                        "len/completion_mean": float(mask_BT.sum(1).mean()),
-                        **staleness_metrics(lifecycle.token_staleness(versions_BT, version), sampled_BT,
-                                            self.cfg.max_staleness),
+        metrics = grpo.batch_metrics(aux, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT)
+        metrics.update({**lifecycle.staleness_metrics(lifecycle.token_staleness(versions_BT, version), sampled_BT,
+                                                      self.cfg.max_staleness),
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
                         **{f"curation/passed_over_{k}": n for k, n in self.problem.passed_over.items()
                            if self.cfg.curated or self.cfg.skip_uniform},
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),
                         "len/packed": int(packed)})
         self.step_programs = [0, 0]
-        if any(r.env_stats for r in batch):  # multi-turn episodes (envs.py)
-            metrics.update({f"env/{k}_mean": float(np.mean([x for r in batch for x in r.env_stats.get(k, [])]))
-                            for k in ("turns", "tool_calls")})
-        if self.math:  # strict: the answer in the format asked for (the reward); lenient: found anywhere
-            statuses = [s for r in batch for s in r.statuses]
-            metrics.update({"math/strict_acc": float(np.mean([s == "passed" for s in statuses])),
-                            "math/lenient_acc": float(np.mean([s in ("passed", "lenient") for s in statuses]))})
+        metrics.update(envs.batch_metrics([r.env_stats for r in batch], [s for r in batch for s in r.statuses],
+                                          self.math))
         # THE MEASUREMENT of the bf16 problem: the sampler's log-probs (as it reported them while
         # sampling) against ours inside the gradient computation, over the tokens our weights sampled
         # from inputs our weights computed (lifecycle.exact_tokens: same weights, same inputs).
+        # How off-policy the stale tokens are (offpolicy/*): the same statistics between the policies that
+        # sampled them and ours (policy drift over their staleness, plus any numerical mismatch).
         exact_BT &= mask_BT > 0
+        metrics.update(grpo.mismatch_report(logp_behav_BT, logp_BT, exact_BT, (mask_BT > 0) & (versions_BT < version)))
         if exact_BT.any():
-            mm = grpo.mismatch_metrics(logp_behav_BT, logp_BT, exact_BT)
-            metrics.update({f"mismatch/{k}": float(v) for k, v in mm.items()})
             self.write_mismatch_histogram(logp_BT - logp_behav_BT, exact_BT)
-        # How off-policy the stale tokens are: the same statistics between the policies that sampled
-        # them and ours (policy drift over their staleness, plus any numerical mismatch)
-        stale_BT = (mask_BT > 0) & (versions_BT < version)
-        if stale_BT.any():
-            mm = grpo.mismatch_metrics(logp_behav_BT, logp_BT, stale_BT)
-            metrics.update({f"offpolicy/{k}": float(mm[k]) for k in
-                            ("k3_kl", "mean_abs_logp_diff", "frac_ratio_outside_0.5_2", "num_tokens")})
         return metrics
 
     MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats
@@ -639,55 +670,6 @@ class Trainer:
     def export_policy(self) -> str:
         return self.collective("export")
 
-    def run(self) -> None:
-        cfg = self.cfg
-        self.check_param_server()
-        if self.step_n == 0:
-            metrics = self.evaluate()
-            self.write_metrics(metrics)
-            self.log(f"step 0 | {eval_text(metrics)} on {metrics['eval/problems']} held-out problems")
-        while self.step_n < cfg.steps and not self.stop_requested:
-            t0 = time.monotonic()
-            try:
-                self.check_param_server()
-                with self.timeline.span("wait", step=self.step_n + 1):
-                    wait_s = self.collect_batch()
-            except (TimeoutError, wire.RemoteError) as e:
-                # The param server died or restarted: nothing is lost (every prompt without a fate
-                # is in self.books); check_param_server re-sends weights and work.
-                self.log(f"{type(e).__name__}: {e}; retrying")
-                continue
-            if self.stop_requested:
-                break
-            tokens = sum(float(r.mask_GT.sum()) for r in self.books.batch.values())
-            with self.timeline.span("train", step=self.step_n + 1):
-                metrics = self.train_step()
-            push_s = self.push_trained()  # every version is pushed: items of the next step ask for it
-            step_s = time.monotonic() - t0
-            metrics.update({"wait/rollouts_s": wait_s, "wait/push_s": push_s, "time/step_s": step_s,
-                            "throughput/rollouts_per_s": cfg.prompts_per_step * self.gcfg.group_size / step_s,
-                            "throughput/tokens_per_s": tokens / step_s, "staleness/limit": self.books.max_staleness,
-                            "staleness/wait_frac": wait_s / step_s})
-            if cfg.staleness_target > 0:  # the bound for the next batch (this one was admitted under the old)
-                self.books.max_staleness = self.auto_bound.update(
-                    metrics.get("offpolicy/k3_kl"), metrics["staleness/wait_frac"])
-            if cfg.eval_every and self.step_n % cfg.eval_every == 0 or self.step_n == cfg.steps:
-                metrics.update(self.evaluate())
-            self.write_metrics(metrics)
-            self.log(f"step {self.step_n}: reward {metrics['reward/mean']:.3f} "
-                     f"entropy {metrics['policy/entropy']:.3f} "
-                     f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
-                     f"staleness<={metrics['staleness/max']} dropped {self.books.counts['dropped_stale']} "
-                     f"{metrics['throughput/rollouts_per_s']:.0f} rollouts/s {step_s:.2f}s"
-                     + (f" | {eval_text(metrics)}" if "eval/pass@1" in metrics else ""))
-            if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
-                self.checkpoint()
-        if self.step_n == cfg.steps and not self.stop_requested:
-            self.log(f"trained policy in {self.export_policy()} (Hugging Face layout)")
-        if self.stop_requested:
-            self.checkpoint()
-            self.log("stopped by SIGTERM after checkpointing")
-            raise SystemExit(143)  # not 0: the run is not finished, so a supervisor restarts us
 
 
 EXIT_STOP_RUN = 3

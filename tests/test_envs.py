@@ -497,3 +497,12 @@ def test_the_sandbox_runs_a_tool_call_and_returns_its_output():
     assert (ok.status, ok.detail) == ("passed", "42\n")
     assert err.status == "runtime_error" and "ZeroDivisionError" in err.detail
     assert slow.status == "timeout"
+
+
+def test_batch_metrics_of_episodes_and_math():
+    """envs.batch_metrics: turns and tool calls averaged over the rows of multi-turn rollouts (a
+    one-turn rollout has no env_stats), strict and lenient math accuracy over the statuses."""
+    stats = [{"turns": [2, 1], "tool_calls": [1, 0]}, {"turns": [3, 2], "tool_calls": [2, 1]}]
+    m = envs.batch_metrics(stats, ["passed", "lenient", "failed", "passed"], math_task=True)
+    assert m == {"env/turns_mean": 2.0, "env/tool_calls_mean": 1.0, "math/strict_acc": 0.5, "math/lenient_acc": 0.75}
+    assert envs.batch_metrics([{}, {}], ["passed"], math_task=False) == {}

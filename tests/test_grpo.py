@@ -867,3 +867,33 @@ def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
     np.testing.assert_array_equal(sel_packed, sel_fixed)
 
 
+
+
+def test_batch_metrics_by_hand():
+    """grpo.batch_metrics, the trainer's per-step scalars about its batch, on numbers worked out by hand:
+    two groups of two; the verifier gave [1, 0] and [0.5, 0.5], shaping left them as they were."""
+    raw_BG = np.array([[1.0, 0.0], [0.5, 0.5]], np.float32)
+    adv_B = np.array([1.0, -1.0, 0.0, 0.0], np.float32)
+    mask_BT = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], np.float32)
+    logp_behav_BT = np.array([[-1.0, -2.0, -9.0], [-3.0, -9.0, -9.0], [-1.0, -1.0, -1.0], [-9.0, -9.0, -9.0]],
+                             np.float32)
+    m = grpo.batch_metrics({"loss": 0.5, "clip_frac": 0.25}, raw_BG, raw_BG, adv_B, logp_behav_BT, mask_BT)
+    assert m["loss/total"] == 0.5 and m["policy/clip_frac"] == 0.25
+    assert m["reward/mean"] == pytest.approx(0.5) and m["reward/std"] == pytest.approx(np.sqrt(0.125))
+    assert m["reward/frac_zero_var_groups"] == 0.5       # the second group: both 0.5
+    assert m["reward/pass_frac"] == 0.25 and m["reward/partial_frac"] == 0.5
+    assert m["adv/mean_right"] == 1.0 and m["adv/mean_wrong"] == -1.0
+    assert m["policy/entropy"] == pytest.approx((1 + 2 + 3 + 1 + 1 + 1) / 6)   # -mean log pi over 6 tokens
+    assert m["len/completion_mean"] == pytest.approx(6 / 4)
+
+
+def test_mismatch_report_splits_exact_and_stale_tokens():
+    """mismatch/* over the exact tokens only, offpolicy/* over the stale ones only (by hand: the exact
+    tokens agree bit for bit, the stale token is off by log 2)."""
+    behav = np.array([[-1.0, -2.0, -0.5]], np.float32)
+    ours = np.array([[-1.0, -2.0, -0.5 + np.log(2.0)]], np.float32)
+    exact, stale = np.array([[True, True, False]]), np.array([[False, False, True]])
+    r = grpo.mismatch_report(behav, ours, exact, stale)
+    assert r["mismatch/bitwise_frac"] == 1.0 and r["mismatch/num_tokens"] == 2
+    assert r["offpolicy/num_tokens"] == 1 and r["offpolicy/mean_abs_logp_diff"] == pytest.approx(np.log(2.0), rel=1e-5)
+    assert grpo.mismatch_report(behav, ours, ~exact & False, ~stale & False) == {}
