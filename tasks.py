@@ -479,17 +479,19 @@ def _references(rec: dict, own: str | None) -> tuple:
     return tuple(dict.fromkeys(x for x in found if isinstance(x, str) and x.strip()))
 
 
+def _need(rec: dict, name: str, typ=str):
+    """rec[name], or ValueError if it is missing or not a `typ`."""
+    if name not in rec:
+        raise ValueError(f"missing field {name!r}")
+    if not isinstance(rec[name], typ):
+        raise ValueError(f"field {name!r} must be {typ.__name__ if isinstance(typ, type) else typ}, "
+                         f"got {type(rec[name]).__name__}")
+    return rec[name]
+
+
 def _problem_from_record(rec: dict, default_id: str, reward: bool = False) -> Problem:
     """One JSONL record to a Problem; raises ValueError naming what is missing or mistyped. reward: the
     run scores completions with a reward function, so any row with a prompt or messages is a task."""
-    def need(name, typ=str):
-        if name not in rec:
-            raise ValueError(f"missing field {name!r}")
-        if not isinstance(rec[name], typ):
-            raise ValueError(f"field {name!r} must be {typ.__name__ if isinstance(typ, type) else typ}, "
-                             f"got {type(rec[name]).__name__}")
-        return rec[name]
-
     item_id = str(rec.get("item_id", rec.get("task_id", rec.get("problem_id", rec.get("unique_id",
                                                                                    rec.get("id", default_id))))))
     if reward:
@@ -503,62 +505,18 @@ def _problem_from_record(rec: dict, default_id: str, reward: bool = False) -> Pr
                        solutions=(solution,) if isinstance(solution, str) else (), stop=("\nQuestion:",))
     if isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str):
         raise ValueError("a GSM8K-style row's 'answer' must end with '#### <number>'")
-    io = rec.get("input_output")
-    if io is not None or "inputs" in rec or "outputs" in rec:   # stdin/stdout
-        if io is not None:
-            if isinstance(io, str):
-                try:
-                    io = json.loads(io)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"field 'input_output' is not valid JSON: {e.msg}") from None
-            if not isinstance(io, dict):
-                raise ValueError("field 'input_output' must be an object with 'inputs' and 'outputs'")
-            if io.get("fn_name"):
-                raise ValueError(f"field 'input_output' names fn_name {io['fn_name']!r}: call-based "
-                                 f"problems are not supported, only stdin/stdout")
-            rec = {**rec, **{k: io[k] for k in ("inputs", "outputs") if k in io}}
-        inputs, outputs = need("inputs", list), need("outputs", list)
-        if len(inputs) != len(outputs) or not inputs:
-            raise ValueError(f"'inputs' and 'outputs' must be non-empty lists of equal length, "
-                             f"got {len(inputs)} and {len(outputs)}")
-        if not all(isinstance(s, str) for s in inputs + outputs):
-            raise ValueError("'inputs' and 'outputs' must hold strings only")
-        text = rec.get("prompt", rec.get("question"))
-        if not isinstance(text, str):
-            raise ValueError("missing field 'prompt' (or 'question') with the problem statement")
-        # No "\nif __name__" stop: a whole program commonly ends with that guard and its main() call.
-        return Problem(item_id=item_id, prompt=text, tests="", entry_point="", kind="io",
-                       cases=tuple(zip(inputs, outputs)), solutions=_references(rec, None),
-                       stop=("\n```",), style="io", statement=text)
-    if "test_list" in rec:   # MBPP
-        tests = need("test_list", list)
-        if not tests or not all(isinstance(t, str) for t in tests):
-            raise ValueError("field 'test_list' must be a non-empty list of assert strings")
-        text = rec.get("text", rec.get("prompt"))
-        if not isinstance(text, str):
-            raise ValueError("missing field 'text' (or 'prompt') with the task description")
-        code = rec.get("code", "")
-        m = re.search(r"^def\s+([A-Za-z_]\w*)\s*\(", code, re.M) if isinstance(code, str) else None
-        entry = rec.get("entry_point") or _entry_from_tests(tests) or (m.group(1) if m else None)
-        if not entry:
-            raise ValueError("cannot find the entry point: give 'entry_point' or a test like "
-                             "'assert name(...)'")
-        setup = rec.get("test_setup_code", "") or ""
-        imports = "\n".join(rec.get("test_imports", []) or [])
-        prompt = f'"""\n{text.strip()}\n{tests[0].strip()}\n"""\n'
-        return Problem(item_id=item_id, prompt=prompt,
-                       tests="\n".join(s for s in (imports, setup, *tests) if s) + "\n",
-                       entry_point=entry, kind="assert", solutions=_references(rec, "code"),
-                       stop=("\nassert ", "\nprint(", "\nif __name__", '\n"""', "\n```"),
-                       style="mbpp", statement=text.strip(), shown_test=tests[0].strip())
-    prompt = need("prompt")
+    if rec.get("input_output") is not None or "inputs" in rec or "outputs" in rec:
+        return _io_problem(rec, item_id)
+    if "test_list" in rec:
+        return _mbpp_problem(rec, item_id)
+    prompt = _need(rec, "prompt")
     if "test" in rec:        # HumanEval
-        test, entry = need("test"), need("entry_point")
+        test, entry = _need(rec, "test"), _need(rec, "entry_point")
         return Problem(item_id=item_id, prompt=prompt, tests=f"{test}\ncheck({entry})\n",
                        entry_point=entry, kind="assert", solutions=_references(rec, "canonical_solution"),
                        stop=_HUMANEVAL_STOP, style="humaneval")
     if "tests" in rec:       # plain asserts
-        tests = need("tests")
+        tests = _need(rec, "tests")
         return Problem(item_id=item_id, prompt=prompt, tests=tests,
                        entry_point=str(rec.get("entry_point", "")), kind="assert",
                        solutions=_references(rec, None),
@@ -566,6 +524,61 @@ def _problem_from_record(rec: dict, default_id: str, reward: bool = False) -> Pr
                        style="asserts")
     raise ValueError("no tests: expected 'test' + 'entry_point' (HumanEval), 'test_list' (MBPP), "
                      "'tests' (asserts) or 'inputs' + 'outputs' (stdin/stdout)")
+
+
+def _io_problem(rec: dict, item_id: str) -> Problem:
+    """A stdin/stdout problem (Codeforces/APPS): inputs and outputs, or APPS's input_output JSON."""
+    io = rec.get("input_output")
+    if io is not None:
+        if isinstance(io, str):
+            try:
+                io = json.loads(io)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"field 'input_output' is not valid JSON: {e.msg}") from None
+        if not isinstance(io, dict):
+            raise ValueError("field 'input_output' must be an object with 'inputs' and 'outputs'")
+        if io.get("fn_name"):
+            raise ValueError(f"field 'input_output' names fn_name {io['fn_name']!r}: call-based "
+                             f"problems are not supported, only stdin/stdout")
+        rec = {**rec, **{k: io[k] for k in ("inputs", "outputs") if k in io}}
+    inputs, outputs = _need(rec, "inputs", list), _need(rec, "outputs", list)
+    if len(inputs) != len(outputs) or not inputs:
+        raise ValueError(f"'inputs' and 'outputs' must be non-empty lists of equal length, "
+                         f"got {len(inputs)} and {len(outputs)}")
+    if not all(isinstance(s, str) for s in inputs + outputs):
+        raise ValueError("'inputs' and 'outputs' must hold strings only")
+    text = rec.get("prompt", rec.get("question"))
+    if not isinstance(text, str):
+        raise ValueError("missing field 'prompt' (or 'question') with the problem statement")
+    # No "\nif __name__" stop: a whole program commonly ends with that guard and its main() call.
+    return Problem(item_id=item_id, prompt=text, tests="", entry_point="", kind="io",
+                   cases=tuple(zip(inputs, outputs)), solutions=_references(rec, None),
+                   stop=("\n```",), style="io", statement=text)
+
+
+def _mbpp_problem(rec: dict, item_id: str) -> Problem:
+    """An MBPP row: text, test_list (its first test is shown in the prompt), code (the reference)."""
+    tests = _need(rec, "test_list", list)
+    if not tests or not all(isinstance(t, str) for t in tests):
+        raise ValueError("field 'test_list' must be a non-empty list of assert strings")
+    text = rec.get("text", rec.get("prompt"))
+    if not isinstance(text, str):
+        raise ValueError("missing field 'text' (or 'prompt') with the task description")
+    code = rec.get("code", "")
+    m = re.search(r"^def\s+([A-Za-z_]\w*)\s*\(", code, re.M) if isinstance(code, str) else None
+    entry = rec.get("entry_point") or _entry_from_tests(tests) or (m.group(1) if m else None)
+    if not entry:
+        raise ValueError("cannot find the entry point: give 'entry_point' or a test like "
+                         "'assert name(...)'")
+    setup = rec.get("test_setup_code", "") or ""
+    imports = "\n".join(rec.get("test_imports", []) or [])
+    prompt = f'"""\n{text.strip()}\n{tests[0].strip()}\n"""\n'
+    return Problem(item_id=item_id, prompt=prompt,
+                   tests="\n".join(s for s in (imports, setup, *tests) if s) + "\n",
+                   entry_point=entry, kind="assert", solutions=_references(rec, "code"),
+                   stop=("\nassert ", "\nprint(", "\nif __name__", '\n"""', "\n```"),
+                   style="mbpp", statement=text.strip(), shown_test=tests[0].strip())
+
 
 
 def _reward_problem(rec: dict, item_id: str) -> Problem:
