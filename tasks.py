@@ -580,7 +580,6 @@ def _mbpp_problem(rec: dict, item_id: str) -> Problem:
                    style="mbpp", statement=text.strip(), shown_test=tests[0].strip())
 
 
-
 def _reward_problem(rec: dict, item_id: str) -> Problem:
     """A row for a reward function: a `prompt` string or a `messages` chat list, anything else kept."""
     if isinstance(rec.get("messages"), list):
