@@ -207,49 +207,60 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
     placed = ([("trainer", tuple(chip_ids[:T]))] if with_trainer else []) + [
         (f"worker-{i}", groups[i % len(groups)]) for i in range(workers)]
 
-    roles = {}
-    if platform == "tpu":
-        # the trainer's libtpu port is tpu_port_base, worker i's tpu_port_base + 1 + i (on every host)
-        # (a trainer across hosts has no port of ours: libtpu takes the slice's own)
-        ports = [tpu_port_base + (0 if name == "trainer" else 1 + int(name.split("-")[1])) for name, _ in placed]
-        used = [p for (name, _), p in zip(placed, ports) if not (name == "trainer" and multihost_trainer)]
-        if clash := sorted(set(used) & {int(p) for p in reserved_ports}):
-            raise PlacementError(f"libtpu ports {used[0]}-{used[-1]} clash with port(s) {clash} of the "
-                                 f"parameter server / verifier: set TPU_PORT_BASE or PORT")
-        position = {c: i for i, c in enumerate(chip_ids)}
-        for (name, chips), port in zip(placed, ports):
-            if name == "trainer" and multihost_trainer:  # every chip of the host; the slice's topology
-                roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["tpu"]}
-                continue
-            first = position[chips[0]]
-            if len(chips) not in TPU_BOUNDS or first % len(chips):
-                raise PlacementError(
-                    f"{name} would get TPU chips {','.join(map(str, chips))}: a process's chips must be "
-                    f"1, 2, 4 or 8 aligned chips (a block of the host's grid); choose TRAINER_CHIPS and "
-                    f"WORKER_CHIPS among 1, 2, 4, 8 with TRAINER_CHIPS a multiple of WORKER_CHIPS")
-            roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["tpu"], "TPU_VISIBLE_CHIPS": ",".join(map(str, chips)),
-                           "TPU_CHIPS_PER_PROCESS_BOUNDS": TPU_BOUNDS[len(chips)], "TPU_PROCESS_BOUNDS": "1,1,1",
-                           "TPU_PROCESS_PORT": str(port), "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
-                           "CLOUD_TPU_TASK_ID": "0", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}
-    else:
-        share = {"trainer": TRAINER_MEMORY_SHARE}
-        load = {}  # GPU -> memory shares of the roles on it
-        for name, chips in placed:
-            for c in chips:
-                load[c] = load.get(c, 0) + share.get(name, 1)
-        for name, chips in placed:
-            # floor to 2 decimals, so the fractions of the roles on one GPU sum to <= the budget
-            frac = min(int(100 * gpu_mem_budget * share.get(name, 1) / load[c] + 1e-9) for c in chips) / 100
-            if frac <= 0:
-                raise PlacementError(f"{name}: too many roles on one GPU for GPU_MEM_BUDGET={gpu_mem_budget}")
-            roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["gpu"], "CUDA_VISIBLE_DEVICES": ",".join(map(str, chips)),
-                           "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{frac:.2f}"}
+    roles = (_tpu_env(placed, chip_ids, tpu_port_base, reserved_ports, multihost_trainer) if platform == "tpu"
+             else _gpu_env(placed, gpu_mem_budget))
     for name, chips in placed:
         roles[name].update(RLAX_ACCELERATOR=platform, RLAX_CHIPS=str(len(chips)))
     worker_flags = f"--tensor-parallel {W}" if W > 1 else ""
     return ([Role("param_server", dict(off_accelerator)), Role("verifier", dict(off_accelerator))]
             + [Role(name, roles[name], worker_flags, chips) for name, chips in placed if name != "trainer"]
             + [Role("trainer", roles["trainer"], trainer_flags, chips) for name, chips in placed if name == "trainer"])
+
+
+def _tpu_env(placed: list, chip_ids: list, tpu_port_base: int, reserved_ports, multihost_trainer: bool) -> dict:
+    """Each placed TPU role's environment: its chips, their bounds, its libtpu port (plan's helper)."""
+    roles = {}
+    # the trainer's libtpu port is tpu_port_base, worker i's tpu_port_base + 1 + i (on every host)
+    # (a trainer across hosts has no port of ours: libtpu takes the slice's own)
+    ports = [tpu_port_base + (0 if name == "trainer" else 1 + int(name.split("-")[1])) for name, _ in placed]
+    used = [p for (name, _), p in zip(placed, ports) if not (name == "trainer" and multihost_trainer)]
+    if clash := sorted(set(used) & {int(p) for p in reserved_ports}):
+        raise PlacementError(f"libtpu ports {used[0]}-{used[-1]} clash with port(s) {clash} of the "
+                             f"parameter server / verifier: set TPU_PORT_BASE or PORT")
+    position = {c: i for i, c in enumerate(chip_ids)}
+    for (name, chips), port in zip(placed, ports):
+        if name == "trainer" and multihost_trainer:  # every chip of the host; the slice's topology
+            roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["tpu"]}
+            continue
+        first = position[chips[0]]
+        if len(chips) not in TPU_BOUNDS or first % len(chips):
+            raise PlacementError(
+                f"{name} would get TPU chips {','.join(map(str, chips))}: a process's chips must be "
+                f"1, 2, 4 or 8 aligned chips (a block of the host's grid); choose TRAINER_CHIPS and "
+                f"WORKER_CHIPS among 1, 2, 4, 8 with TRAINER_CHIPS a multiple of WORKER_CHIPS")
+        roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["tpu"], "TPU_VISIBLE_CHIPS": ",".join(map(str, chips)),
+                       "TPU_CHIPS_PER_PROCESS_BOUNDS": TPU_BOUNDS[len(chips)], "TPU_PROCESS_BOUNDS": "1,1,1",
+                       "TPU_PROCESS_PORT": str(port), "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
+                       "CLOUD_TPU_TASK_ID": "0", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}
+    return roles
+
+
+def _gpu_env(placed: list, gpu_mem_budget: float) -> dict:
+    """Each placed GPU role's environment: its GPUs and its share of their memory (plan's helper)."""
+    roles = {}
+    share = {"trainer": TRAINER_MEMORY_SHARE}
+    load = {}  # GPU -> memory shares of the roles on it
+    for name, chips in placed:
+        for c in chips:
+            load[c] = load.get(c, 0) + share.get(name, 1)
+    for name, chips in placed:
+        # floor to 2 decimals, so the fractions of the roles on one GPU sum to <= the budget
+        frac = min(int(100 * gpu_mem_budget * share.get(name, 1) / load[c] + 1e-9) for c in chips) / 100
+        if frac <= 0:
+            raise PlacementError(f"{name}: too many roles on one GPU for GPU_MEM_BUDGET={gpu_mem_budget}")
+        roles[name] = {"JAX_PLATFORMS": JAX_PLATFORM["gpu"], "CUDA_VISIBLE_DEVICES": ",".join(map(str, chips)),
+                       "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{frac:.2f}"}
+    return roles
 
 
 def describe(platform: str, how: str, roles: list[Role]) -> str:
