@@ -321,7 +321,7 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
     done at about the same time. refill: the decode loop returns to the host (to prefill waiting rows)
     once min(refill, rows waiting) slots are free; 1 keeps the slots fullest, larger means fewer host
     round trips. slots >= MIN_DECODE_ROWS (PRECISION POLICY (e)).
-    Returns numpy values in input order: tokens (R int32 arrays, prompt + completion), logp (R float32
+    Returns numpy values in input order: tokens (R int32 arrays, prompt + completion), logp_behav (R float32
     arrays, one per completion token: the log-prob under the FULL tempered distribution, as generate()),
     prompt_len_R, completion_len_R, and stats (decode_steps: sample+decode steps run; useful_tokens:
     tokens sampled for rows; slot_util = useful_tokens / (slots * decode_steps); host_round_trips;
@@ -347,7 +347,7 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
     stats = {"decode_steps": st["decode_steps"], "useful_tokens": st["useful_tokens"],
              "slot_util": st["useful_tokens"] / max(slots * st["decode_steps"], 1),
              "host_round_trips": st["host_round_trips"], "prefill_calls": st["prefill_calls"]}
-    return {"tokens": [r.tokens for r in rows], "logp": [r.logp for r in rows],
+    return {"tokens": [r.tokens for r in rows], "logp_behav": [r.logp for r in rows],
             "prompt_len_R": plen_R.astype(np.int32),
             "completion_len_R": np.array([r.logp.size for r in rows], np.int32), "stats": stats}
 
@@ -364,9 +364,9 @@ def continuous_to_batch(out: dict, T: int, pad_id: int = 0) -> dict:
     tokens_BT = np.full((R, T), pad_id, np.int32)
     logp_BT = np.zeros((R, T), np.float32)
     mask_BT = np.zeros((R, T), np.float32)
-    for r, (t, lp, p) in enumerate(zip(out["tokens"], out["logp"], out["prompt_len_R"])):
+    for r, (t, lp, p) in enumerate(zip(out["tokens"], out["logp_behav"], out["prompt_len_R"])):
         tokens_BT[r, :t.size] = t
         logp_BT[r, p:t.size] = lp
         mask_BT[r, p:t.size] = 1.0
-    return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT,
+    return {"tokens_BT": tokens_BT, "logp_behav_BT": logp_BT, "mask_BT": mask_BT,
             "completion_len_B": np.asarray(out["completion_len_R"], np.int32)}

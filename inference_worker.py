@@ -238,7 +238,7 @@ def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int
     is True when row b ended on a stop string or on one of the ids eos_id (eos_for) rather than at the
     length limit."""
     ends = {int(eos_id)} if np.ndim(eos_id) == 0 and eos_id is not None else set(map(int, eos_id or ()))
-    tokens_BT, logp_BT, mask_BT = out["tokens_BT"].copy(), out["logp_BT"].copy(), out["mask_BT"].copy()
+    tokens_BT, logp_behav_BT, mask_BT = out["tokens_BT"].copy(), out["logp_behav_BT"].copy(), out["mask_BT"].copy()
     texts, finished = [], []
     has_stop = lambda ids: any(s and s in tokenizer.decode(ids) for s in stop)
     for b in range(tokens_BT.shape[0]):
@@ -253,8 +253,8 @@ def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int
             keep = lo
         texts.append(tokenizer.decode(ids[:keep]))
         finished.append(stopped or (keep > 0 and ids[keep - 1] in ends))
-        tokens_BT[b, start + keep:], logp_BT[b, start + keep:], mask_BT[b, start + keep:] = pad_id, 0.0, 0.0
-    return {"tokens_BT": tokens_BT, "logp_BT": logp_BT, "mask_BT": mask_BT}, texts, finished
+        tokens_BT[b, start + keep:], logp_behav_BT[b, start + keep:], mask_BT[b, start + keep:] = pad_id, 0.0, 0.0
+    return {"tokens_BT": tokens_BT, "logp_behav_BT": logp_behav_BT, "mask_BT": mask_BT}, texts, finished
 
 
 def row_keys(seed: int, items: list, version: int, rows: int):
@@ -570,7 +570,7 @@ class Worker:
                 self.params, self.mcfg, seqs, turn_keys, cache_len=seq_len, max_new_tokens=budgets,
                 slots=max(cfg.slots, model.MIN_DECODE_ROWS), temperature=temperature, top_p=top_p, eos_id=eos,
                 pad_id=self.pad_id)
-            return [(t[len(s):], lp) for t, s, lp in zip(res["tokens"], seqs, res["logp"])]
+            return [(t[len(s):], lp) for t, s, lp in zip(res["tokens"], seqs, res["logp_behav"])]
 
         def run_code(programs):
             verdicts = self.verifiers.verify([{"kind": "run", "program": p, "timeout_s": first.timeout_s}
@@ -587,10 +587,10 @@ class Worker:
                                          eos_id=end_of_turn, stop_ids=eos)
             span["tokens"] = int(sum(sum(e.mask) for e in episodes))
         out = {"tokens_BT": np.full((len(rows), seq_len), self.pad_id, np.int32),
-               "logp_BT": np.zeros((len(rows), seq_len), np.float32), "mask_BT": np.zeros((len(rows), seq_len), np.float32)}
+               "logp_behav_BT": np.zeros((len(rows), seq_len), np.float32), "mask_BT": np.zeros((len(rows), seq_len), np.float32)}
         for b, e in enumerate(episodes):
             n = min(len(e.tokens), seq_len)
-            out["tokens_BT"][b, :n], out["logp_BT"][b, :n], out["mask_BT"][b, :n] = e.tokens[:n], e.logp[:n], e.mask[:n]
+            out["tokens_BT"][b, :n], out["logp_behav_BT"][b, :n], out["mask_BT"][b, :n] = e.tokens[:n], e.logp[:n], e.mask[:n]
         env_stats = [{"turns": [e.turns], "tool_calls": [e.tool_calls]} for e in episodes]
         return self.finish(items, out, np.array([r.size for r in rows]), np.full((len(rows), seq_len), version, np.int32),
                            time.monotonic() - t0, texts=[e.final_text for e in episodes],
@@ -626,7 +626,7 @@ class Worker:
                 item_id=item.item_id, version=lifecycle.rollout_version(versions_GT, mask_GT), lineage=self.lineage,
                 worker=cfg.name, prompt_len=int(prompt_len_B[r]),
                 tokens_GT=out["tokens_BT"][rows_G].astype(np.int32),
-                logp_behav_GT=out["logp_BT"][rows_G].astype(np.float32), mask_GT=mask_GT,
+                logp_behav_GT=out["logp_behav_BT"][rows_G].astype(np.float32), mask_GT=mask_GT,
                 rewards_G=np.array([v.reward for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),
                 statuses=[v.status for v in verdicts[rows_G]],
@@ -743,7 +743,7 @@ class Worker:
         """An item whose G rows all ended: laid out [G, T] with the version of each token, then finished."""
         T = item.seq_len
         out = continuous.continuous_to_batch(
-            {"tokens": [r.tokens for r in rows], "logp": [r.logp for r in rows],
+            {"tokens": [r.tokens for r in rows], "logp_behav": [r.logp for r in rows],
              "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
              "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}, T, self.pad_id)
         versions_GT = np.full((len(rows), T), -1, np.int32)

@@ -921,13 +921,15 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
 
     prompt_BT: int32 [B, T], each row's prompt right-padded with pad_id to the fixed length T (the cache
     length, and the length the trainer runs forward() on); prompt_len_B + max_new_tokens <= T.
-    Returns numpy arrays: tokens_BT (prompt + completion + pad), logp_BT (f32: log-prob of each sampled
-    completion token under the FULL tempered distribution softmax(logits / temperature), not the top_p
-    renormalised one, so it equals token_logprobs(params, cfg, tokens_BT, temperature) bit for bit on the
-    reference CPU configuration; 0 elsewhere), mask_BT (1.0 on completion tokens, eos included),
-    completion_len_B. eos_id: the token id, or the ids (at most MAX_STOP_IDS), that end a row (a chat
-    checkpoint has several: every eos of its generation_config and its template's end-of-turn; the
-    row keeps the one it sampled, mask 1); None: rows end only at max_new_tokens. temperature=0 is greedy and reports the untempered (temperature 1) log-probs.
+    Returns numpy arrays: tokens_BT (prompt + completion + pad), logp_behav_BT (f32, the behaviour
+    policy's log-prob of each sampled completion token under the FULL tempered distribution
+    softmax(logits / temperature), not the top_p renormalised one, so it equals token_logprobs(params,
+    cfg, tokens_BT, temperature) bit for bit on the reference CPU configuration; 0 elsewhere), mask_BT
+    (1.0 on completion tokens, eos included), completion_len_B. eos_id: the token id, or the ids (at
+    most MAX_STOP_IDS), that end a row (a chat checkpoint has several: every eos of its
+    generation_config and its template's end-of-turn; the row keeps the one it sampled, mask 1); None:
+    rows end only at max_new_tokens. temperature=0 is greedy and reports the untempered (temperature 1)
+    log-probs.
     key: one PRNG key for the batch, or a batch of B keys, one per row. With per-row keys a row's
     completion depends only on its prompt, its key and the weights, not on the other rows: the same
     keys give common random numbers across evaluations (inference_worker.py: row_keys).
@@ -966,6 +968,6 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
         prefill_len=P)
     grow = ((0, 0), (0, T - C))  # back to [B, T]: pad tokens, log-prob 0, mask 0
     out = {"tokens_BT": np.pad(np.asarray(tokens_BT), grow, constant_values=pad_id),
-           "logp_BT": np.pad(np.asarray(logp_BT), grow), "mask_BT": np.pad(np.asarray(mask_BT), grow),
+           "logp_behav_BT": np.pad(np.asarray(logp_BT), grow), "mask_BT": np.pad(np.asarray(mask_BT), grow),
            "completion_len_B": np.asarray(n_B)}
     return {k: v[:B] for k, v in out.items()}

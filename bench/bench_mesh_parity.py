@@ -83,7 +83,7 @@ def main():
         print(f"sampled on tensor degree {t}", flush=True)
     names = list(samples)
     cat = lambda k: np.concatenate([samples[n][k] for n in names])
-    data = {"tokens_BT": cat("tokens_BT"), "mask_BT": cat("mask_BT"), "logp_behav_BT": cat("logp_BT"),
+    data = {"tokens_BT": cat("tokens_BT"), "mask_BT": cat("mask_BT"), "logp_behav_BT": cat("logp_behav_BT"),
             "adv_B": rng.standard_normal(len(names) * args.rows).astype(np.float32)}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
     gcfg = grpo.GRPOConfig(max_len=args.new_tokens)
@@ -97,7 +97,7 @@ def main():
         for i, n in enumerate(names):
             rows = slice(i * args.rows, (i + 1) * args.rows)
             m = samples[n]["mask_BT"] > 0
-            diff = np.abs(logp_BT[rows][m].astype(np.float64) - samples[n]["logp_BT"][m])
+            diff = np.abs(logp_BT[rows][m].astype(np.float64) - samples[n]["logp_behav_BT"][m])
             lines.append(f"RESULT name=mesh_parity trainer={layout} sampler={n} bitwise_frac={np.mean(diff == 0):.4f} "
                          f"max_abs={diff.max():.3g} tokens={int(m.sum())}")
             print(lines[-1], flush=True)

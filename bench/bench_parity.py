@@ -70,7 +70,7 @@ def measure(size: str, bf16_fix: bool, n_rows: int, score_batches, prompt_len: i
             (_, lp), _ = score(params, jnp.asarray(chunk), jnp.asarray(cmask))
             parts.append(np.asarray(lp)[:j - i])
         logp_trainer = np.concatenate(parts)[:n_rows]
-        mm = {k: float(v) for k, v in grpo.mismatch_metrics(out["logp_BT"], logp_trainer, mask_BT).items()}
+        mm = {k: float(v) for k, v in grpo.mismatch_metrics(out["logp_behav_BT"], logp_trainer, mask_BT).items()}
         rows.append({"size": size, "bf16_fix": bf16_fix, "decode_rows": n_rows, "score_batch": sb, **mm})
     return rows
 

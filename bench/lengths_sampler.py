@@ -126,7 +126,7 @@ def main(argv=None) -> dict:
     for r, o in enumerate(outs):
         p, n = prompts[r].size, int(budget[r])
         bitwise &= (cont["completion_len_R"][r] == n and np.array_equal(cont["tokens"][r], o["tokens_BT"][:p + n])
-                    and np.array_equal(cont["logp"][r], o["logp_BT"][p:p + n]))
+                    and np.array_equal(cont["logp_behav"][r], o["logp_behav_BT"][p:p + n]))
     util_static = useful / (args.slots * steps_static)
     st = cont["stats"]
     print(f"warm-up (compiles): static {t_s:.1f} s, continuous {t_c:.1f} s; continuous rows bitwise equal to "

@@ -65,8 +65,8 @@ def _assert_rows_equal(cont, refs, rows):
         p, n = cont["prompt_len_R"][r], ref["completion_len_B"]
         assert cont["completion_len_R"][r] == n, r
         assert np.array_equal(cont["tokens"][r], ref["tokens_BT"][:p + n]), r
-        assert cont["logp"][r].dtype == np.float32
-        assert np.array_equal(cont["logp"][r], ref["logp_BT"][p:p + n]), r
+        assert cont["logp_behav"][r].dtype == np.float32
+        assert np.array_equal(cont["logp_behav"][r], ref["logp_behav_BT"][p:p + n]), r
 
 
 def test_continuous_equals_generate_row_by_row(setup):
@@ -82,7 +82,7 @@ def test_continuous_equals_generate_row_by_row(setup):
     # the batch layout helper gives generate()'s arrays
     batch = continuous.continuous_to_batch(cont, T)
     for r, ref in enumerate(refs):
-        for k in ("tokens_BT", "logp_BT", "mask_BT"):
+        for k in ("tokens_BT", "logp_behav_BT", "mask_BT"):
             assert np.array_equal(batch[k][r], ref[k]), (r, k)
     assert np.array_equal(batch["completion_len_B"], n_R)
 
@@ -93,7 +93,7 @@ def test_logprobs_equal_token_logprobs(setup):
     lp = np.asarray(SCORE(setup["params"], CFG, jnp.asarray(batch["tokens_BT"]), TEMP))
     m = batch["mask_BT"] > 0
     assert m.sum() == setup["cont"]["completion_len_R"].sum()
-    assert np.array_equal(lp[m], batch["logp_BT"][m])
+    assert np.array_equal(lp[m], batch["logp_behav_BT"][m])
 
 
 def test_admission_order_and_slot_do_not_change_rows(setup):
@@ -166,7 +166,7 @@ def _swap_run(setup, mode, swap_after=6):
 
 
 def _score(params, rows):
-    out = {"tokens": [r.tokens for r in rows], "logp": [r.logp for r in rows],
+    out = {"tokens": [r.tokens for r in rows], "logp_behav": [r.logp for r in rows],
            "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
            "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}
     batch = continuous.continuous_to_batch(out, T)
@@ -233,7 +233,7 @@ def test_drop_removes_waiting_and_running_rows(setup):
         ref, p = setup["refs"][t], by_tag[t].prompt.size
         n = ref["completion_len_B"]
         assert np.array_equal(by_tag[t].tokens, ref["tokens_BT"][:p + n]), t
-        assert np.array_equal(by_tag[t].logp, ref["logp_BT"][p:p + n]), t
+        assert np.array_equal(by_tag[t].logp, ref["logp_behav_BT"][p:p + n]), t
 
 
 def test_a_two_turn_row_scores_bitwise_on_the_model_tokens(setup):
@@ -253,7 +253,7 @@ def test_a_two_turn_row_scores_bitwise_on_the_model_tokens(setup):
         rows[r, :t.size] = t
     lp = np.asarray(SCORE(params, CFG, jnp.asarray(rows), TEMP))
     for r in range(16):
-        p, n1, n2 = prompts[r].size, t1["logp"][r].size, t2["logp"][r].size
-        assert np.array_equal(lp[r, p:p + n1], t1["logp"][r]), r                # turn 1
+        p, n1, n2 = prompts[r].size, t1["logp_behav"][r].size, t2["logp_behav"][r].size
+        assert np.array_equal(lp[r, p:p + n1], t1["logp_behav"][r]), r                # turn 1
         start = p + n1 + obs[r].size
-        assert np.array_equal(lp[r, start:start + n2], t2["logp"][r]), r        # turn 2, after the observation
+        assert np.array_equal(lp[r, start:start + n2], t2["logp_behav"][r]), r        # turn 2, after the observation

@@ -162,17 +162,17 @@ def test_decode_logprobs_bitwise_equal_forward():
     out = model.generate(params, cfg, prompt_BT, prompt_len_B, jax.random.key(1), max_new_tokens=max_new,
                          temperature=temperature)
     m = out["mask_BT"]
-    assert m.sum() == n_rows * max_new and (out["logp_BT"][m > 0] < 0).all()
+    assert m.sum() == n_rows * max_new and (out["logp_behav_BT"][m > 0] < 0).all()
     toks = np.concatenate([out["tokens_BT"]] * 4)  # 16 rows
     logp_BT = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, toks, temperature))
     for i in range(4):
-        assert np.array_equal(logp_BT[i * n_rows:(i + 1) * n_rows] * m, out["logp_BT"] * m), i
+        assert np.array_equal(logp_BT[i * n_rows:(i + 1) * n_rows] * m, out["logp_behav_BT"] * m), i
 
     def loss(p, toks):
         lp = model.token_logprobs(p, cfg, toks, temperature)
         return jnp.sum(lp * m), lp
     (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_BT"])
-    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_BT"] * m)
+    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_behav_BT"] * m)
     for name in ("q_norm", "k_norm"):
         g = np.asarray(grads["layers"][name], np.float32)
         assert np.isfinite(g).all() and np.abs(g).max() > 0, name

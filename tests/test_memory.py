@@ -65,13 +65,13 @@ def test_generate_logprobs_bitwise_equal_chunked_token_logprobs(monkeypatch):
     # scoring, one row at a time (head chunks of 16 rows)
     logp_BT = np.concatenate([np.asarray(SCORE(params, cfg, out["tokens_BT"][i:i + 1], 0.9, **chunks))
                               for i in range(n_rows)])
-    assert np.array_equal(logp_BT * m, out["logp_BT"] * m)
+    assert np.array_equal(logp_BT * m, out["logp_behav_BT"] * m)
 
     def loss(p, toks):  # the trainer's graph, all 5 rows: the same function under value_and_grad
         lp = model.token_logprobs(p, cfg, toks, 0.9, **chunks)
         return jnp.sum(lp * m), lp
     (_, lp), _ = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_BT"])
-    assert np.array_equal(np.asarray(lp) * m, out["logp_BT"] * m)
+    assert np.array_equal(np.asarray(lp) * m, out["logp_behav_BT"] * m)
 
 
 def test_float32_is_not_chunked_by_default():

@@ -138,7 +138,7 @@ def child_bf16() -> dict:
 
     # Both samplers' rows in one batch: rows [0, 12) sampled on one device, [12, 24) on the TP mesh
     tokens_BT = np.concatenate([one["tokens_BT"], tp["tokens_BT"]])
-    logp_BT = np.concatenate([one["logp_BT"], tp["logp_BT"]])
+    logp_BT = np.concatenate([one["logp_behav_BT"], tp["logp_behav_BT"]])
     mask_BT = np.concatenate([one["mask_BT"], tp["mask_BT"]])
     data = _grpo_batch(tokens_BT, mask_BT, logp_BT)
     one_rows, tp_rows = slice(0, ROWS), slice(ROWS, 2 * ROWS)
@@ -155,12 +155,12 @@ def child_bf16() -> dict:
     _, _, logp_24, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh24)(
         master24, opt24, update.split_batch(data, 1, 12))
     res["parity"] = {
-        "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one["logp_BT"], one["mask_BT"]),
-        "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one["logp_BT"], one["mask_BT"]),
-        "trainer 8x1 vs sampler TP 4": _parity(logp_fsdp[tp_rows], tp["logp_BT"], tp["mask_BT"]),
-        "trainer 1 dev (forward) vs sampler TP 4": _parity(forward[tp_rows], tp["logp_BT"], tp["mask_BT"]),
-        "trainer 2x4 vs sampler 1 dev": _parity(logp_24[one_rows], one["logp_BT"], one["mask_BT"]),
-        "trainer 2x4 vs sampler TP 4": _parity(logp_24[tp_rows], tp["logp_BT"], tp["mask_BT"]),
+        "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one["logp_behav_BT"], one["mask_BT"]),
+        "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one["logp_behav_BT"], one["mask_BT"]),
+        "trainer 8x1 vs sampler TP 4": _parity(logp_fsdp[tp_rows], tp["logp_behav_BT"], tp["mask_BT"]),
+        "trainer 1 dev (forward) vs sampler TP 4": _parity(forward[tp_rows], tp["logp_behav_BT"], tp["mask_BT"]),
+        "trainer 2x4 vs sampler 1 dev": _parity(logp_24[one_rows], one["logp_behav_BT"], one["mask_BT"]),
+        "trainer 2x4 vs sampler TP 4": _parity(logp_24[tp_rows], tp["logp_behav_BT"], tp["mask_BT"]),
     }
     return res
 

@@ -159,16 +159,16 @@ def test_decode_logprobs_bitwise_equal_forward():
         cfg, params, out, scored = _sample_and_score(True, n_rows, temperature=temperature, top_p=top_p,
                                                      score_batches=(1, 5, 16, 32), tie=tie)
         m = out["mask_BT"]
-        assert m.sum() == n_rows * 40 and (out["logp_BT"][m > 0] < 0).all()
+        assert m.sum() == n_rows * 40 and (out["logp_behav_BT"][m > 0] < 0).all()
         for sb, logp_BT in scored.items():
-            assert np.array_equal(logp_BT * m, out["logp_BT"] * m), (n_rows, sb)
+            assert np.array_equal(logp_BT * m, out["logp_behav_BT"] * m), (n_rows, sb)
 
     # the trainer's graph: the same function under value_and_grad (remat recomputes the same ops)
     def loss(p, toks):
         lp = model.token_logprobs(p, cfg, toks, temperature)
         return jnp.sum(lp * m), lp
     (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_BT"])
-    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_BT"] * m)
+    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_behav_BT"] * m)
     assert all(np.isfinite(np.asarray(g, np.float32)).all() for g in jax.tree.leaves(grads))
 
 
@@ -198,7 +198,7 @@ def test_plain_bf16_decode_differs_from_forward():
     """Negative control: without the precision policy the same comparison sees a mismatch."""
     _, _, out, scored = _sample_and_score(False, 16)
     m = out["mask_BT"]
-    assert not np.array_equal(scored[16] * m, out["logp_BT"] * m)
+    assert not np.array_equal(scored[16] * m, out["logp_behav_BT"] * m)
 
 
 def test_sampling_eos_top_p_and_padding():
@@ -219,7 +219,7 @@ def test_sampling_eos_top_p_and_padding():
                          temperature=0.0, eos_id=eos, pad_id=0)
     assert out["completion_len_B"][0] == first + 1
     assert out["mask_BT"][0].sum() == first + 1 and out["mask_BT"][0, 4 + first] == 1
-    assert (out["tokens_BT"][0, 5 + first:] == 0).all() and (out["logp_BT"][0, 5 + first:] == 0).all()
+    assert (out["tokens_BT"][0, 5 + first:] == 0).all() and (out["logp_behav_BT"][0, 5 + first:] == 0).all()
 
 
 # ------------------------------------------------ sharding ------------------------------------------------
@@ -362,7 +362,7 @@ def test_per_row_keys_make_each_row_independent_of_its_batch():
     order = np.array([4, 0, 5])  # a different batch: fewer rows, another order
     b = model.generate(params, cfg, prompt_BT[order], lens[order], keys[order], max_new_tokens=24)
     assert np.array_equal(a["tokens_BT"][order], b["tokens_BT"])
-    assert np.array_equal(a["logp_BT"][order], b["logp_BT"])
+    assert np.array_equal(a["logp_behav_BT"][order], b["logp_behav_BT"])
     assert len({a["tokens_BT"][i, 8:].tobytes() for i in range(6)}) == 6  # different keys, different draws
     # the same prompt in every row with different keys gives different completions; same key, same one
     same = np.repeat(prompt_BT[:1], 4, axis=0)
@@ -389,4 +389,4 @@ def test_decode_bitwise_with_two_query_heads_per_kv_head_of_width_64():
     out = model.generate(params, cfg, prompt, np.full(16, 10), jax.random.PRNGKey(1), max_new_tokens=100)
     lp = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, out["tokens_BT"]))
     m = out["mask_BT"] > 0
-    assert m.sum() == 1600 and np.array_equal(lp[m], out["logp_BT"][m])
+    assert m.sum() == 1600 and np.array_equal(lp[m], out["logp_behav_BT"][m])

@@ -152,7 +152,7 @@ def test_sampled_logprobs_equal_scoring_at_the_bucket_length():
                                   ((0, 0), (0, 256 - mb["tokens_BT"].shape[1]))) for mb in packed[0]])
     logp = packing.unpack(logp, order, (16, 256))
     m = out["mask_BT"] > 0
-    assert m.sum() > 100 and np.array_equal(logp[m], out["logp_BT"][m])
+    assert m.sum() > 100 and np.array_equal(logp[m], out["logp_behav_BT"][m])
 
 
 def test_packed_update_equals_the_fixed_length_update():
@@ -199,5 +199,5 @@ def test_generate_sized_to_its_rows_gives_the_bits_of_the_full_length():
     kw = dict(max_new_tokens=40, eos_id=5)
     fitted = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), **kw)
     full = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), fit=False, **kw)
-    for k in ("tokens_BT", "logp_BT", "mask_BT", "completion_len_B"):
+    for k in ("tokens_BT", "logp_behav_BT", "mask_BT", "completion_len_B"):
         assert fitted[k].shape == full[k].shape and np.array_equal(fitted[k], full[k]), k
