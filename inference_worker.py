@@ -644,10 +644,10 @@ class Worker:
             r += item.group_size
         self.timeline.add("submit", t2, time.time(), version=versions[-1])
         n_tokens = int(out["mask_BT"].sum())
-        infra = lifecycle.infra_failures([v["status"] for v in verdicts])
+        infra = lifecycle.infra_failures([v.status for v in verdicts])
         log(cfg, f"v{'-'.join(map(str, versions[::max(len(versions) - 1, 1)]))}: {len(items)} items, "
                  f"{n_tokens} tokens in {sample_s:.2f}s ({n_tokens / max(sample_s, 1e-9):.0f} tok/s), "
-                 f"verified in {verify_s:.2f}s, reward {np.mean([v['reward'] for v in verdicts]):.2f}"
+                 f"verified in {verify_s:.2f}s, reward {np.mean([v.reward for v in verdicts]):.2f}"
                  + (f", {infra} verifier failures" if infra else ""))
         return len(items)
 
