@@ -140,7 +140,7 @@ class Trainer:
         # (infra failures, programs) of recent training groups: is the verifier broken?
         self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
         self.step_programs = [0, 0]
-        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=30)
+        self.ps = wire.Client("trainer", cfg.param_server, timeout_s=cfg.param_server_timeout_s)
         ledger_path = os.path.join(cfg.run_dir, "ledger.jsonl")
         self.ledger_lines = 0
         if cfg.resume:

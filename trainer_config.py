@@ -160,6 +160,9 @@ class Config:
     """how many checkpoints to keep"""
     rollout_timeout_s: float = 300.0
     """give up (and say why) if no rollout arrives for this long"""
+    param_server_timeout_s: float = 30.0
+    """how long one call to the param server (a weight chunk's receipt included) may take before the
+    trainer treats the server as failed and retries (Trainer.push_trained)"""
     max_verifier_failure_frac: float = 0.5
     """stop the run when more than this fraction of the programs of the last 3 x prompts_per_step
     training groups failed in the verifier (status infra_error), not in the program"""
