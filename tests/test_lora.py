@@ -1,0 +1,99 @@
+"""LoRA (lora.py): the merge both roles call, its gradient, the names on the wire, PEFT in and out.
+
+Run: python -m pytest -q tests/test_lora.py
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lora
+import model
+from random_weights import random_params
+
+CFG = model.ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+                        intermediate_size=48, max_seq_len=32, rope_theta=10000.0, rms_norm_eps=1e-6,
+                        qkv_bias=True, tie_embeddings=False)
+
+
+def random_adapter(cfg, lcfg, seed=1):
+    """An adapter with B != 0 (a fresh one has B = 0), drawn in numpy."""
+    rng = np.random.default_rng(seed)
+    return {t: {m: jnp.asarray(0.05 * rng.standard_normal(s), jnp.float32) for m, s in ms.items()}
+            for t, ms in lora.adapter_shapes(cfg, lcfg).items()}
+
+
+def test_merge_is_base_plus_scaled_BA_and_bit_identical_across_calls():
+    """W' = round(W + scale * (B @ A)^T) per layer, checked against a float64 numpy product; the bits are
+    the same from a second call and from inside another jitted function (the trainer's graph)."""
+    lcfg = lora.LoraConfig(rank=3, alpha=6.0)
+    base, adapter = random_params(CFG, 0), random_adapter(CFG, lcfg)
+    merged = lora.merge(base, adapter, CFG, lcfg)
+    for t in lcfg.targets:
+        n_in, n_out = lora.in_out(CFG, t)
+        w = np.asarray(base["layers"][t], np.float64).reshape(CFG.num_layers, n_in, n_out)
+        A, B = (np.asarray(adapter[t][m], np.float64) for m in "AB")
+        want = w + 2.0 * np.einsum("lor,lri->lio", B, A)
+        got = np.asarray(merged["layers"][t], np.float64).reshape(want.shape)
+        # one bf16 rounding of the f32 sum: within half a bf16 ulp (2^-8 relative) plus f32 slack
+        assert np.all(np.abs(got - want) <= np.abs(want) * 2.0 ** -8 + 1e-6), t
+    assert merged["embed"] is base["embed"] and merged["layers"]["input_norm"] is base["layers"]["input_norm"]
+    again = lora.merge(base, adapter, CFG, lcfg)
+    inside = jax.jit(lambda b, a: lora.merge(b, a, CFG, lcfg))(base, adapter)
+    for t in lcfg.targets:
+        bits = np.asarray(merged["layers"][t]).view(np.uint16)
+        assert np.array_equal(bits, np.asarray(again["layers"][t]).view(np.uint16))
+        assert np.array_equal(bits, np.asarray(inside["layers"][t]).view(np.uint16))
+
+
+def test_a_fresh_adapter_merges_to_the_base_exactly():
+    lcfg = lora.LoraConfig(rank=2)
+    adapter = lora.init_adapter(CFG, lcfg, jax.random.key(0))
+    bound = 1 / np.sqrt(CFG.hidden_size)  # PEFT's kaiming-uniform(a=sqrt(5)) of lora_A
+    A = np.asarray(adapter["q_proj"]["A"])
+    assert 0.5 * bound < np.abs(A).max() <= bound and not np.asarray(adapter["q_proj"]["B"]).any()
+    base = random_params(CFG, 0)
+    merged = lora.merge(base, adapter, CFG, lcfg)
+    for t in lcfg.targets:
+        assert np.array_equal(np.asarray(merged["layers"][t]).view(np.uint16),
+                              np.asarray(base["layers"][t]).view(np.uint16)), t
+
+
+def test_projected_gradient_equals_the_gradient_through_a_float32_merge():
+    """project_grads (dA = s B^T G, dB = s G A^T) against jax.grad of a loss through the merge itself,
+    in float32 so rounding does not hide a wrong transpose or scale."""
+    cfg32 = model.ModelConfig(**{**CFG.__dict__, "dtype": "float32"})
+    lcfg = lora.LoraConfig(rank=2, alpha=3.0, targets=("q_proj", "o_proj", "down_proj"))
+    base, adapter = random_params(cfg32, 0), random_adapter(cfg32, lcfg)
+    rng = np.random.default_rng(0)  # a loss that weighs every element of every target differently
+    weights = {t: jnp.asarray(rng.standard_normal(base["layers"][t].shape), jnp.float32) for t in lcfg.targets}
+    loss = lambda p: sum(jnp.sum(jnp.sin(p["layers"][t]) * w) for t, w in weights.items())  # noqa: E731
+    want = jax.grad(lambda a: loss(lora.merge(base, a, cfg32, lcfg)))(adapter)
+    got = lora.project_grads(jax.grad(loss)(lora.merge(base, adapter, cfg32, lcfg)), adapter, cfg32, lcfg)
+    for t in lcfg.targets:
+        for m in "AB":
+            np.testing.assert_allclose(got[t][m], want[t][m], rtol=2e-4, atol=1e-6, err_msg=f"{t}.{m}")
+
+
+def test_names_round_trip_and_bad_tensors_are_refused():
+    lcfg = lora.LoraConfig(rank=2, alpha=4, targets=("up_proj", "q_proj"))
+    assert lcfg.targets == ("q_proj", "up_proj") and lcfg.scale == 2.0
+    assert lora.LoraConfig.from_dict(lcfg.to_dict()) == lcfg
+    adapter = random_adapter(CFG, lcfg)
+    named = lora.adapter_tensors(adapter)
+    assert sorted(named) == ["lora.layers.q_proj.A", "lora.layers.q_proj.B", "lora.layers.up_proj.A",
+                             "lora.layers.up_proj.B"]
+    assert named["lora.layers.up_proj.B"].shape == (2, 48, 2) and named["lora.layers.q_proj.A"].dtype == np.float32
+    back = lora.adapter_from_tensors(named, CFG, lcfg)
+    assert all(np.array_equal(back[t][m], adapter[t][m]) for t in lcfg.targets for m in "AB")
+    assert lora.param_count(CFG, lcfg) == 2 * 2 * (32 + 32) + 2 * 2 * (32 + 48)
+    with pytest.raises(ValueError, match="missing"):
+        lora.adapter_from_tensors({k: v for k, v in named.items() if "up_proj.B" not in k}, CFG, lcfg)
+    with pytest.raises(ValueError, match="shape"):
+        lora.adapter_from_tensors({**named, "lora.layers.q_proj.A": np.zeros((2, 3, 32), np.float32)}, CFG, lcfg)
+    for bad in ({"rank": 0, "alpha": 1, "targets": ["q_proj"]}, {"rank": 2, "alpha": 1, "targets": ["lm_head"]},
+                {"rank": 2, "alpha": -1, "targets": ["q_proj"]}, {"rank": 2, "targets": ["q_proj"]}, [2, 1]):
+        with pytest.raises(ValueError):
+            lora.LoraConfig.from_dict(bad)
+    assert lora.LoraConfig.parse(0) is None
+    assert lora.LoraConfig.parse(4, 0.0, "q_proj, v_proj") == lora.LoraConfig(4, lora.DEFAULT_ALPHA, ("q_proj", "v_proj"))
