@@ -46,7 +46,7 @@ The loop, one batch at a time:
      counts it, instead of reading a broken sandbox as a policy that fails. With several verifiers
      (--verifier a,b,...) batches go round robin over them; one that stops answering is skipped for
      verifier_cooldown_s and its batch goes to the next; infra_error only when every one failed
-     (wire.VerifierFleet).
+     (verifier_client.VerifierFleet).
 
 A worker keeps no state worth saving: SIGKILL it at any time. Its heartbeats stop, so its leases
 lapse within lease_s, and its restarted successor's hello releases them at once (invariant 3).
@@ -75,8 +75,10 @@ import hf_io
 import lifecycle
 import model
 import prompts
+import quant
 import sharding
 import timeline
+import verifier_client
 import weights
 import wire
 import workitems
@@ -163,8 +165,18 @@ class Config:
     that does not fit one device; the worker uses its first tensor_parallel visible devices. 1: one
     device, the unsharded sampler. A split matmul sums in another order, so the log-probs we report are
     no longer bitwise the trainer's (its mismatch/* metrics; sharding.py has the measurements)"""
+    sampler_quant: str = "none"
+    """sample with quantised weights (quant.py, QuaRL's 8-bit actors): "int8" quantises each version we
+    install, weight-only, per output channel, symmetric (the layers' projections; embedding and head stay
+    bf16); "fp8" the same in float8 e4m3, only on a GPU that has it (quant_unsupported). The trainer is
+    unchanged, so its mismatch/* metrics measure the quantisation. "none": the weights as pushed"""
 
     def __post_init__(self):
+        if self.sampler_quant not in quant.MODES:
+            raise ValueError(f"--sampler-quant must be one of {quant.MODES}, got {self.sampler_quant!r}")
+        if self.sampler_quant != "none" and self.tensor_parallel != 1:
+            raise ValueError(f"--sampler-quant {self.sampler_quant} needs --tensor-parallel 1 "
+                             f"(the sharding rules do not know quantised weights)")
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
         if self.slots and self.slots < model.MIN_DECODE_ROWS:
             raise ValueError(f"slots must be 0 (off) or >= {model.MIN_DECODE_ROWS}, got {self.slots}")
@@ -192,11 +204,11 @@ def log(cfg: Config, text: str) -> None:
     print(f"[{cfg.name}] {time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
-def verifier_fleet(cfg: Config) -> wire.VerifierFleet:
-    """The worker's verifier client (wire.VerifierFleet) with this worker's addresses, timeouts and log."""
-    return wire.VerifierFleet(cfg.name, [a.strip() for a in cfg.verifier.split(",")], timeout_s=cfg.verify_timeout_s,
-                              ping_s=cfg.verifier_ping_s, cooldown_s=cfg.verifier_cooldown_s,
-                              log=lambda text: log(cfg, text))
+def verifier_fleet(cfg: Config) -> verifier_client.VerifierFleet:
+    """The worker's verifier client (verifier_client.VerifierFleet) with this worker's addresses, timeouts and log."""
+    return verifier_client.VerifierFleet(cfg.name, [a.strip() for a in cfg.verifier.split(",")],
+                                         timeout_s=cfg.verify_timeout_s, ping_s=cfg.verifier_ping_s,
+                                         cooldown_s=cfg.verifier_cooldown_s, log=lambda text: log(cfg, text))
 
 
 def weight_fetcher(cfg: Config, incarnation: str) -> weights.WeightFetcher:
@@ -334,6 +346,22 @@ def tensor_mesh(tensor_parallel: int, devices=None):
     return sharding.make_mesh(data=1, tensor=tensor_parallel, devices=devices[:tensor_parallel])
 
 
+def quant_unsupported(mode: str, device=None) -> str:
+    """Why this worker's device cannot sample with --sampler-quant `mode`, or "" when it can. int8 runs
+    anywhere (converted to bf16 inside the matmul); fp8 (e4m3) is accepted only on an NVIDIA GPU of
+    compute capability >= 8.9 (Ada, Hopper and later: the first with e4m3 in hardware)."""
+    if mode != "fp8":
+        return ""
+    device = device or jax.devices()[0]
+    capability = str(getattr(device, "compute_capability", "") or "0")
+    if device.platform == "gpu" and tuple(map(int, capability.split(".")[:2])) >= (8, 9):
+        return ""
+    return (f"--sampler-quant fp8 (e4m3) needs an NVIDIA GPU of compute capability >= 8.9 (Ada, Hopper or "
+            f"newer); this worker runs on {device.platform}"
+            + (f" (compute capability {capability})" if device.platform == "gpu" else "")
+            + "; use --sampler-quant int8")
+
+
 # ----------------------------------------------------------------------------- the worker
 
 class Heartbeat:
@@ -400,6 +428,12 @@ class Worker:
         else:
             self.params = sharding.shard_params(hf_io.from_hf_tensors(tensors, self.mcfg, host=True),
                                                 self.mcfg, self.mesh)
+        if self.cfg.sampler_quant != "none":  # last: what we sample with is what was pushed, quantised
+            before = quant.params_bytes(self.params)
+            self.params = quant.quantise_params(self.params, self.cfg.sampler_quant)
+            if self.version < 0:
+                log(self.cfg, f"sampling with {self.cfg.sampler_quant} weights (quant.py): "
+                              f"{quant.params_bytes(self.params) / 2**20:.2f} MiB, {before / 2**20:.2f} MiB as pushed")
         self.version, self.lineage = version, lineage
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
@@ -412,10 +446,10 @@ class Worker:
                 self.timeline.add("pull", start, time.time(), version=self.version)
             return
         try:
-            self.install(buf.key[0], buf.key[1], buf.manifest.tensor_views(buf.stream))
+            self.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream))
             log(self.cfg, f"weights v{self.version} in {time.monotonic() - t0:.2f}s")
         except ValueError as e:
-            log(self.cfg, f"weights v{buf.key[0]} refused: {e}; keeping v{self.version}")
+            log(self.cfg, f"weights v{buf.key.version} refused: {e}; keeping v{self.version}")
         finally:
             self.fetcher.done(buf)
             self.timeline.add("pull", start, time.time(), version=self.version)
@@ -784,6 +818,9 @@ if __name__ == "__main__":
     config = cli.parse(Config)
     import devices  # the chips launch.sh placed us on, logged; stop rather than fall back to the CPU
     devices.check(config.name)
+    if problem := quant_unsupported(config.sampler_quant):  # restarting cannot help: stop the run
+        print(f"{config.name}: cannot start: {problem}", flush=True)
+        raise SystemExit(devices.EXIT_MISPLACED)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # preemption: leases expire, work is reissued
     try:
         worker = Worker(config)

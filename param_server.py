@@ -301,7 +301,7 @@ class ParamServer:
                                                   "bad_messages": s.bad_messages,
                                                   "bytes_sent": s.bytes_sent,
                                                   "pushes_discarded": self.weights.discarded,
-                                                  "persisted_version": self.weights.persisted[0],
+                                                  "persisted_version": self.weights.persisted.version,
                                                   "relays": {n: m[0] for n, m in self.relays.members.items()}}))
 
     # Each handler answers now if it can; otherwise it parks the request until `tick` can answer
@@ -326,7 +326,8 @@ class ParamServer:
 
     def _weights_reply(self, msg):
         newest, lineage = self.weights.newest, self.weights.lineage
-        if newest < 0 or (newest, lineage) == (msg.have_version, msg.have_lineage) or not self._weights_ready(msg):
+        have = weights.VersionKey(msg.have_version, msg.have_lineage)
+        if newest < 0 or weights.VersionKey(newest, lineage) == have or not self._weights_ready(msg):
             return wire.WeightsUnchanged(newest, lineage)
         sources = self.relays.sources(msg.worker) if msg.relay else [""]
         return wire.WeightManifest(self.weights.versions[newest].manifest.to_dict(), sources)

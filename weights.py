@@ -154,6 +154,13 @@ def crc32_part(crc_whole: int, crc_before: int, crc_after: int, len_part: int, l
 
 # ----------------------------------------------------------------------------- the manifest
 
+class VersionKey(typing.NamedTuple):
+    """Which weight version: its number and the trainer lineage that made it. Two lineages may both
+    have a version 3; only the pair names one set of weights."""
+    version: int
+    lineage: str
+
+
 def chunk_array(data) -> np.ndarray:
     """A chunk's payload as received: a 1-D uint8 array, else wire.WireError."""
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1 or not 0 < data.size <= MAX_CHUNK_BYTES:
@@ -357,8 +364,8 @@ class WeightStore:
         os.makedirs(state_dir, exist_ok=True)
         self._load_persisted()
         # The persister thread writes the newest committed version; versions committed while it
-        # writes coalesce into the newest of them. `persisted` = (version, lineage) on disk.
-        self.persisted = (self.newest, self.lineage)
+        # writes coalesce into the newest of them. `persisted`: the VersionKey on disk.
+        self.persisted = VersionKey(self.newest, self.lineage)
         self._to_persist: Version | None = None
         self._writing = False
         self._disk = threading.Condition()
@@ -446,7 +453,7 @@ class WeightStore:
                 v, self._to_persist, self._writing = self._to_persist, None, True
             try:
                 self._persist(v)
-                done = (v.manifest.version, v.manifest.lineage)
+                done = VersionKey(v.manifest.version, v.manifest.lineage)
             except OSError as e:  # a full disk must not stop the serving: the file stays the old one
                 self.log(f"could not persist weights v{v.manifest.version}: {e!r}")
                 done = self.persisted
@@ -556,7 +563,7 @@ class VersionBuffer:
     tensors are views of it, no copy)."""
 
     def __init__(self, manifest: Manifest, memory: mmap.mmap):
-        self.manifest, self.key, self.memory = manifest, (manifest.version, manifest.lineage), memory
+        self.manifest, self.key, self.memory = manifest, VersionKey(manifest.version, manifest.lineage), memory
         self.stream = np.frombuffer(memory, np.uint8)[:manifest.nbytes]
         self.offsets = manifest.offsets()
         self.have = [False] * len(manifest.chunks)
@@ -626,7 +633,7 @@ class WeightFetcher:
         `lineage`, waiting up to wait_s for one; None if there is none."""
         def newer():
             r = self.ready
-            return r is not None and not r.installed and (r.key[0] >= min_version or r.key[1] != lineage)
+            return r is not None and not r.installed and (r.key.version >= min_version or r.key.lineage != lineage)
         with self.cond:
             return self.ready if self.cond.wait_for(newer, timeout=wait_s) else None
 
@@ -670,9 +677,9 @@ class WeightFetcher:
     # --- the fetching thread
     def run(self) -> None:
         while True:
-            have = self.ready.key if self.ready is not None else (-1, "")
+            have = self.ready.key if self.ready is not None else VersionKey(-1, "")
             try:
-                reply = self.ps.call(wire.GetWeights(have[0], have[0] + 1, self.POLL_S, have[1], self.name,
+                reply = self.ps.call(wire.GetWeights(have.version, have.version + 1, self.POLL_S, have.lineage, self.name,
                                                      self.incarnation, self.server.addr if self.server else ""),
                                      timeout_s=self.POLL_S + self.timeout_s, what="weight manifest")
                 if isinstance(reply, wire.WeightManifest):
@@ -755,7 +762,7 @@ class WeightFetcher:
 
     def held(self, version: int, lineage: str) -> VersionBuffer | None:
         for buf in (self.receiving, self.ready):
-            if buf is not None and buf.key == (version, lineage) and buf.stream is not None:
+            if buf is not None and buf.key == VersionKey(version, lineage) and buf.stream is not None:
                 return buf
         return None
 
@@ -787,7 +794,7 @@ class ChunkServer:
                 return wire.Chunk(msg.version, msg.index, stream[start:start + nbytes], crc)
             return None
         ready = self.fetcher.ready
-        if ready is None or ready.key[1] != msg.lineage or ready.key[0] < msg.version:
+        if ready is None or ready.key.lineage != msg.lineage or ready.key.version < msg.version:
             return None  # a version we have not started (yet)
         raise ValueError(f"weights v{msg.version} are no longer held by this relay")
 
