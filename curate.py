@@ -321,33 +321,8 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
         print(e, file=out)
     refs = {i: list(p.solutions) if p.kind == "math" else prompts.reference_completions(p, fmt)
             for i, (_, p) in enumerate(numbered)}
-    first_failure: dict[int, tuple[str, str]] = {}
-    passed: set[int] = set()
     pending = [i for i in refs if refs[i]]
-    if pending:
-        pool = make_pool()
-        try:
-            for round_ in range(max(len(r) for r in refs.values())):
-                todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
-                jobs = []
-                for i in todo:
-                    p = numbered[i][1]
-                    if p.kind == "math":  # the reference solution scores 1 against its own answer
-                        jobs.append({"kind": "math", "completion": refs[i][round_], "answer": p.answer,
-                                     "format": p.answer_format})
-                        continue
-                    program = prompts.assemble_program(fmt, prompts.program_prefix(p, fmt), refs[i][round_],
-                                                       prompts.stop_strings(p, fmt))
-                    job = {"kind": p.kind, "program": program, "timeout_s": timeout_s}
-                    job.update({"cases": [list(c) for c in p.cases]} if p.kind == "io" else {"tests": p.tests})
-                    jobs.append(job)
-                for i, v in zip(todo, pool.run(jobs)):
-                    if v.passed:
-                        passed.add(i)
-                    else:
-                        first_failure.setdefault(i, (v.status, v.detail))
-        finally:
-            pool.close()
+    passed, first_failure = _run_references([p for _, p in numbered], refs, pending, make_pool, fmt, timeout_s)
     failed = [i for i in pending if i not in passed]
     for i in failed:
         lineno, p = numbered[i]
@@ -363,6 +338,41 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
     print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail, "
           f"{len(errors)} bad lines", file=out, flush=True)
     return 1 if failed or errors or not numbered else 0
+
+
+def _run_references(problems: list, refs: dict, pending: list, make_pool, fmt: str, timeout_s: float):
+    """(passed, first_failure) (check_dataset's step): the indices of `pending` problems of which some
+    reference passes, and each other's first failing (status, detail). Rounds: the first reference of
+    every pending problem, then the next of those still failing, ...; make_pool() is called only if
+    something is pending, and its pool closed before returning."""
+    passed: set[int] = set()
+    first_failure: dict[int, tuple[str, str]] = {}
+    if not pending:
+        return passed, first_failure
+    pool = make_pool()
+    try:
+        for round_ in range(max(len(r) for r in refs.values())):
+            todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
+            jobs = [_reference_job(problems[i], refs[i][round_], fmt, timeout_s) for i in todo]
+            for i, v in zip(todo, pool.run(jobs)):
+                if v.passed:
+                    passed.add(i)
+                else:
+                    first_failure.setdefault(i, (v.status, v.detail))
+    finally:
+        pool.close()
+    return passed, first_failure
+
+
+def _reference_job(p, completion: str, fmt: str, timeout_s: float) -> dict:
+    """The verifier job of one reference completion of problem p, its program built as the worker
+    builds a model's (prompts.assemble_program); a math reference scores against its own answer."""
+    if p.kind == "math":
+        return {"kind": "math", "completion": completion, "answer": p.answer, "format": p.answer_format}
+    program = prompts.assemble_program(fmt, prompts.program_prefix(p, fmt), completion, prompts.stop_strings(p, fmt))
+    job = {"kind": p.kind, "program": program, "timeout_s": timeout_s}
+    job.update({"cases": [list(c) for c in p.cases]} if p.kind == "io" else {"tests": p.tests})
+    return job
 
 
 def _check_main(argv: list[str]) -> int:
@@ -415,7 +425,7 @@ def seq_len(policy, problems: list, max_new_tokens: int, dataset: bool) -> int:
 
 
 def verify(jobs: list) -> list:
-    """(passed, status) per job from the verifier service (warmup.verifier_service's wire.VerifierFleet:
+    """(passed, status) per job from the verifier service (warmup.verifier_service's verifier_client.VerifierFleet:
     a batch it cannot get answered comes back infra_error)."""
     fleet, out = warmup.verifier_service(), []
     for s in range(0, len(jobs), warmup.VERIFY_CHUNK):

@@ -52,7 +52,7 @@ Processes and sockets:
   service   `python verifier.py --bind tcp://127.0.0.1:5557 --executors 2`: a wire.Server (ROUTER)
             answering wire.VerifyBatch with wire.Verdicts (deferred reply; batches from several
             clients run concurrently over the pool); wire.Ping -> wire.Pong. Its client is
-            wire.VerifierFleet (in wire.py: no role imports this one).
+            verifier_client.VerifierFleet (its own module: no role imports this one).
   executor  `python -E -s sandbox.py --executor CONFIG` (started by the pool, never by hand): a fresh
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.

@@ -168,7 +168,7 @@ def sft_batch(tok, problems: list, seq_len: int, prompt_loss_weight: float):
 
 # ----------------------------------------------------------------------------- evaluation
 
-_verifier = None  # score()'s wire.VerifierFleet, once verifier_service() started the service
+_verifier = None  # score()'s verifier_client.VerifierFleet, once verifier_service() started the service
 VERIFY_CHUNK = 1024  # jobs per VerifyBatch (the service takes at most 4096 in one)
 
 
@@ -178,7 +178,7 @@ def verifier_service():
     process: that pool forks to clean up after its executors (sandbox.kill_uid, as root), and a fork
     in a process where JAX runs may deadlock (JAX warns "os.fork() was called ..."). subprocess.Popen
     starts the service without a Python-level fork of this process. The client is the worker's
-    (wire.VerifierFleet, one address): checked verdicts, a second try, INFRA_ERROR if both fail."""
+    (verifier_client.VerifierFleet, one address): checked verdicts, a second try, INFRA_ERROR if both fail."""
     global _verifier
     if _verifier is not None:
         return _verifier
@@ -186,6 +186,7 @@ def verifier_service():
     import socket
     import subprocess
     import sys
+    import verifier_client
     import wire
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -214,7 +215,7 @@ def verifier_service():
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the verifier service at {addr} did not answer within 120 s") from None
     probe.close()
-    _verifier = wire.VerifierFleet("warmup", [addr], timeout_s=600.0)
+    _verifier = verifier_client.VerifierFleet("warmup", [addr], timeout_s=600.0)
     return _verifier
 
 

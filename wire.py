@@ -12,8 +12,8 @@ no base64, no extra copy). ZeroMQ delivers a multipart message whole or not at a
 a manifest and chunks (the messages below; weights.py tells their layout, checks and path), never as
 one message.
 
-Sockets: servers bind a ROUTER, clients connect a DEALER (Client; VerifierFleet is the verifier's
-client over several). A client tags each request with a fresh request id and discards replies with
+Sockets: servers bind a ROUTER, clients connect a DEALER (Client; verifier_client.VerifierFleet is
+the verifier's client over several). A client tags each request with a fresh request id and discards replies with
 another id, so a reply that arrives after its request timed out can never be mistaken for the answer
 to the next one. Servers reply to a malformed message with an
 `Error` and carry on; a handler may also defer its reply (long polls, batches that run in the
@@ -45,7 +45,6 @@ import threading
 import time
 import traceback
 import typing
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -53,8 +52,6 @@ import ml_dtypes
 import msgpack
 import numpy as np
 import zmq
-
-from verdicts import INFRA_ERROR, BoundaryError, Verdict, check_batch, make_verdict, verdict_from_dict
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: far above any chunk or rollout batch
@@ -781,9 +778,9 @@ class Server:
 
 
 class Client:
-    """A DEALER socket: `call` sends one request and waits for its reply with a timeout; `pipeline` keeps
-    several in flight. `send`, `receive` and `reconnect` are the parts they are made of, for a caller
-    that waits in its own way (VerifierFleet pings while a batch is out)."""
+    """A DEALER socket: `call` sends one request and waits for its reply with a timeout (pinging the
+    server meanwhile, if asked: verifier_client.VerifierFleet does); `pipeline` keeps several in
+    flight. `send`, `receive` and `reconnect` are the parts they are made of."""
 
     def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None,
                  curve_server_key: str | None = None):
@@ -829,25 +826,39 @@ class Client:
             return None
         return decode(self.sock.recv_multipart(copy=False))
 
-    def call(self, msg, timeout_s: float | None = None, what: str | None = None):
+    def call(self, msg, timeout_s: float | None = None, what: str | None = None, ping_s: float | None = None):
         """Send `msg`, return the reply. Raises TimeoutError naming what was awaited and from where,
-        RemoteError if the server answered with an Error."""
+        RemoteError if the server answered with an Error. With `ping_s` (> 0), the same socket pings the
+        server every ping_s while the reply is outstanding: a Server answers pings from its serving
+        loop at once, even while a deferred request runs, so a pong missing for 2 x ping_s means the
+        process is gone or hung, and the call gives up then rather than after timeout_s."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        rid = self.send(msg)
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            if (got := self.receive(left)) is None:
+        rid, start = self.send(msg), time.monotonic()
+        deadline, why = start + timeout_s, f"within {timeout_s:.1f}s"
+        next_ping, ping_rid, pong_due = start + ping_s if ping_s else math.inf, None, math.inf
+        while (now := time.monotonic()) < deadline:
+            if now > pong_due:
+                why = f"and no pong within {2 * ping_s:.1f}s after {now - start:.1f}s"
+                break
+            if now >= next_ping:
+                ping_rid, pong_due, next_ping = self.send(Ping()), now + 2 * ping_s, math.inf
+            if (got := self.receive(min(deadline, pong_due, next_ping) - now)) is None:
                 continue
             reply, reply_rid = got
             if isinstance(reply, Error) and reply_rid in (rid, 0):
                 raise RemoteError(reply.error)
             if reply_rid == rid:
                 return reply
+            if reply_rid == ping_rid:
+                ping_rid, pong_due, next_ping = None, math.inf, time.monotonic() + ping_s
             # else: a late reply to an earlier, timed-out request; drop it.
-        # Reconnect so a server that restarted is found again and nothing stale stays queued.
+        raise self._timed_out(msg, what, why)
+
+    def _timed_out(self, msg, what: str | None, why: str) -> TimeoutError:
+        """The error of a request given up on. Reconnects first, so a server that restarted is found
+        again and a late reply to the abandoned request is never read (it goes to the old socket)."""
         self.reconnect()
-        raise TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) "
-                           f"from {self.addr} within {timeout_s:.1f}s")
+        return TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) from {self.addr} {why}")
 
     def pipeline(self, msgs, window: int, timeout_s: float | None = None, what: str | None = None):
         """Send the messages of the iterable `msgs` keeping up to `window` requests in flight, and yield
@@ -871,9 +882,7 @@ class Client:
             while rid not in replies:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self.reconnect()
-                    raise TimeoutError(f"{self.name}: no reply to {msg.TYPE} ({what or 'request'}) "
-                                       f"from {self.addr} within {timeout_s:.1f}s")
+                    raise self._timed_out(msg, what, f"within {timeout_s:.1f}s")
                 if (got := self.receive(left)) is not None:
                     reply, reply_rid = got
                     if isinstance(reply, Error) and reply_rid == 0:
@@ -889,103 +898,6 @@ class Client:
 
     def close(self) -> None:
         self.sock.close(0)
-
-
-class VerifierFleet:
-    """The one client of the verifier service (the worker, warmup.py and curate.py use it): a Client per
-    address, batches round robin, failover. It lives here, with Client, because every role may import
-    wire.py while none may import verifier.py (a role: it imports the sandbox and forks executors).
-
-    A batch goes to one verifier; one that does not answer (no verdicts within timeout_s, or no pong
-    within 2 x ping_s while the batch is out) or answers badly (verdicts.check_batch: a verdict per
-    job, a known status, a reward in range) is skipped for cooldown_s and the whole batch goes to the
-    next. Only when every try failed is it an infrastructure failure: every job gets INFRA_ERROR, never
-    a silent 0. A verifier that answers with an Error is alive: not skipped. A fleet of one gets a
-    second try on a fresh connection, not pinged: it waits timeout_s, time for a restarted service
-    (launch.sh restarts it) to come back."""
-
-    def __init__(self, name: str, addrs: list[str], *, timeout_s: float = 120.0, ping_s: float = 2.0,
-                 cooldown_s: float = 30.0, log: Callable[[str], None] = print):
-        """Sockets connect lazily: a verifier down now is fine. Each fleet starts its round robin at
-        its own place (from `name`), so workers started together do not all pick the same verifier."""
-        if not addrs:
-            raise ValueError(f"{name}: a verifier fleet needs at least one address")
-        self.name, self.timeout_s, self.ping_s, self.cooldown_s, self.log = name, timeout_s, ping_s, cooldown_s, log
-        self.clients = [Client(name, a, timeout_s=timeout_s) for a in addrs]
-        self.next = zlib.crc32(name.encode()) % len(self.clients)
-        self.down: dict[int, float] = {}  # index -> time.monotonic() until which it is skipped
-
-    def order(self) -> list[int]:
-        """The verifiers to try for the next batch: round robin from the next one, those cooling down
-        last (in the order their cool-down ends), so a batch goes to a dead one only when every other
-        one failed too. At least two tries: one verifier gets a second."""
-        n, now = len(self.clients), time.monotonic()
-        ring = [(self.next + k) % n for k in range(n)]
-        self.next = (self.next + 1) % n
-        up = [i for i in ring if self.down.get(i, 0.0) <= now]
-        down = sorted((i for i in ring if i not in up), key=lambda i: self.down[i])
-        return up + down if n > 1 else ring * 2
-
-    def verify(self, jobs: list) -> list[Verdict]:
-        """A checked Verdict per job, in order, from the first verifier of `order` that answers well."""
-        if not jobs:
-            return []
-        order, error, tried = self.order(), "", set()
-        for attempt, i in enumerate(order, 1):
-            client = self.clients[i]
-            try:
-                reply = self.call_watched(client, VerifyBatch(jobs=jobs), f"{len(jobs)} verdicts",
-                                          ping=i not in tried)
-                if not isinstance(reply, Verdicts):
-                    raise BoundaryError(f"a {reply.TYPE} reply to {len(jobs)} jobs")
-                check_batch(jobs, reply.verdicts)
-                self.down.pop(i, None)
-                return [verdict_from_dict(d) for d in reply.verdicts]
-            except (TimeoutError, BoundaryError) as e:  # dead, stuck, gone or answering garbage: skip it
-                tried.add(i)
-                self.down[i] = time.monotonic() + self.cooldown_s
-                self.log(f"verifier attempt {attempt}/{len(order)} failed: {e}"
-                         + (f"; skipping {client.addr} for {self.cooldown_s:.0f}s" if len(self.clients) > 1 else ""))
-                error = f"{type(e).__name__}: {e}"
-            except RemoteError as e:  # it answered with an error: alive, so not skipped
-                tried.add(i)
-                self.log(f"verifier attempt {attempt}/{len(order)} failed: {e}")
-                error = f"{type(e).__name__}: {e}"
-        return [make_verdict(INFRA_ERROR, error) for _ in jobs]
-
-    def call_watched(self, client: Client, msg, what: str, ping: bool = True):
-        """client.call(msg), but while the reply is outstanding the same socket pings the server every
-        ping_s (if `ping`): the service answers pings from its serving loop at once even while it runs
-        batches, so a missing pong (2 x ping_s) means the process is gone or hung, and we give up on it
-        now rather than after timeout_s. Raises TimeoutError or RemoteError as client.call does; on a
-        timeout the socket is reconnected, so a late reply is never read."""
-        rid, start = client.send(msg), time.monotonic()
-        deadline, next_ping, ping_rid, ping_sent = start + self.timeout_s, start + self.ping_s, None, 0.0
-        why = f"within {self.timeout_s:.1f}s"
-        while (now := time.monotonic()) < deadline:
-            if ping_rid is not None and now - ping_sent > 2 * self.ping_s:
-                why = f"and no pong within {2 * self.ping_s:.1f}s after {now - start:.1f}s"
-                break
-            if ping and ping_rid is None and now >= next_ping:
-                ping_rid, ping_sent = client.send(Ping()), now
-            wake = min(deadline, ping_sent + 2 * self.ping_s if ping_rid is not None
-                       else next_ping if ping else deadline)
-            if (got := client.receive(wake - now)) is None:
-                continue
-            reply, reply_rid = got
-            if isinstance(reply, Error) and reply_rid in (rid, 0):
-                raise RemoteError(reply.error)
-            if reply_rid == rid:
-                return reply
-            if reply_rid == ping_rid:
-                ping_rid, next_ping = None, time.monotonic() + self.ping_s
-            # else: a late reply to an earlier, abandoned request: dropped
-        client.reconnect()
-        raise TimeoutError(f"{client.name}: no reply to {msg.TYPE} ({what}) from {client.addr} {why}")
-
-    def close(self) -> None:
-        for c in self.clients:
-            c.close()
 
 
 if __name__ == "__main__":

@@ -512,8 +512,8 @@ def verifier_seed(target):
 
 def verifier_state(target):
     """What must survive in a stateless verifier is its judgement: right passes, wrong fails."""
-    import wire
-    client = wire.VerifierFleet("fuzz", [target.addr], timeout_s=60)
+    import verifier_client
+    client = verifier_client.VerifierFleet("fuzz", [target.addr], timeout_s=60)
     try:
         return [(v.status, v.passed) for v in client.verify([GOOD_JOB, WRONG_JOB])]
     finally:

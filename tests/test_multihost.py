@@ -208,7 +208,7 @@ GOOD = {"kind": "assert", "program": "def f(x):\n    return x * 2\n",
 
 
 def test_worker_spreads_batches_and_skips_a_dead_verifier(capsys):
-    """The worker's wire.VerifierFleet against two verifier services: batches alternate between them; with one closed,
+    """The worker's verifier_client.VerifierFleet against two verifiers: batches alternate between them; with one closed,
     every batch still passes (the dead one found by a missing pong in about 3 x --verifier-ping-s, then
     skipped); with both closed, infra_error for every job, after one short try of each."""
     import inference_worker

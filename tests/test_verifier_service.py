@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 import verifier
+import verifier_client
 import wire
 from verdicts import BoundaryError, check_batch
 from conftest import ROOT, free_port, wait_until
@@ -53,7 +54,7 @@ def raw_request(addr: str, frames: list) -> object:
 
 
 def test_good_batch_and_bad_jobs(service):
-    client = wire.VerifierFleet("test", [service.cfg.bind], timeout_s=60)
+    client = verifier_client.VerifierFleet("test", [service.cfg.bind], timeout_s=60)
     bad_job = {"kind": "assert", "program": 5}
     verdicts = client.verify([GOOD, {**GOOD, "program": "def f(x):\n    return 0\n"}, bad_job,
                                     "not a job"])
@@ -91,7 +92,7 @@ def test_a_receiver_checks_every_verdict(jobs, verdicts, ok):
 
 @pytest.mark.parametrize("bad", ["short", "unknown_status", "reward_above_1"])
 def test_a_bad_reply_is_that_verifiers_failure(service, bad):
-    """wire.VerifierFleet over a verifier that answers badly (one verdict short, an unknown status, a
+    """verifier_client.VerifierFleet over a verifier that answers badly (one verdict short, an unknown status, a
     reward above 1) and a good one: the bad one is skipped for its cooldown and the batch is judged
     by the good one. Alone, the bad one is tried twice and every job gets infra_error, never a score."""
     answers = {"short": [_v()], "unknown_status": [_v("pased")] * 2, "reward_above_1": [_v(reward=1.5)] * 2}
@@ -103,8 +104,8 @@ def test_a_bad_reply_is_that_verifiers_failure(service, bad):
     thread = threading.Thread(target=fake.serve, args=(stop,), daemon=True)
     thread.start()
     lines = []
-    both = wire.VerifierFleet("test", [addr, service.cfg.bind], timeout_s=30, log=lines.append)
-    alone = wire.VerifierFleet("test", [addr], timeout_s=30, log=lines.append)
+    both = verifier_client.VerifierFleet("test", [addr, service.cfg.bind], timeout_s=30, log=lines.append)
+    alone = verifier_client.VerifierFleet("test", [addr], timeout_s=30, log=lines.append)
     try:
         both.next = 0  # the bad one first
         assert [v.status for v in both.verify([GOOD, GOOD])] == ["passed", "passed"]
@@ -136,7 +137,7 @@ def test_a_verifier_process_killed_mid_batch_loses_no_job(roles):
         wait_until(lambda: _pong(ping), 60, f"the verifier at {a} to answer a ping")
         ping.close()
     lines = []
-    fleet = wire.VerifierFleet("test", addrs, timeout_s=60, ping_s=0.3, log=lines.append)
+    fleet = verifier_client.VerifierFleet("test", addrs, timeout_s=60, ping_s=0.3, log=lines.append)
     try:
         victim = fleet.next
         out = {}
@@ -187,7 +188,7 @@ def test_malformed_truncated_oversized_requests_get_errors(service):
     assert not sock.poll(500)
     sock.close(0)
     # ... and the service still serves.
-    client = wire.VerifierFleet("test", [addr], timeout_s=60)
+    client = verifier_client.VerifierFleet("test", [addr], timeout_s=60)
     assert client.verify([GOOD])[0].passed
     client.close()
 
@@ -197,7 +198,7 @@ def test_concurrent_clients_are_served_at_once(service):
 
     def worker(i):
         try:
-            c = wire.VerifierFleet("test", [service.cfg.bind], timeout_s=60)
+            c = verifier_client.VerifierFleet("test", [service.cfg.bind], timeout_s=60)
             expect = i % 2 == 0
             prog = GOOD if expect else {**GOOD, "program": "def f(x):\n    return -1\n"}
             results[i] = (expect, [v.passed for v in c.verify([prog] * 5)])
@@ -216,7 +217,7 @@ def test_concurrent_clients_are_served_at_once(service):
 def test_killing_an_executor_mid_run_loses_no_request(service):
     pool = service.pool
     restarts = pool.restarts
-    client = wire.VerifierFleet("test", [service.cfg.bind], timeout_s=120)
+    client = verifier_client.VerifierFleet("test", [service.cfg.bind], timeout_s=120)
     out = {}
     t = threading.Thread(target=lambda: out.update(v=client.verify([SLOW] * 8)))
     t.start()
@@ -240,7 +241,7 @@ def test_cli_service(roles):
         except TimeoutError:
             return None
     wait_until(pong, 60, "the verifier service to answer a ping")
-    client = wire.VerifierFleet("test", [addr], timeout_s=60)
+    client = verifier_client.VerifierFleet("test", [addr], timeout_s=60)
     assert [v.passed for v in client.verify([GOOD, {**GOOD, "tests": "assert False"}])] == [True, False]
     roles.kill(proc, signal.SIGTERM)
     assert proc.returncode == 0, roles.log(proc)
@@ -289,7 +290,7 @@ def test_rlimits_only_by_name_and_every_batch_warns(tmp_path):
                                  "--bind", addr, "--executors", "1", "--isolation", "rlimits"],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        client = wire.VerifierFleet("test", [addr], timeout_s=60)
+        client = verifier_client.VerifierFleet("test", [addr], timeout_s=60)
         assert [v.status for v in client.verify([GOOD])] == ["passed"]
         assert [v.status for v in client.verify([GOOD, {**GOOD, "tests": "assert False"}])] \
             == ["passed", "failed"]

@@ -313,7 +313,7 @@ def test_client_timeout_names_what_it_waited_for():
 
 def test_send_receive_reconnect_are_call_in_parts():
     """A request's id comes back on its reply; receive gives None when nothing came; after reconnect
-    the reply to a request sent before it is never read (what VerifierFleet relies on)."""
+    the reply to a request sent before it is never read (what call relies on when it gives up)."""
     server = wire.Server("echo", "tcp://127.0.0.1:0")
     addr = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
     stop = threading.Event()
@@ -339,6 +339,36 @@ def test_send_receive_reconnect_are_call_in_parts():
         assert wait_for(lambda: not held)
         rid = client.send(wire.Ping())
         assert client.receive(5)[1] == rid and client.receive(0.2) is None
+    finally:
+        client.close()
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_call_with_pings_waits_on_a_live_server_and_gives_up_on_a_hung_one():
+    """call(ping_s=...) pings while the reply is outstanding: a server that defers its reply but
+    answers pings is waited for; one whose serving loop hangs (no pong within 2 x ping_s) is given
+    up on long before timeout_s, and the socket is fresh: the late reply is never read."""
+    server = wire.Server("slow", "tcp://127.0.0.1:0")
+    addr = server.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+    stop, held, pings = threading.Event(), [], []
+
+    def tick():  # answer a held LeaseWork 0.5 s after it came
+        if held and time.monotonic() > held[0][1] + 0.5:
+            server.reply(held.pop()[0], wire.Work(items=[]))
+    server.on(wire.Ping, lambda msg, peer: pings.append(peer) or wire.Pong("slow", server.instance))
+    server.on(wire.LeaseWork, lambda msg, peer: held.append((peer, time.monotonic())))
+    server.on(wire.GetStats, lambda msg, peer: time.sleep(0.8) or wire.Ok())  # the loop hangs meanwhile
+    thread = threading.Thread(target=server.serve, args=(stop, tick, 10), daemon=True)
+    thread.start()
+    client = wire.Client("t", addr, timeout_s=5)
+    try:
+        assert isinstance(client.call(wire.LeaseWork(worker="w"), ping_s=0.1), wire.Work)
+        assert len(pings) >= 2  # about one per 0.1 s of the 0.5 s wait
+        with pytest.raises(TimeoutError, match=r"no reply to get_stats \(stats\) from .* and no pong within 0.2s"):
+            client.call(wire.GetStats(), what="stats", ping_s=0.1)
+        assert isinstance(client.call(wire.Ping()), wire.Pong)  # not the late Ok
     finally:
         client.close()
         stop.set()
