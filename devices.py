@@ -151,13 +151,16 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
     CUDA_VISIBLE_DEVICES that launch.sh was given). host_roles: which of trainer and workers this host
     runs (a multi-host run, docs/multihost.md); a role not here is left out and its chips go to the
     other. multihost_trainer: the trainer is one process of a multi-host slice (Config.multihost_trainer).
-    Raises PlacementError on a split that cannot work."""
+    Raises PlacementError on a split that cannot work.
+    The steps: the trainer's chips (_trainer_chip_count), the workers' (_worker_groups), then each
+    role's environment (_tpu_env, _gpu_env)."""
     with_trainer, with_workers = "trainer" in host_roles, "workers" in host_roles
     if not with_workers:
         workers = 0
     if not with_trainer and trainer_chips:
         raise PlacementError(f"TRAINER_CHIPS={trainer_chips} but this host runs no trainer (ROLES)")
     off_accelerator = {"JAX_PLATFORMS": "cpu", **({"CUDA_VISIBLE_DEVICES": ""} if platform == "gpu" else {})}
+    services = [Role("param_server", dict(off_accelerator)), Role("verifier", dict(off_accelerator))]
     trainer_flags = f"--tensor-parallel {trainer_tp}" if trainer_tp > 1 else ""
     if platform == "cpu":
         if trainer_chips or worker_chips > 1:
@@ -165,16 +168,33 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
                                  "placement is cpu (set ACCELERATOR=tpu|gpu, and CHIPS to try it here)")
         on_cpu = {"JAX_PLATFORMS": "cpu", "RLAX_ACCELERATOR": "cpu"}
         n_workers = 2 if workers == -1 else workers
-        return ([Role("param_server", dict(off_accelerator)), Role("verifier", dict(off_accelerator))]
-                + [Role(f"worker-{i}", dict(on_cpu)) for i in range(n_workers)]
+        return (services + [Role(f"worker-{i}", dict(on_cpu)) for i in range(n_workers)]
                 + ([Role("trainer", dict(on_cpu), trainer_flags)] if with_trainer else []))
     if platform not in PLATFORMS:
         raise PlacementError(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
 
-    n = len(chip_ids)
-    # half the chips for the trainer when workers share the host, all of them when they do not
-    T = (trainer_chips or (max(1, n // 2) if with_workers else n)) if with_trainer else 0
+    T = _trainer_chip_count(platform, len(chip_ids), trainer_chips, trainer_tp, with_trainer, with_workers,
+                            multihost_trainer)
     W = worker_chips
+    groups, workers = _worker_groups(platform, chip_ids, T, W, workers)
+    placed = ([("trainer", tuple(chip_ids[:T]))] if with_trainer else []) + [
+        (f"worker-{i}", groups[i % len(groups)]) for i in range(workers)]
+
+    roles = (_tpu_env(placed, chip_ids, tpu_port_base, reserved_ports, multihost_trainer) if platform == "tpu"
+             else _gpu_env(placed, gpu_mem_budget))
+    for name, chips in placed:
+        roles[name].update(RLAX_ACCELERATOR=platform, RLAX_CHIPS=str(len(chips)))
+    worker_flags = f"--tensor-parallel {W}" if W > 1 else ""
+    return (services
+            + [Role(name, roles[name], worker_flags, chips) for name, chips in placed if name != "trainer"]
+            + [Role("trainer", roles["trainer"], trainer_flags, chips) for name, chips in placed if name == "trainer"])
+
+
+def _trainer_chip_count(platform: str, n: int, trainer_chips: int, trainer_tp: int, with_trainer: bool,
+                        with_workers: bool, multihost_trainer: bool) -> int:
+    """T, the trainer's chips of this host's n (the first T of chip_ids; plan's step): TRAINER_CHIPS,
+    else half the chips when workers share the host, all of them when they do not."""
+    T = (trainer_chips or (max(1, n // 2) if with_workers else n)) if with_trainer else 0
     if n == 0:
         raise PlacementError(f"no {platform.upper()} chips to place on (set CHIPS to say how many)")
     if T > n:
@@ -185,7 +205,15 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
         raise PlacementError(f"a trainer across TPU hosts takes every chip of its host (libtpu makes one slice "
                              f"of all its hosts' chips), but here it would get {T} of {n}: run its host's "
                              f"workers on other hosts (ROLES without workers) and leave TRAINER_CHIPS unset")
-    left = list(chip_ids[T:])
+    return T
+
+
+def _worker_groups(platform: str, chip_ids: list, T: int, W: int, workers: int) -> tuple[list, int]:
+    """(groups, workers) (plan's step): groups of W chips each, from the chips after the trainer's T,
+    that the workers take in turn, and how many workers (workers=-1: one per group). A TPU chip serves
+    one process, so TPU workers never share; on GPUs with too few chips for a worker of its own,
+    the one group is the trainer's first W chips."""
+    n, left = len(chip_ids), list(chip_ids[T:])
     groups = [tuple(left[i:i + W]) for i in range(0, len(left) - W + 1, W)]  # one worker's chips each
     why = f"{n} chip(s), {T} for the trainer, {W} per worker"
     if platform == "tpu":
@@ -204,17 +232,7 @@ def plan(platform: str, chip_ids: list, trainer_chips: int = 0, worker_chips: in
             groups = [tuple(chip_ids[:W])]
         if workers == -1:
             workers = len(groups)
-    placed = ([("trainer", tuple(chip_ids[:T]))] if with_trainer else []) + [
-        (f"worker-{i}", groups[i % len(groups)]) for i in range(workers)]
-
-    roles = (_tpu_env(placed, chip_ids, tpu_port_base, reserved_ports, multihost_trainer) if platform == "tpu"
-             else _gpu_env(placed, gpu_mem_budget))
-    for name, chips in placed:
-        roles[name].update(RLAX_ACCELERATOR=platform, RLAX_CHIPS=str(len(chips)))
-    worker_flags = f"--tensor-parallel {W}" if W > 1 else ""
-    return ([Role("param_server", dict(off_accelerator)), Role("verifier", dict(off_accelerator))]
-            + [Role(name, roles[name], worker_flags, chips) for name, chips in placed if name != "trainer"]
-            + [Role("trainer", roles["trainer"], trainer_flags, chips) for name, chips in placed if name == "trainer"])
+    return groups, workers
 
 
 def _tpu_env(placed: list, chip_ids: list, tpu_port_base: int, reserved_ports, multihost_trainer: bool) -> dict:

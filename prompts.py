@@ -141,17 +141,30 @@ def _compile(source: str):
     """The template compiled in a jinja environment set up as transformers sets up its own for
     apply_chat_template, so the same template renders the same text: a sandbox that cannot mutate
     objects, trim_blocks and lstrip_blocks, {% break %}/{% continue %}, a no-op {% generation %}
-    block (templates that mark assistant text for training masks), and these names: tojson (JSON
-    without HTML escaping, non-ASCII kept), raise_exception, strftime_now, dict and namespace
-    (restricted so a template cannot reach Python internals through them)."""
-    import jinja2
+    block (_generation_block), transformers' tojson filter (_tojson) and the names of
+    _template_globals."""
+    import jinja2.ext
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_generation_block(), jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals.update(_template_globals())
+    return env.from_string(source)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """The templates' tojson filter as transformers defines it: JSON without HTML escaping, non-ASCII kept."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _generation_block():
+    """The jinja extension of {% generation %}...{% endgeneration %} (templates that mark assistant
+    text for training masks): it renders its body unchanged."""
     import jinja2.ext
     import jinja2.nodes
-    import jinja2.sandbox
-    import jinja2.utils
 
     class GenerationBlock(jinja2.ext.Extension):
-        """{% generation %}...{% endgeneration %} renders its body unchanged."""
         tags = {"generation"}
 
         def parse(self, parser):
@@ -161,6 +174,14 @@ def _compile(source: str):
 
         def _body(self, caller):
             return caller()
+    return GenerationBlock
+
+
+def _template_globals() -> dict:
+    """The names a template may use besides jinja's own: raise_exception, strftime_now, and dict and
+    namespace, restricted so a template cannot reach Python internals through them."""
+    import jinja2
+    import jinja2.utils
 
     class Namespace(jinja2.utils.Namespace):
         """jinja's namespace(), refusing attribute names that start with an underscore."""
@@ -192,19 +213,8 @@ def _compile(source: str):
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    env.globals["dict"] = Dict()
-    env.globals["namespace"] = Namespace
-    return env.from_string(source)
+    return {"raise_exception": raise_exception, "strftime_now": lambda fmt: datetime.datetime.now().strftime(fmt),
+            "dict": Dict(), "namespace": Namespace}
 
 
 def render_chat(template: ChatTemplate, messages: list[dict], add_generation_prompt=True) -> str:
