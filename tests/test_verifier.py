@@ -322,12 +322,24 @@ def test_attack_does_not_pass(pool, host, name):
     host.check_clean()
 
 
+@pytest.fixture(scope="module")
+def hang_verdicts(pool, host):
+    """Every HANGS program's verdict, from one batch: the pool's two executors run two of them at a
+    time (each job alone in its executor's sandbox), so the batch costs half their deadlines. The
+    host is checked clean after it."""
+    names = sorted(HANGS)
+    jobs = [{"kind": "assert", "program": HANGS[name], "tests": SECRET_TESTS, "entry_point": "f", **SMALL,
+             "timeout_s": 5.0 if name == "memory_hog" else 1.0} for name in names]
+    verdicts = dict(zip(names, pool.run(jobs)))
+    host.check_clean()
+    return verdicts
+
+
 @pytest.mark.parametrize("name", sorted(HANGS))
-def test_resource_attack_is_bounded(pool, host, name):
+def test_resource_attack_is_bounded(hang_verdicts, host, name):
     # the memory limit must trip before the (generous, load-proof) deadline; output of an
     # assert-style program is dropped, so a flood runs until the deadline and costs no memory
-    v = run(pool, HANGS[name], SECRET_TESTS, entry_point="f",
-            timeout_s=5.0 if name == "memory_hog" else 1.0)
+    v = hang_verdicts[name]
     assert not v.passed, (name, v)
     expected = {"busy_loop": {"timeout"}, "sleep": {"timeout"}, "sleep_at_load": {"timeout"},
                 "memory_hog": {"memory"}, "print_flood": {"timeout"}, "stop_self": {"timeout"}}
@@ -533,11 +545,10 @@ def test_output_is_dropped_for_asserts_and_capped_for_io(pool, host):
     host.check_clean()
 
 
-def test_the_sandbox_from_inside(pool, host):
-    """A cooperative probe reports what it can reach; every assert is a sandbox property."""
-    assert os.path.exists(HUMANEVAL_FILE)  # readable on the host, hidden inside
-    os.environ["OUBLIETTE_TEST_SECRET"] = "s3cr3t"
-    program = f"""
+def probe_program(port: int) -> str:
+    """A cooperative program whose probe() reports what it can reach from inside the sandbox: files,
+    the network (our listener on `port`), signals, its environment, users and limits."""
+    return f"""
 import os, socket, resource
 def can_read(p):
     try:
@@ -579,12 +590,14 @@ def probe():
         "write_outside": [p for p in ['/tmp/{MARK}', '/var/tmp/{MARK}', '/dev/shm/{MARK}',
                                       '/{MARK}', '/etc/{MARK}'] if can_write(p)],
         "write_scratch": can_write('{MARK}_here'),
-        "connect": [a for a in [('127.0.0.1', {host.port}), ('8.8.8.8', 53)] if can_connect(a)],
+        "connect": [a for a in [('127.0.0.1', {port}), ('8.8.8.8', 53)] if can_connect(a)],
         "signal": [p for p in [1, os.getppid()] if can_signal(p)],
         "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
     }}
 """
-    tests = """
+
+
+PROBE_TESTS = """
 r = probe()
 assert r["uid"] != 0, r
 assert r["env"] == ["HOME", "LANG", "PATH", "TMPDIR"], r
@@ -602,7 +615,13 @@ assert r["localhost"] == "127.0.0.1", r
 # the scratch tmpfs caps files, so removing a scratch dir (the executor's time) stays fast
 assert r["scratch_inodes"] <= 65536, r
 """
-    v = run(pool, program, tests)
+
+
+def test_the_sandbox_from_inside(pool, host):
+    """A cooperative probe reports what it can reach; every assert is a sandbox property."""
+    assert os.path.exists(HUMANEVAL_FILE)  # readable on the host, hidden inside
+    os.environ["OUBLIETTE_TEST_SECRET"] = "s3cr3t"
+    v = run(pool, probe_program(host.port), PROBE_TESTS)
     assert v.passed, v
     host.check_clean()
 
