@@ -39,6 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import quant
+
 # =====================================================================================================
 # 1. Config
 # =====================================================================================================
@@ -253,11 +255,28 @@ def _precision(cfg: ModelConfig):
 
 
 def _einsum(cfg: ModelConfig, spec: str, a, b, bias=None):
-    """Every matmul of the model goes through here (PRECISION POLICY (a)); the bias is added in f32."""
+    """Every matmul of the model goes through here (PRECISION POLICY (a)); the bias is added in f32.
+    b may be a quant.QuantWeight (a sampler started with --sampler-quant): the dot runs on its values
+    converted to a's dtype (exact) and each output channel is scaled in f32 after the accumulation."""
+    if isinstance(b, quant.QuantWeight):
+        return _einsum_quant(cfg, spec, a, b, bias)
     if cfg.bf16_fix or cfg.dtype == "float32":
         out = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32, precision=_precision(cfg))
         return _to_act(cfg, out if bias is None else out + bias.astype(jnp.float32))
     out = jnp.einsum(spec, a, b)
+    return out if bias is None else out + bias
+
+
+def _einsum_quant(cfg: ModelConfig, spec: str, a, qw, bias=None):
+    """_einsum with a quantised weight (quant.py): (a . q) * scale, the product accumulated in f32 and
+    scaled per output channel in f32 before the one rounding to the activation dtype (plain bf16
+    arithmetic without the precision policy, like _einsum's)."""
+    scale = quant.output_scale(spec, qw.scale)
+    if cfg.bf16_fix or cfg.dtype == "float32":
+        out = jnp.einsum(spec, a, qw.q.astype(a.dtype), preferred_element_type=jnp.float32,
+                         precision=_precision(cfg)) * scale
+        return _to_act(cfg, out if bias is None else out + bias.astype(jnp.float32))
+    out = jnp.einsum(spec, a, qw.q.astype(a.dtype)) * scale.astype(a.dtype)
     return out if bias is None else out + bias
 
 
