@@ -4,7 +4,8 @@
      the decoder does not implement, naming it), config_to_hf.
   2. The 1:1 mapping between our parameter pytree (model.py section 3 draws it) and the HF safetensors
      names of Qwen2 / Llama / Qwen3: to_hf_tensors, from_hf_tensors (which names every mismatch).
-  3. Checkpoint folders: load_hf / save_hf (config.json + model.safetensors, or shards with an index).
+  3. Checkpoint folders: load_hf / save_hf (config.json + model.safetensors, or shards with an index);
+     PEFT LoRA adapter folders: save_peft_adapter / load_peft_adapter (lora.py's adapters).
   4. Tokenizers: the built-in ByteTokenizer, or the HF `tokenizers` package when tokenizer.json exists.
 
 Kept apart from model.py so that file is the model's math only. Tested in tests/test_model.py and
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import lora
 import multihost
 from model import _DTYPES, _MODEL_TYPES, Llama3RopeScaling, ModelConfig, _param_shapes
 
@@ -350,6 +352,85 @@ def load_hf(path: str, dtype: str | None = None, host: bool = False, **overrides
     else:
         raise ValueError(f"{path!r} has neither model.safetensors nor model.safetensors.index.json")
     return cfg, from_hf_tensors(tensors, cfg, host=host)
+
+
+# PEFT's LoRA adapter folders (what peft.PeftModel.from_pretrained / save_pretrained read and write):
+# adapter_config.json and adapter_model.safetensors, one lora_A.weight [r, in] and lora_B.weight
+# [out, r] per adapted nn.Linear, named after the module they wrap. lora.py keeps the same
+# orientation, stacked over the layers, so the mapping is a per-layer slice.
+PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+_PEFT_MODULES = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+                 "o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
+                 "down_proj": "mlp.down_proj"}
+
+
+def _peft_name(i: int, target: str, m: str) -> str:
+    return f"base_model.model.model.layers.{i}.{_PEFT_MODULES[target]}.lora_{m}.weight"
+
+
+def save_peft_adapter(path: str, cfg: ModelConfig, lcfg, adapter: dict, base_model: str = "") -> None:
+    """Write a lora.py adapter (lcfg a lora.LoraConfig) as a PEFT LoRA folder: adapter_config.json (peft_type
+    LORA, r, lora_alpha, target_modules, task_type CAUSAL_LM, base_model_name_or_path) and
+    adapter_model.safetensors in float32 under PEFT's tensor names."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(path, exist_ok=True)
+    tensors = {}
+    for t in lcfg.targets:
+        A, B = (_to_numpy(adapter[t][m]).astype(np.float32) for m in ("A", "B"))
+        for i in range(cfg.num_layers):
+            tensors[_peft_name(i, t, "A")] = np.ascontiguousarray(A[i])
+            tensors[_peft_name(i, t, "B")] = np.ascontiguousarray(B[i])
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
+              "r": lcfg.rank, "lora_alpha": lcfg.alpha, "target_modules": list(lcfg.targets),
+              "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "use_rslora": False,
+              "use_dora": False, "init_lora_weights": True, "inference_mode": True, "modules_to_save": None}
+    with open(os.path.join(path, PEFT_CONFIG), "w") as f:
+        json.dump(config, f, indent=2)
+    save_file(tensors, os.path.join(path, PEFT_WEIGHTS), metadata={"format": "pt"})
+
+
+def load_peft_adapter(path: str, cfg: ModelConfig):
+    """(lora.LoraConfig, f32 adapter) from a PEFT LoRA folder for this model. Refuses, naming it, what
+    lora.py does not implement (another peft_type, DoRA, rsLoRA, per-module ranks, trained biases or
+    extra modules, a regex target) and any missing, unexpected or mis-shaped tensor."""
+    from safetensors.numpy import load_file
+
+    try:
+        with open(os.path.join(path, PEFT_CONFIG)) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path!r} is not a PEFT adapter folder: cannot read {PEFT_CONFIG} ({e})") from None
+    unsupported = [k for k, ok in (("peft_type", d.get("peft_type") == "LORA"), ("use_dora", not d.get("use_dora")),
+                                   ("use_rslora", not d.get("use_rslora")), ("fan_in_fan_out", not d.get("fan_in_fan_out")),
+                                   ("bias", d.get("bias", "none") == "none"), ("modules_to_save", not d.get("modules_to_save")),
+                                   ("rank_pattern", not d.get("rank_pattern")), ("alpha_pattern", not d.get("alpha_pattern")),
+                                   ("layers_to_transform", d.get("layers_to_transform") is None),
+                                   ("target_modules", isinstance(d.get("target_modules"), list))) if not ok]
+    if unsupported:
+        raise ValueError(f"{path}: PEFT adapter settings lora.py does not implement: "
+                         + ", ".join(f"{k}={d.get(k)!r}" for k in unsupported))
+    lcfg = lora.LoraConfig(d.get("r"), d.get("lora_alpha"), tuple(d["target_modules"]))
+    try:
+        given = load_file(os.path.join(path, PEFT_WEIGHTS))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read {PEFT_WEIGHTS} ({e})") from None
+    named, missing = {}, []
+    for t in lcfg.targets:
+        for m in ("A", "B"):
+            names = [_peft_name(i, t, m) for i in range(cfg.num_layers)]
+            missing += [n for n in names if n not in given]
+            if not any(n not in given for n in names):
+                shapes = {given[n].shape for n in names}
+                if len(shapes) != 1:
+                    raise ValueError(f"{path}: {t}.lora_{m} differs in shape across layers: {sorted(shapes)}")
+                named[f"{lora.PREFIX}{t}.{m}"] = np.stack([given[n].astype(np.float32) for n in names])
+    extra = sorted(set(given) - {_peft_name(i, t, m) for i in range(cfg.num_layers) for t in lcfg.targets
+                                 for m in ("A", "B")})
+    if missing or extra:
+        raise ValueError(f"{path}: adapter tensors do not match the model: missing {missing[:6]}, "
+                         f"unexpected {extra[:6]}")
+    return lcfg, lora.adapter_from_tensors(named, cfg, lcfg)
 
 
 # =====================================================================================================

@@ -43,6 +43,12 @@ STALENESS_TARGET=${STALENESS_TARGET:-0.01}
 PULL_EVERY=${PULL_EVERY:-1}         # workers check for new weights every this many batches
 INFLIGHT=${INFLIGHT:-off}           # keep | recompute: workers swap in new weights between decode steps,
                                     # rows in progress keep their KV cache or have it recomputed; off: between batches
+LORA_RANK=${LORA_RANK:-0}           # r > 0: train a rank-r LoRA adapter on the frozen base (lora.py, docs/lora.md);
+                                    # weight versions after the first carry the adapter alone. 0 = full fine-tuning
+LORA_ALPHA=${LORA_ALPHA:-32}        # scale = alpha / rank, alpha fixed across ranks ("LoRA Without Regret")
+LORA_TARGETS=${LORA_TARGETS:-}      # comma list of projections (q_proj,...,down_proj); empty = all seven
+LORA_LR=${LORA_LR:-1e-3}            # LoRA's learning rate (after RECIPE's): 10x the full fine-tuning one, as
+                                    # "LoRA Without Regret" finds optimal; TRAINER_ARGS' --lr still wins
 MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems (code, GSM8K/MATH-style math); empty = the embedded task
 ENV=${ENV:-}                        # python_tool: multi-turn episodes, the model's ```python blocks run in the
@@ -225,6 +231,10 @@ case $DTYPE in bfloat16) ;;   # the roles' default: no flag
 case $INFLIGHT in off) inflight_flag="" ;;   # the worker's default: no flag
   keep|recompute) inflight_flag="--inflight $INFLIGHT" ;;
   *) refuse "INFLIGHT=$INFLIGHT: expected off, keep or recompute" ;; esac
+[[ $LORA_RANK =~ ^[0-9]+$ ]] || refuse "LORA_RANK=$LORA_RANK: expected a rank (0 = off)"
+if [ "$LORA_RANK" != 0 ]; then  # the workers learn the LoRA config from each version's manifest: no worker flag
+  lora_flags="--lora-rank $LORA_RANK --lora-alpha $LORA_ALPHA${LORA_TARGETS:+ --lora-targets $LORA_TARGETS} --lr $LORA_LR"
+else lora_flags=""; fi
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
 
@@ -262,7 +272,7 @@ for role in "${ORDER[@]}"; do
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
       cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag} ${FLAGS[$role]} $WORKER_ARGS"
       if [ "$i" = 0 ] && [ -n "$WORKER0_ARGS" ]; then cmd+=" $WORKER0_ARGS"; fi ;;
-    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA}${reward_flag:+ $reward_flag}${ENV:+ --env $ENV} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
+    trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA}${reward_flag:+ $reward_flag}${ENV:+ --env $ENV} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE${lora_flags:+ $lora_flags} $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
         cmd+=" --coordinator $TRAINER_COORDINATOR --num-processes $TRAINER_HOSTS --process-id $TRAINER_HOST_ID"
       fi ;;

@@ -3,6 +3,7 @@ backward, and the most rows per microbatch that fit a budget (trainer.py's fit_m
 microbatch with rows_for_budget).
 
   train_state_bytes          f32 master, Adam's moments and the summed gradient: 16 bytes per parameter
+                             (LoRA: the base in the compute dtype, 16 bytes per adapter parameter)
   train_step_bytes           one microbatch of rows x T tokens: XLA's temporaries + the f32 gradient
   rows_for_budget            the most rows whose state + step bytes fit a budget
   measure_train_step_bytes   XLA's own numbers for the same graph on the running backend (one compile)
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+import lora
 import model
 from model import ModelConfig
 
@@ -47,12 +50,22 @@ from model import ModelConfig
 _MEM_COEF = dict(layer_weights=1.0, embed_tied=3.85, embed_untied=0.9, carry=2.0, scores=0.8)
 
 
-def train_state_bytes(cfg: ModelConfig) -> int:
-    """The trainer's persistent state on one device, unsharded: f32 master weights (4 B/param), Adam's
-    two f32 moments (8), the f32 gradient summed over microbatches (4): 16 bytes per parameter.
-    (update.make_update's optimizer step, jitted without buffer donation, briefly holds a second master
-    and Adam state too: 12 more bytes per parameter at that moment, independent of the microbatch.)"""
-    return 16 * model.param_count(cfg)
+def train_state_bytes(cfg: ModelConfig, lcfg=None, devices: int = 1) -> int:
+    """The trainer's persistent state per device, sharded over `devices` (FSDP; 1 = unsharded).
+    Full fine-tuning: f32 master weights (4 B/param), Adam's two f32 moments (8), the f32 gradient
+    summed over microbatches (4): 16 bytes per parameter. (update.make_update's optimizer step, jitted
+    without buffer donation, briefly holds a second master and Adam state too: 12 more bytes per
+    parameter at that moment, independent of the microbatch.)
+    LoRA (lcfg, a lora.LoraConfig): the frozen base in the compute dtype (a = 2 B/param in bf16), the
+    merged policy's target projections (a B per target parameter: lora.merge makes new arrays for
+    them, the other leaves are the base's), both sharded; and, replicated on every device, the f32
+    adapter with Adam's moments and its summed gradient: 16 bytes per adapter parameter."""
+    if lcfg is None:
+        return 16 * model.param_count(cfg) // devices
+    a = jnp.dtype(cfg.jdtype).itemsize
+    shapes = jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0)))["layers"]
+    targets = sum(int(np.prod(shapes[t].shape)) for t in lcfg.targets)
+    return (a * (model.param_count(cfg) + targets)) // devices + 16 * lora.param_count(cfg, lcfg)
 
 
 def train_step_bytes(cfg: ModelConfig, rows: int, T: int, *, chunk_tokens: int | None = None,

@@ -56,6 +56,7 @@ import grpo
 import hf_io
 import lifecycle
 import loggers
+import lora
 import model
 import multihost
 import packing
@@ -231,21 +232,50 @@ class Trainer:
         return params
 
     def build_update(self, params: dict) -> None:
-        """The optimizer, the f32 master and its state, the update's graphs and pi_ref's forward."""
+        """The optimizer, the f32 master and its state, the update's graphs and pi_ref's forward.
+        LoRA (--lora-rank or --lora-init): the master is the f32 adapter (replicated on a mesh), the
+        base stays in the compute dtype (sharded as the master would be), Adam's state is the adapter's."""
         cfg, gcfg = self.cfg, self.gcfg
         self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
         ref_policy = lambda p: p  # noqa: E731
         if self.mesh is not None:  # pi_ref sharded and gathered for its forward like the policy
             params = sharding.shard_params(params, self.mcfg, self.mesh)
             ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)  # noqa: E731
-        self.master, self.opt_state = update.init_state(params, self.mcfg, self.optimizer, self.mesh)
-        self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
-        self.update = update.make_update(self.mcfg, gcfg, self.optimizer, cfg.temperature, self.mesh)
+        self.lcfg, self.base, self.base_on_server = None, None, False
+        if cfg.lora_rank or cfg.lora_init:
+            self.lcfg, adapter = self.initial_adapter()
+            self.base = params if self.mesh is not None else jax.tree_util.tree_map(jax.numpy.asarray, params)
+            self.master, self.opt_state = update.init_lora_state(adapter, self.optimizer, self.mesh)
+            # pi_ref: the cold-start policy, the base itself unless --lora-init brought a trained adapter
+            self.ref_params = None if gcfg.kl_beta <= 0 else (
+                lora.merge(self.base, self.master, self.mcfg, self.lcfg) if cfg.lora_init else self.base)
+            self.log(f"LoRA rank {self.lcfg.rank} alpha {self.lcfg.alpha:g} on {','.join(self.lcfg.targets)}: "
+                     f"{lora.param_count(self.mcfg, self.lcfg)} trained parameters of {model.param_count(self.mcfg)}")
+        else:
+            self.master, self.opt_state = update.init_state(params, self.mcfg, self.optimizer, self.mesh)
+            self.ref_params = params if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
+        self.update = update.make_update(self.mcfg, gcfg, self.optimizer, cfg.temperature, self.mesh,
+                                         self.lcfg, self.base)
         self.ref_logprobs = jax.jit(lambda p, t: model.token_logprobs(ref_policy(p), self.mcfg, t, cfg.temperature))
         if self.mesh is not None:  # pi_ref's rows split over "data" (padded) like the update's
             ref_jit = self.ref_logprobs
             put = lambda tokens_BT: sharding.shard_rows({"tokens_BT": tokens_BT}, self.mesh)["tokens_BT"]  # noqa: E731
             self.ref_logprobs = lambda p, tokens_BT: multihost.to_host(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
+
+    def initial_adapter(self) -> tuple:
+        """(LoraConfig, f32 adapter): --lora-init's PEFT folder (its rank, alpha and targets; --lora-*
+        flags given beside it must agree), else a fresh one (B = 0: the policy starts as the base)."""
+        cfg = self.cfg
+        lcfg = lora.LoraConfig.parse(cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
+        if not cfg.lora_init:
+            return lcfg, lora.init_adapter(self.mcfg, lcfg, jax.random.key(cfg.seed))
+        init_cfg, adapter = hf_io.load_peft_adapter(cfg.lora_init, self.mcfg)
+        given = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": cfg.lora_targets}
+        if lcfg is not None and any(given[k] and lcfg.to_dict()[k] != init_cfg.to_dict()[k] for k in given):
+            raise ValueError(f"--lora-init {cfg.lora_init} holds an adapter {init_cfg.to_dict()}, which the "
+                             f"--lora-* flags contradict ({lcfg.to_dict()}): drop them or make them agree")
+        self.log(f"LoRA adapter from {cfg.lora_init}")
+        return init_cfg, adapter
 
     def load_data(self) -> None:
         """The training problems and the held-out set, T and the microbatch. The cursor is the index
@@ -281,7 +311,7 @@ class Trainer:
                      f"exceeds seq_len {self.T}")
             self.heldout = fits
         self.microbatch = cfg.microbatch or update.fit_microbatch(self.mcfg, self.T, cfg.memory_budget_gb, self.mesh,
-                                                           with_ref=self.gcfg.kl_beta > 0)
+                                                           with_ref=self.gcfg.kl_beta > 0, lcfg=self.lcfg)
         self.log(f"prompt format {self.fmt}; seq_len {self.T} (prompt + {cfg.max_new_tokens} new tokens); "
                  f"microbatch {self.microbatch} rows at that length, more for shorter rows (packing.py)")
         self._rows_at = {}
@@ -304,7 +334,7 @@ class Trainer:
             return self.cfg.microbatch
         if T_b not in self._rows_at:
             self._rows_at[T_b] = update.fit_microbatch(self.mcfg, T_b, self.cfg.memory_budget_gb, self.mesh,
-                                                with_ref=self.gcfg.kl_beta > 0)
+                                                with_ref=self.gcfg.kl_beta > 0, lcfg=self.lcfg)
         return self._rows_at[T_b]
 
     def resume(self, ledger_path: str) -> None:
@@ -397,7 +427,14 @@ class Trainer:
         (hf_io.iter_hf_tensors). Beyond the master the host holds the tensor being sent and what the
         weights.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
         chunks). Followers take part in the gathers; the leader streams the tensors (weights.push_weights)."""
-        tensors = hf_io.iter_hf_tensors(self.master, self.mcfg, dtype=self.mcfg.jdtype)
+        if self.lcfg is not None and not payload.get("full"):  # an adapter version: the f32 adapter alone
+            named = lora.adapter_tensors(jax.tree_util.tree_map(multihost.to_host, self.master))
+            if self.leader:
+                weights.push_weights(self.ps, payload["version"], payload["lineage"], named,
+                                     **self.adapter_push_kwargs())
+            return
+        tensors = hf_io.iter_hf_tensors(self.master if self.lcfg is None else self.base, self.mcfg,
+                                        dtype=self.mcfg.jdtype)
         try:
             if self.leader:
                 weights.push_weights(self.ps, payload["version"], payload["lineage"], tensors)
@@ -405,27 +442,45 @@ class Trainer:
             for _ in tensors:  # followers; and the leader after a failed push: every process gathers every tensor
                 pass
 
+    def adapter_push_kwargs(self) -> dict:
+        """What an adapter version's manifest says beside its tensors: its base (version 0, the full
+        one of this lineage) and the LoRA config the workers merge with."""
+        return {"base": 0, "lora": self.lcfg.to_dict()}
+
     def do_checkpoint(self, payload: dict) -> str:
+        """LoRA: the checkpoint holds the adapter and its Adam state (the base is the model folder's)
+        and the LoRA config, so a resume with other --lora-* flags is refused."""
+        meta = {**payload["meta"], **({"lora": self.lcfg.to_dict()} if self.lcfg is not None else {})}
         return checkpointing.save_checkpoint(self.cfg.run_dir, payload["step"], self.master, self.opt_state,
-                                             payload["meta"], self.cfg.keep_checkpoints)
+                                             meta, self.cfg.keep_checkpoints)
 
     def do_restore(self, _=None) -> dict:
         self.master, self.opt_state, meta = checkpointing.load_checkpoint(
             self.cfg.run_dir, self.master, self.opt_state, on_mesh=self.mesh is not None)
+        ours = self.lcfg.to_dict() if self.lcfg is not None else None
+        if meta.get("lora") != ours:
+            raise ValueError(f"the checkpoint's LoRA config {meta.get('lora')} is not this run's {ours}: resume "
+                             f"with the flags it was trained with")
         return meta
 
     def do_export(self, _=None) -> str:
         """The trained policy as a Hugging Face folder, $RUN_DIR/final: the bf16 weights the workers
         sample with, plus the model folder's tokenizer files. hf_io.load_hf, `warmup.py --report` and
         transformers load it; written beside and renamed into place, so it is whole or absent."""
-        policy = update.cast_params(self.master, self.mcfg.jdtype)
-        if not self.leader:  # the same gathers as save_hf's, nothing written
+        policy = self.update.policy(self.master)
+        policy = update.cast_params(policy, self.mcfg.jdtype) if self.lcfg is None else policy
+        if not self.leader:  # the same gathers as save_hf's and save_peft_adapter's, nothing written
             hf_io.to_hf_tensors(policy, self.mcfg)
+            if self.lcfg is not None:
+                jax.tree_util.tree_map(multihost.to_host, self.master)
             return ""
         out = os.path.join(self.cfg.run_dir, "final")
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         hf_io.save_hf(tmp, self.mcfg, policy, tokenizer_from=self.cfg.model)
+        if self.lcfg is not None:  # LoRA: also the adapter alone, as a PEFT folder for the base model
+            hf_io.save_peft_adapter(os.path.join(tmp, "adapter"), self.mcfg, self.lcfg,
+                                    jax.tree_util.tree_map(multihost.to_host, self.master), self.cfg.model)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
         return out
@@ -449,6 +504,8 @@ class Trainer:
         item whose rollout we do not hold. The trainer is the one owner of that state."""
         pong = self.ps.call(wire.Ping(), what="param server liveness")
         restarted = pong.instance != self.ps_instance
+        if restarted:  # a new server holds none of our versions, so no base for our adapter versions either
+            self.base_on_server = False
         if restarted or pong.info.get("version") != self.step_n or pong.info.get("lineage") != self.lineage:
             if restarted and self.ps_instance is not None:
                 self.log(f"param server restarted (instance {pong.instance}); re-sending weights and work")
@@ -470,9 +527,18 @@ class Trainer:
     def push(self) -> float:
         """Send the policy (the bf16 cast of the master) as version step_n, streamed (weights.push_weights):
         chunks of weights.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
-        or nothing. Built one tensor at a time (do_push), whatever the model's size."""
+        or nothing. Built one tensor at a time (do_push), whatever the model's size.
+        LoRA: the base goes first, as the full version 0 of our lineage, whenever this param server may
+        lack it (our first push, a new server instance); every other version carries the adapter alone,
+        naming version 0 as its base. A fresh adapter (B = 0) merges to the base exactly, so version 0 is
+        the base itself and is not sent twice."""
         t0 = time.monotonic()
         with self.timeline.span("push", step=self.step_n):
+            if self.lcfg is not None and not self.base_on_server:
+                self.collective("push", {"version": 0, "lineage": self.lineage, "full": True})
+                self.base_on_server = True
+                if self.step_n == 0 and not self.cfg.lora_init:
+                    return time.monotonic() - t0
             self.collective("push", {"version": self.step_n, "lineage": self.lineage})
         return time.monotonic() - t0
 
@@ -597,6 +663,7 @@ class Trainer:
         # sampled them and ours (policy drift over their staleness, plus any numerical mismatch).
         exact_BT &= mask_BT > 0
         metrics.update(grpo.mismatch_report(logp_behav_BT, logp_BT, exact_BT, (mask_BT > 0) & (versions_BT < version)))
+        metrics.update(grpo.correction_metrics(logp_BT, logp_behav_BT, mask_BT, self.gcfg))  # logp_BT: pi_old
         if exact_BT.any():
             self.write_mismatch_histogram(logp_BT - logp_behav_BT, exact_BT)
         return metrics

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import envs
 import hf_io
+import lora
 
 
 @dataclass
@@ -128,6 +129,21 @@ class Config:
     makes sampler and trainer log-probs bitwise equal), "float32" (full precision; on XLA:CPU not
     bitwise: mismatch/bitwise_frac 0.76 on the embedded task) or "checkpoint" (the dtype its config.json names).
     Must match the workers' --dtype (launch.sh passes both DTYPE)"""
+    # --- LoRA (lora.py; docs/lora.md)
+    lora_rank: int = 0
+    """r > 0: train a rank-r LoRA adapter (f32 A and B, Adam's state for them alone) on a frozen base held
+    in the compute dtype; weight versions after version 0 (the base) carry only the adapter, and the
+    workers merge it with lora.merge, as the trainer does (launch.sh LORA_RANK). 0 = full fine-tuning"""
+    lora_alpha: float = 0.0
+    """LoRA's alpha (scale = alpha / rank); 0 = lora.DEFAULT_ALPHA (32, fixed across ranks as in "LoRA
+    Without Regret", so one learning rate serves every rank)"""
+    lora_targets: str = ""
+    """comma list of the projections that get an adapter, among q_proj,k_proj,v_proj,o_proj,gate_proj,
+    up_proj,down_proj; "" = all of them"""
+    lora_init: str = ""
+    """start from this PEFT adapter folder (adapter_config.json + adapter_model.safetensors, as
+    $RUN_DIR/final/adapter holds; hf_io.load_peft_adapter) instead of a fresh adapter; its rank, alpha
+    and targets are used (the --lora-* flags, if given, must agree)"""
     # --- devices (sharding.py)
     tensor_parallel: int = 1
     """devices per tensor-parallel group: the trainer's visible devices form a (data, tensor) mesh of
@@ -199,6 +215,14 @@ class Config:
             envs.load_reward(self.reward)  # a file or function that is not there: refuse now, not mid-run
         if not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id {self.process_id} must be in [0, num_processes={self.num_processes})")
+        if self.lora_rank < 0 or self.lora_alpha < 0:
+            raise ValueError(f"lora_rank and lora_alpha must be >= 0; got {self.lora_rank}, {self.lora_alpha}")
+        if self.lora_rank:
+            lora.LoraConfig.parse(self.lora_rank, self.lora_alpha, self.lora_targets)  # raises on bad targets
+        elif (self.lora_alpha or self.lora_targets) and not self.lora_init:
+            raise ValueError("--lora-alpha and --lora-targets need --lora-rank > 0 (or --lora-init)")
+        if self.lora_init and not os.path.isdir(self.lora_init):
+            raise ValueError(f"--lora-init {self.lora_init}: no such folder")
         if self.prompts_per_step % self.minibatches:
             raise ValueError(f"minibatches={self.minibatches} must divide prompts_per_step={self.prompts_per_step}, "
                              "so that every minibatch (optimizer step) holds the same number of whole groups")

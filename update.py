@@ -10,6 +10,12 @@ weights go afterwards (weights.py). Here: the forward + backward of each microba
 graph (model.token_logprobs, the sampler's function, so the bf16 fix holds: model.py PRECISION POLICY),
 the loss of grpo.py, the summed gradients, one optax step per minibatch, and how many rows fit in
 memory (fit_microbatch).
+
+LoRA (lora.py; make_update(..., lcfg=, base=), init_lora_state): the master is the f32 adapter, the
+base stays frozen in the compute dtype, Adam's state is the adapter's. Each optimizer step first
+merges (lora.merge, the function the sampler installs with), then every microbatch's forward +
+backward runs on those merged weights and its gradient is projected onto A and B
+(lora_microbatch_grad).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import numpy as np
 import optax
 
 import grpo
+import lora
 import memory
 import model
 import multihost
@@ -75,6 +82,20 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
                                  draw_BT=draw_BT)
     aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
     return loss * weight, (logp_BT, aux)
+
+
+def lora_microbatch_grad(adapter, policy, mb: dict, weight, *, mcfg: model.ModelConfig, lcfg: lora.LoraConfig,
+                         gcfg: grpo.GRPOConfig, temperature: float, mesh=None):
+    """LoRA's microbatch_loss and gradient: the loss is microbatch_loss on `policy`, the merged weights
+    (lora.merge, computed outside this graph by the function the sampler calls too, so the forward
+    runs on the sampler's exact bits), differentiated with respect to the target projections of that
+    policy and projected onto the adapter's A and B (lora.project_grads). Returns
+    ((loss * weight, (logp_BT, aux * weight)), f32 gradient of the adapter)."""
+    def loss(targets):
+        params = {**policy, "layers": {**policy["layers"], **targets}}
+        return microbatch_loss(params, mb, weight, mcfg=mcfg, gcfg=gcfg, temperature=temperature, mesh=mesh)
+    out, g = jax.value_and_grad(loss, has_aux=True)({t: policy["layers"][t] for t in lcfg.targets})
+    return out, lora.project_grads({"layers": g}, adapter, mcfg, lcfg)
 
 
 def optimizer_step(master, opt_state, grads, optimizer):
@@ -133,21 +154,38 @@ class Update:
     log-probs come back to every host (an all-gather), the state stays in its shards."""
 
     def __init__(self, mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float,
-                 mesh=None):
-        self.gcfg, self.mesh = gcfg, mesh
+                 mesh=None, lcfg: lora.LoraConfig | None = None, base=None):
+        self.gcfg, self.mesh, self.mcfg, self.lcfg, self.base = gcfg, mesh, mcfg, lcfg, base
         out = {}  # one device: jit's defaults; on a mesh the outputs stay in sharding.py's layouts
         if mesh is not None:
             params_sh, rep = sharding.param_shardings(mcfg, mesh), sharding.replicated(mesh)
             rows_sh = sharding.row_sharding(mesh)
             out = {"grad": ((rep, (rows_sh, rep)), params_sh), "logp": rows_sh, "add": params_sh,
                    "apply": (params_sh, sharding.opt_state_shardings(optimizer, mcfg, mesh), rep)}
+            if lcfg is not None:  # the adapter, its gradient and Adam's state: replicated (small)
+                out.update({"grad": ((rep, (rows_sh, rep)), rep), "add": rep, "apply": (rep, rep, rep)})
         jit = lambda fn, name: jax.jit(fn, **({"out_shardings": out[name]} if out else {}))  # noqa: E731
-        loss = functools.partial(microbatch_loss, mcfg=mcfg, gcfg=gcfg, temperature=temperature, mesh=mesh)
-        self.grad_fn = jit(jax.value_and_grad(loss, has_aux=True), "grad")
+        if lcfg is None:
+            loss = functools.partial(microbatch_loss, mcfg=mcfg, gcfg=gcfg, temperature=temperature, mesh=mesh)
+            self.grad_fn = jit(jax.value_and_grad(loss, has_aux=True), "grad")
+        else:  # grad_fn(adapter, merged policy, mb, weight)
+            self.grad_fn = jit(functools.partial(lora_microbatch_grad, mcfg=mcfg, lcfg=lcfg, gcfg=gcfg,
+                                                 temperature=temperature, mesh=mesh), "grad")
         self.logp_fn = jit(lambda master, tokens_BT: model.token_logprobs(
             policy_params(master, mcfg, mesh), mcfg, tokens_BT, temperature), "logp")
         self.add = jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), "add")
         self.apply = jit(functools.partial(optimizer_step, optimizer=optimizer), "apply")
+
+    def policy(self, master):
+        """What the forward runs on: the master itself (cast inside the graphs), or with LoRA the base
+        merged with the adapter `master` (lora.merge, in the compute dtype: the sampler's weights)."""
+        return master if self.lcfg is None else lora.merge(self.base, master, self.mcfg, self.lcfg)
+
+    def grads(self, master, policy, mb: dict, weight):
+        """One microbatch's ((loss, (logp_BT, aux)), gradient of the master) on the trainer's graph."""
+        if self.lcfg is None:
+            return self.grad_fn(master, mb, weight)
+        return self.grad_fn(master, policy, mb, weight)
 
     def place(self, mb: dict) -> dict:
         """A microbatch as the jitted graphs take it: on a mesh padded and split over "data"."""
@@ -155,19 +193,21 @@ class Update:
 
     def old_logprobs(self, master, mini: list) -> list:
         """pi_old of one minibatch's rows at the starting weights, one array per microbatch."""
-        return [multihost.to_host(self.logp_fn(master, self.place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
+        policy = self.policy(master)
+        return [multihost.to_host(self.logp_fn(policy, self.place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
                 [:len(mb["tokens_BT"])] for mb in mini]
 
     def minibatch_step(self, master, opt_state, mini: list, logp_old: list | None, totals):
         """One optimizer step on one minibatch: the summed microbatch gradients, then optimizer_step.
         logp_old None: the batch's first step, whose own log-probs become pi_old (returned)."""
         grads, logps, aux = None, [], {}
+        policy = self.policy(master)
         for i, mb in enumerate(mini):
             if logp_old is not None:
                 mb = {**mb, "logp_old_BT": logp_old[i]}
             n_rows, mb = len(mb["tokens_BT"]), self.place(mb)
             weight = grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
-            (loss, (logp_BT, mb_aux)), g = self.grad_fn(master, mb, weight)
+            (loss, (logp_BT, mb_aux)), g = self.grads(master, policy, mb, weight)
             grads = g if grads is None else self.add(grads, g)
             if logp_old is None:
                 logps.append(multihost.to_host(logp_BT)[:n_rows])
@@ -197,9 +237,11 @@ class Update:
         return master, opt_state, logp_RT, {**aux, "grad_norm": sum(grad_norms) / n_steps}
 
 
-def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float, mesh=None):
-    """The update for this model, loss and optimizer (see Update): its graphs are jitted once."""
-    return Update(mcfg, gcfg, optimizer, temperature, mesh)
+def make_update(mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig, optimizer, temperature: float, mesh=None,
+                lcfg: lora.LoraConfig | None = None, base=None):
+    """The update for this model, loss and optimizer (see Update): its graphs are jitted once. With
+    lcfg (LoRA) the master is the f32 adapter and `base` the frozen weights in the compute dtype."""
+    return Update(mcfg, gcfg, optimizer, temperature, mesh, lcfg, base)
 
 
 def init_state(params: dict, mcfg: model.ModelConfig, optimizer, mesh=None):
@@ -212,6 +254,16 @@ def init_state(params: dict, mcfg: model.ModelConfig, optimizer, mesh=None):
     master = jax.jit(lambda p: cast_params(p, jnp.float32), out_shardings=sharding.param_shardings(mcfg, mesh))(
         sharding.shard_params(params, mcfg, mesh))
     return master, jax.jit(optimizer.init, out_shardings=sharding.opt_state_shardings(optimizer, mcfg, mesh))(master)
+
+
+def init_lora_state(adapter: dict, optimizer, mesh=None):
+    """(f32 adapter, optimizer state) of a LoRA run: both small, replicated on a mesh."""
+    adapter = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), adapter)
+    if mesh is None:
+        return adapter, optimizer.init(adapter)
+    rep = sharding.replicated(mesh)
+    adapter = jax.device_put(adapter, rep)
+    return adapter, jax.jit(optimizer.init, out_shardings=rep)(adapter)
 
 
 MICROBATCH_MAX = 128
@@ -228,12 +280,14 @@ def memory_budget_bytes(gb: float) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 
 
-def fit_microbatch(mcfg: model.ModelConfig, T: int, budget_gb: float, mesh=None, with_ref: bool = False) -> int:
+def fit_microbatch(mcfg: model.ModelConfig, T: int, budget_gb: float, mesh=None, with_ref: bool = False,
+                   lcfg: lora.LoraConfig | None = None) -> int:
     """The most rows per microbatch whose forward+backward (memory.train_step_bytes) fits beside the
-    trainer's state in the memory budget of each device, at most MICROBATCH_MAX. On a mesh the state is
-    split over every device (FSDP) and the rows over "data". Raises if not one row fits."""
+    trainer's state (memory.train_state_bytes; with lcfg, LoRA's) in the memory budget of each device,
+    at most MICROBATCH_MAX. On a mesh the state is split over every device (FSDP) and the rows over
+    "data". Raises if not one row fits."""
     n, data = (1, 1) if mesh is None else (mesh.size, mesh.shape["data"])
-    state = memory.train_state_bytes(mcfg) // n + (2 * model.param_count(mcfg) if with_ref else 0)
+    state = memory.train_state_bytes(mcfg, lcfg, n) + (2 * model.param_count(mcfg) if with_ref else 0)
     budget = memory_budget_bytes(budget_gb)
     rows = memory.rows_for_budget(mcfg, T, budget, state_bytes=state)
     if rows == 0:
