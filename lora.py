@@ -198,3 +198,14 @@ def adapter_from_tensors(named: dict, mcfg: model.ModelConfig, lcfg: LoraConfig)
 def param_count(mcfg: model.ModelConfig, lcfg: LoraConfig) -> int:
     """Elements of the adapter: sum over targets of L * r * (in + out)."""
     return sum(math.prod(s) for ms in adapter_shapes(mcfg, lcfg).values() for s in ms.values())
+
+
+def concat(first: dict, second: dict, lcfg: LoraConfig) -> tuple[LoraConfig, dict]:
+    """Two adapters of one config as one of rank 2r whose delta is the sum of theirs: A stacked along
+    the rank, B side by side, alpha doubled so the scale stays alpha / r. (A --lora-init run trains a
+    second adapter on the first one's merged policy; its PEFT export is this sum for the original base.
+    The trainer's policy rounds the first merge to the compute dtype; the sum does not.)"""
+    out = {t: {"A": np.concatenate([np.asarray(first[t]["A"], np.float32), np.asarray(second[t]["A"], np.float32)], 1),
+               "B": np.concatenate([np.asarray(first[t]["B"], np.float32), np.asarray(second[t]["B"], np.float32)], 2)}
+           for t in lcfg.targets}
+    return LoraConfig(2 * lcfg.rank, 2 * lcfg.alpha, lcfg.targets), out

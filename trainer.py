@@ -241,14 +241,15 @@ class Trainer:
         if self.mesh is not None:  # pi_ref sharded and gathered for its forward like the policy
             params = sharding.shard_params(params, self.mcfg, self.mesh)
             ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)  # noqa: E731
-        self.lcfg, self.base, self.base_on_server = None, None, False
+        self.lcfg, self.base, self.base_on_server, self.init_adapter = None, None, False, None
         if cfg.lora_rank or cfg.lora_init:
-            self.lcfg, adapter = self.initial_adapter()
+            self.lcfg, self.init_adapter = self.initial_adapter()
             self.base = params if self.mesh is not None else jax.tree_util.tree_map(jax.numpy.asarray, params)
+            if self.init_adapter is not None:  # --lora-init: its policy, merged as the workers merge, is our base
+                self.base = lora.merge(self.base, self.init_adapter, self.mcfg, self.lcfg)
+            adapter = lora.init_adapter(self.mcfg, self.lcfg, jax.random.key(cfg.seed))
             self.master, self.opt_state = update.init_lora_state(adapter, self.optimizer, self.mesh)
-            # pi_ref: the cold-start policy, the base itself unless --lora-init brought a trained adapter
-            self.ref_params = None if gcfg.kl_beta <= 0 else (
-                lora.merge(self.base, self.master, self.mcfg, self.lcfg) if cfg.lora_init else self.base)
+            self.ref_params = self.base if gcfg.kl_beta > 0 else None  # pi_ref: the cold-start policy
             self.log(f"LoRA rank {self.lcfg.rank} alpha {self.lcfg.alpha:g} on {','.join(self.lcfg.targets)}: "
                      f"{lora.param_count(self.mcfg, self.lcfg)} trained parameters of {model.param_count(self.mcfg)}")
         else:
@@ -263,18 +264,21 @@ class Trainer:
             self.ref_logprobs = lambda p, tokens_BT: multihost.to_host(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
 
     def initial_adapter(self) -> tuple:
-        """(LoraConfig, f32 adapter): --lora-init's PEFT folder (its rank, alpha and targets; --lora-*
-        flags given beside it must agree), else a fresh one (B = 0: the policy starts as the base)."""
+        """(LoraConfig, --lora-init's adapter or None). --lora-init: the PEFT folder's rank, alpha and
+        targets (--lora-* flags given beside it must agree). Its adapter is merged into the base we
+        hold (lora.merge, so version 0 is its policy bit for bit, and a full version as every lineage's
+        version 0 is) and a fresh adapter of the same config trains on top; final/adapter holds the
+        two as one adapter for the original base (lora.concat)."""
         cfg = self.cfg
         lcfg = lora.LoraConfig.parse(cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
         if not cfg.lora_init:
-            return lcfg, lora.init_adapter(self.mcfg, lcfg, jax.random.key(cfg.seed))
+            return lcfg, None
         init_cfg, adapter = hf_io.load_peft_adapter(cfg.lora_init, self.mcfg)
         given = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": cfg.lora_targets}
         if lcfg is not None and any(given[k] and lcfg.to_dict()[k] != init_cfg.to_dict()[k] for k in given):
             raise ValueError(f"--lora-init {cfg.lora_init} holds an adapter {init_cfg.to_dict()}, which the "
                              f"--lora-* flags contradict ({lcfg.to_dict()}): drop them or make them agree")
-        self.log(f"LoRA adapter from {cfg.lora_init}")
+        self.log(f"LoRA adapter from {cfg.lora_init}, merged into the base")
         return init_cfg, adapter
 
     def load_data(self) -> None:
@@ -479,8 +483,10 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         hf_io.save_hf(tmp, self.mcfg, policy, tokenizer_from=self.cfg.model)
         if self.lcfg is not None:  # LoRA: also the adapter alone, as a PEFT folder for the base model
-            hf_io.save_peft_adapter(os.path.join(tmp, "adapter"), self.mcfg, self.lcfg,
-                                    jax.tree_util.tree_map(multihost.to_host, self.master), self.cfg.model)
+            lcfg, adapter = self.lcfg, jax.tree_util.tree_map(multihost.to_host, self.master)
+            if self.init_adapter is not None:  # --lora-init's adapter and ours, one adapter for cfg.model
+                lcfg, adapter = lora.concat(self.init_adapter, adapter, self.lcfg)
+            hf_io.save_peft_adapter(os.path.join(tmp, "adapter"), self.mcfg, lcfg, adapter, self.cfg.model)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
         return out
@@ -529,15 +535,15 @@ class Trainer:
         chunks of weights.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
         or nothing. Built one tensor at a time (do_push), whatever the model's size.
         LoRA: the base goes first, as the full version 0 of our lineage, whenever this param server may
-        lack it (our first push, a new server instance); every other version carries the adapter alone,
-        naming version 0 as its base. A fresh adapter (B = 0) merges to the base exactly, so version 0 is
-        the base itself and is not sent twice."""
+        lack it (our first push, a new server instance); every later version carries the adapter alone,
+        naming version 0 as its base. The adapter starts at B = 0, which merges to the base exactly: the
+        base IS version 0's policy."""
         t0 = time.monotonic()
         with self.timeline.span("push", step=self.step_n):
             if self.lcfg is not None and not self.base_on_server:
                 self.collective("push", {"version": 0, "lineage": self.lineage, "full": True})
                 self.base_on_server = True
-                if self.step_n == 0 and not self.cfg.lora_init:
+                if self.step_n == 0:
                     return time.monotonic() - t0
             self.collective("push", {"version": self.step_n, "lineage": self.lineage})
         return time.monotonic() - t0

@@ -97,3 +97,51 @@ def test_names_round_trip_and_bad_tensors_are_refused():
             lora.LoraConfig.from_dict(bad)
     assert lora.LoraConfig.parse(0) is None
     assert lora.LoraConfig.parse(4, 0.0, "q_proj, v_proj") == lora.LoraConfig(4, lora.DEFAULT_ALPHA, ("q_proj", "v_proj"))
+
+
+def test_peft_folder_loads_in_peft_with_our_logits_and_loads_back(tmp_path):
+    """save_peft_adapter's folder, loaded by peft.PeftModel.from_pretrained onto the base in transformers
+    (float32), gives our logits of merge(base, adapter) within 1e-4; load_peft_adapter gives the adapter
+    back bit for bit (what --lora-init reads). A folder with a setting lora.py does not implement is
+    refused, naming it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    import json
+
+    import hf_io
+    cfg32 = model.ModelConfig(**{**CFG.__dict__, "dtype": "float32"})
+    lcfg = lora.LoraConfig(rank=3, alpha=8.0, targets=("q_proj", "k_proj", "o_proj", "gate_proj", "down_proj"))
+    base, adapter = random_params(cfg32, 0), random_adapter(cfg32, lcfg)
+    hf_io.save_hf(str(tmp_path / "base"), cfg32, base)
+    hf_io.save_peft_adapter(str(tmp_path / "adapter"), cfg32, lcfg, adapter, str(tmp_path / "base"))
+    config = json.load(open(tmp_path / "adapter" / "adapter_config.json"))
+    assert (config["peft_type"], config["r"], config["lora_alpha"], config["task_type"]) == ("LORA", 3, 8.0, "CAUSAL_LM")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "base"), dtype=torch.float32)
+    hf = peft.PeftModel.from_pretrained(hf, str(tmp_path / "adapter")).eval()
+    tokens = np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 12))
+    with torch.no_grad():
+        theirs = hf(torch.tensor(tokens)).logits.numpy()
+    ours = np.asarray(model.forward(lora.merge(base, adapter, cfg32, lcfg), cfg32, jnp.asarray(tokens, jnp.int32)))
+    without = np.asarray(model.forward(base, cfg32, jnp.asarray(tokens, jnp.int32)))
+    assert np.abs(ours - without).max() > 1e-2  # the adapter changes the logits: the comparison means something
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+    back_cfg, back = hf_io.load_peft_adapter(str(tmp_path / "adapter"), cfg32)
+    assert back_cfg == lcfg
+    assert all(np.array_equal(back[t][m], adapter[t][m]) for t in lcfg.targets for m in "AB")
+    json.dump({**config, "use_dora": True}, open(tmp_path / "adapter" / "adapter_config.json", "w"))
+    with pytest.raises(ValueError, match="use_dora"):
+        hf_io.load_peft_adapter(str(tmp_path / "adapter"), cfg32)
+
+
+def test_concat_is_one_adapter_with_the_sum_of_the_deltas():
+    """--lora-init's export: the loaded adapter and the trained one as one of rank 2r (float32 merge)."""
+    cfg32 = model.ModelConfig(**{**CFG.__dict__, "dtype": "float32"})
+    lcfg = lora.LoraConfig(rank=2, alpha=4.0, targets=("v_proj", "up_proj"))
+    base, first, second = random_params(cfg32, 0), random_adapter(cfg32, lcfg, 1), random_adapter(cfg32, lcfg, 2)
+    both_cfg, both = lora.concat(first, second, lcfg)
+    assert both_cfg.rank == 4 and both_cfg.scale == lcfg.scale
+    twice = lora.merge(lora.merge(base, first, cfg32, lcfg), second, cfg32, lcfg)
+    once = lora.merge(base, both, cfg32, both_cfg)
+    for t in lcfg.targets:
+        np.testing.assert_allclose(once["layers"][t], twice["layers"][t], atol=1e-6)
