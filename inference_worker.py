@@ -73,6 +73,7 @@ import continuous
 import envs
 import hf_io
 import lifecycle
+import lora
 import model
 import prompts
 import quant
@@ -417,17 +418,15 @@ class Worker:
         self.heartbeat = Heartbeat(cfg, self.incarnation)
         self.timeline = timeline.Timeline(cfg.timeline, cfg.name)  # what we did when (timeline.py)
         self.version, self.lineage, self.params, self.batches = -1, "", None, 0
+        # the full version adapter versions apply to (LoRA), kept on the device once per lineage
+        self.base_key, self.base_params = None, None
         self.fetcher = weight_fetcher(cfg, self.incarnation)
 
-    def install(self, version: int, lineage: str, tensors: dict) -> None:
+    def install(self, version: int, lineage: str, tensors: dict, adapter: weights.VersionBuffer | None = None) -> None:
         """Swap in a complete, checksummed weight version {HF name: array} (invariant 4: never a
-        partial one; weights.WeightFetcher checked every CRC). With --tensor-parallel each tensor goes
-        from the host straight to its shards."""
-        if self.mesh is None:
-            self.params = jax.device_put(hf_io.from_hf_tensors(tensors, self.mcfg))
-        else:
-            self.params = sharding.shard_params(hf_io.from_hf_tensors(tensors, self.mcfg, host=True),
-                                                self.mcfg, self.mesh)
+        partial one; weights.WeightFetcher checked every CRC). `adapter`: the version is an adapter
+        version (LoRA), `tensors` its adapter's (policy_params merges them onto the base)."""
+        self.params = self.policy_params(version, lineage, tensors, adapter)
         if self.cfg.sampler_quant != "none":  # last: what we sample with is what was pushed, quantised
             before = quant.params_bytes(self.params)
             self.params = quant.quantise_params(self.params, self.cfg.sampler_quant)
@@ -435,6 +434,36 @@ class Worker:
                 log(self.cfg, f"sampling with {self.cfg.sampler_quant} weights (quant.py): "
                               f"{quant.params_bytes(self.params) / 2**20:.2f} MiB, {before / 2**20:.2f} MiB as pushed")
         self.version, self.lineage = version, lineage
+
+    def to_device(self, tensors: dict) -> dict:
+        """A full version {HF name: array} as the model's params on our device(s). With
+        --tensor-parallel each tensor goes from the host straight to its shards."""
+        if self.mesh is None:
+            return jax.device_put(hf_io.from_hf_tensors(tensors, self.mcfg))
+        return sharding.shard_params(hf_io.from_hf_tensors(tensors, self.mcfg, host=True), self.mcfg, self.mesh)
+
+    def policy_params(self, version: int, lineage: str, tensors: dict, adapter: weights.VersionBuffer | None) -> dict:
+        """The policy in the compute dtype, before any quantisation. A full version goes to the device
+        and is also the base that later adapter versions of its lineage apply to. An adapter version's
+        policy is lora.merge(base on device, adapter): the jitted function the trainer runs its forward
+        on, so both hold bit-identical weights. The base goes to the device first if we do not hold it
+        (a new worker, a new lineage): once per lineage; afterwards a version costs its adapter's bytes
+        and the merge. The LoRA config is the manifest's, so a worker cannot disagree with its trainer."""
+        if adapter is None:
+            self.base_key, self.base_params = weights.VersionKey(version, lineage), self.to_device(tensors)
+            return self.base_params
+        m = adapter.manifest
+        lcfg = lora.LoraConfig.from_dict(m.lora)
+        merge_in = lora.adapter_from_tensors(tensors, self.mcfg, lcfg)
+        if self.base_key != m.base_key:
+            base = adapter.base
+            if base is None or base.key != m.base_key or base.stream is None:
+                raise ValueError(f"adapter v{m.version} applies to base v{m.base}, which this worker lacks")
+            self.base_params = self.to_device(base.manifest.tensor_views(base.stream))
+            self.base_key = base.key
+            self.fetcher.done(base)
+            log(self.cfg, f"base weights v{base.key.version} of lineage {base.key.lineage!r} on the device")
+        return lora.merge(self.base_params, merge_in, self.mcfg, lcfg)
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
         """Swap in the newest version the fetcher holds complete, if it is new to us, waiting up to
@@ -446,7 +475,8 @@ class Worker:
                 self.timeline.add("pull", start, time.time(), version=self.version)
             return
         try:
-            self.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream))
+            self.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream),
+                         buf if buf.manifest.base is not None else None)
             log(self.cfg, f"weights v{self.version} in {time.monotonic() - t0:.2f}s")
         except ValueError as e:
             log(self.cfg, f"weights v{buf.key.version} refused: {e}; keeping v{self.version}")

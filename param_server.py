@@ -285,7 +285,9 @@ class ParamServer:
         s = self.server
         s.handlers[wire.Ping] = lambda m, p: wire.Pong("param_server", s.instance,
                                                        {"version": self.weights.newest,
-                                                        "lineage": self.weights.lineage})
+                                                        "lineage": self.weights.lineage,
+                                                        "base": self.weights.base.manifest.version
+                                                        if self.weights.base is not None else -1})
         s.on(wire.PushChunk, lambda m, p: wire.Ok({"chunks": self.weights.receive_chunk(m)}))
         s.on(wire.PushCommit, self.on_commit)
         s.on(wire.GetWeights, self.on_get_weights)
@@ -330,7 +332,9 @@ class ParamServer:
         if newest < 0 or weights.VersionKey(newest, lineage) == have or not self._weights_ready(msg):
             return wire.WeightsUnchanged(newest, lineage)
         sources = self.relays.sources(msg.worker) if msg.relay else [""]
-        return wire.WeightManifest(self.weights.versions[newest].manifest.to_dict(), sources)
+        manifest = self.weights.versions[newest].manifest
+        base = self.weights.base_manifest(manifest)  # an adapter version: the full one it applies to
+        return wire.WeightManifest(manifest.to_dict(), sources, base.to_dict() if base is not None else {})
 
     @staticmethod
     def check_wait(wait_s: float) -> None:

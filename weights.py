@@ -168,21 +168,54 @@ def chunk_array(data) -> np.ndarray:
     return data
 
 
+def check_lora(lora) -> dict:
+    """A LoRA config as a manifest carries it (lora.LoraConfig.to_dict: {rank, alpha, targets}),
+    checked for its form here, where the param server must not import the model; the worker's
+    lora.LoraConfig.from_dict then checks the target names. Else wire.WireError."""
+    if not (isinstance(lora, dict) and set(lora) == {"rank", "alpha", "targets"}
+            and type(lora["rank"]) is int and lora["rank"] >= 1
+            and type(lora["alpha"]) in (int, float) and math.isfinite(lora["alpha"]) and lora["alpha"] > 0
+            and isinstance(lora["targets"], list) and lora["targets"]
+            and all(isinstance(t, str) and t for t in lora["targets"])
+            and len(set(lora["targets"])) == len(lora["targets"])):
+        raise wire.WireError(f"manifest: bad lora config {str(lora)[:200]} (want {{rank: int >= 1, "
+                             f"alpha: number > 0, targets: [distinct names]}})")
+    return lora
+
+
 @dataclass
 class Manifest:
     """A weight version's table of contents (THE LAYOUT in the module docstring). On the wire a
-    map {version, lineage, tensors: [[name, dtype, shape, crc32], ...], chunks: [[nbytes, crc32], ...]}."""
+    map {version, lineage, tensors: [[name, dtype, shape, crc32], ...], chunks: [[nbytes, crc32], ...]}.
+
+    An ADAPTER VERSION (LoRA) also names `base`, the number of the full version of its lineage it
+    applies to (older than itself), and `lora`, the config to merge with (lora.LoraConfig.to_dict);
+    its tensors are the adapter's alone (lora.adapter_tensors). A full version has neither: base and
+    lora are None, and absent from the map."""
     KIND: typing.ClassVar[str] = "manifest"
     version: int
     lineage: str
     tensors: list
     chunks: list
+    base: int | None = None
+    lora: dict | None = None
 
     @classmethod
     def from_dict(cls, data) -> "Manifest":
-        m = cls(**wire.check_fields(cls, data))
+        if not isinstance(data, dict):
+            raise wire.WireError(f"manifest must be a map, got {type(data).__name__}")
+        rest = {k: v for k, v in data.items() if k not in ("base", "lora")}
+        m = cls(**wire.check_fields(cls, rest), base=data.get("base"), lora=data.get("lora"))
         if m.version < 0 or not m.tensors or not m.chunks:
             raise wire.WireError("manifest: version must be >= 0, tensors and chunks non-empty")
+        if (m.base is None) != (m.lora is None):
+            raise wire.WireError("manifest: an adapter version names both its base and its lora config, "
+                                 "a full version neither")
+        if m.base is not None:
+            if type(m.base) is not int or not 0 <= m.base < m.version:
+                raise wire.WireError(f"manifest: base must be the number of an older full version "
+                                     f"(0 <= base < version {m.version}), got {str(m.base)[:50]}")
+            check_lora(m.lora)
         names, total = set(), 0
         for t in m.tensors:
             if not (isinstance(t, list) and len(t) == 4 and isinstance(t[0], str) and t[1] in wire.DTYPES
@@ -202,7 +235,17 @@ class Manifest:
         return m
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        return d if self.base is not None else {k: v for k, v in d.items() if k not in ("base", "lora")}
+
+    @property
+    def key(self) -> VersionKey:
+        return VersionKey(self.version, self.lineage)
+
+    @property
+    def base_key(self) -> VersionKey | None:
+        """The full version an adapter version applies to; None for a full version."""
+        return None if self.base is None else VersionKey(self.base, self.lineage)
 
     @property
     def nbytes(self) -> int:
@@ -310,12 +353,22 @@ def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
 
 
 def push_weights(client, version: int, lineage: str, named_arrays, chunk_bytes: int = CHUNK_BYTES,
-                 push_id: str | None = None, window: int = PUSH_WINDOW) -> dict:
+                 push_id: str | None = None, window: int = PUSH_WINDOW, base: int | None = None,
+                 lora: dict | None = None) -> dict:
     """Stream a weight version to the param server: each chunk in its own PushChunk, up to `window`
     of them in flight (each acknowledged by a receipt; the server takes them in order), then
     PushCommit with the manifest. Returns the commit's Ok info; raises wire.RemoteError if the server
     refused a chunk (it then discards the whole push). `named_arrays` may be a generator
-    (hf_io.iter_hf_tensors): only the current tensor and `window` chunks are held here."""
+    (hf_io.iter_hf_tensors): only the current tensor and `window` chunks are held here.
+    An adapter version: `named_arrays` are the adapter's tensors (lora.adapter_tensors), `base` the
+    number of the full version of this lineage they apply to, `lora` the config (LoraConfig.to_dict);
+    the server refuses it unless it holds that base. None, None: a full version."""
+    if (base is None) != (lora is None):
+        raise ValueError("an adapter version needs both base and lora; a full version neither")
+    if lora is not None:
+        check_lora(lora)
+        if not 0 <= base < version:
+            raise ValueError(f"an adapter version's base must be an older full version: base {base}, version {version}")
     push_id = push_id or f"{lineage}/{version}/{os.urandom(4).hex()}"
     chunks, done = [], {}
 
@@ -331,7 +384,7 @@ def push_weights(client, version: int, lineage: str, named_arrays, chunk_bytes: 
             yield wire.PushChunk(push_id, len(chunks) - 1, data, crc)
     for _ in client.pipeline(messages(), window, what="receipt of a weight chunk"):
         pass
-    manifest = Manifest(version, lineage, done["tensors"], chunks)
+    manifest = Manifest(version, lineage, done["tensors"], chunks, base, lora)
     return client.call(wire.PushCommit(push_id, manifest.to_dict()), what="weights commit").info
 
 
@@ -354,19 +407,31 @@ class WeightStore:
     a push collect in `pending`, and only a commit whose manifest matches them and every tensor's CRC
     adds the version. One push is pending at a time: a new push (or a wrong chunk) discards it.
     `keep`: how many versions to hold; `state_dir`: where the newest is persisted; `log(text)`: our
-    log lines."""
+    log lines.
+
+    ADAPTER VERSIONS. The newest full version of the current lineage is the BASE, pinned: held (and
+    served) whatever `keep` says, because every adapter version of the lineage applies to it. An
+    adapter version is refused unless the base it names is the pinned one; a new full version
+    becomes the base, and a new lineage drops the old one's. On disk the base is weights.safetensors
+    and the newest adapter version, if newer, adapter.safetensors (PERSIST_FILES): a restarted
+    server serves both."""
+
+    PERSIST_FILES = {"full": "weights.safetensors", "adapter": "adapter.safetensors"}
 
     def __init__(self, state_dir: str, keep: int, log: Callable[[str], None]):
         self.dir, self.keep, self.log = state_dir, keep, log
         self.versions: collections.OrderedDict[int, Version] = collections.OrderedDict()
+        self.base: Version | None = None  # the pinned full version of the current lineage
         self.pending: dict | None = None  # {"id", "chunks", "crcs", "t"}
         self.discarded = 0
         os.makedirs(state_dir, exist_ok=True)
         self._load_persisted()
         # The persister thread writes the newest committed version; versions committed while it
-        # writes coalesce into the newest of them. `persisted`: the VersionKey on disk.
+        # writes coalesce into the newest of them (an adapter version's base is written first if the
+        # file does not hold it). `persisted`: the VersionKey of the newest version on disk.
         self.persisted = VersionKey(self.newest, self.lineage)
-        self._to_persist: Version | None = None
+        self._base_on_disk = self.base.manifest.key if self.base is not None else None
+        self._to_persist: tuple | None = None  # (version, its base or None)
         self._writing = False
         self._disk = threading.Condition()
         threading.Thread(target=self._persister, name="persist", daemon=True).start()
@@ -419,11 +484,21 @@ class WeightStore:
                 raise ValueError(f"manifest lists {len(manifest.chunks)} chunks that differ from the "
                                  f"{len(received)} received")
             manifest.check_tensors(p["chunks"], p["crcs"])  # each chunk's CRC was checked on arrival
+            self.check_base(manifest)
         except ValueError as e:  # wire.WireError is one too
             self._discard(str(e))
             raise ValueError(f"push {msg.push_id} refused: {e}") from None
         self.pending = None
         self.put(Version(manifest, p["chunks"]))
+
+    def check_base(self, manifest: Manifest) -> None:
+        """An adapter version is accepted only onto the pinned base it names; ValueError otherwise."""
+        want = manifest.base_key
+        if want is not None and (self.base is None or self.base.manifest.key != want):
+            held = f"v{self.base.manifest.version} of lineage {self.base.manifest.lineage!r}" if self.base else "none"
+            raise ValueError(f"adapter version {manifest.version} applies to base v{want.version} of lineage "
+                             f"{want.lineage!r}, which is not held here (base held: {held}): push that base "
+                             f"in full first")
 
     def expire(self, timeout_s: float) -> None:
         """A push whose sender went quiet (a trainer killed mid-push) is dropped: it never shows."""
@@ -437,26 +512,48 @@ class WeightStore:
         # follow (they ask for "newest != what I have", not "newer than what I have").
         if lineage != self.lineage:
             self.versions.clear()
+            self.base = None
         for old in [old for old in self.versions if old >= version]:
             del self.versions[old]
         self.versions[version] = v
+        if v.manifest.base is None:
+            self.base = v  # pinned: every later adapter version of the lineage applies to it
         while len(self.versions) > self.keep:
             self.versions.popitem(last=False)
         with self._disk:
-            self._to_persist = v
+            self._to_persist = (v, self.base if v.manifest.base is not None else None)
             self._disk.notify_all()
+
+    def held(self, version: int, lineage: str) -> Version | None:
+        """The version (version, lineage) if this store serves it: one of the last `keep`, or the base."""
+        v = self.versions.get(version)
+        if v is None and self.base is not None and self.base.manifest.version == version:
+            v = self.base
+        return v if v is not None and v.manifest.lineage == lineage else None
+
+    def base_manifest(self, manifest: Manifest) -> Manifest | None:
+        """The manifest of the base an adapter version applies to (None for a full version)."""
+        return self.base.manifest if manifest.base is not None and self.base is not None else None
 
     def _persister(self) -> None:
         while True:
             with self._disk:
                 self._disk.wait_for(lambda: self._to_persist is not None)
-                v, self._to_persist, self._writing = self._to_persist, None, True
+                (v, base), self._to_persist, self._writing = self._to_persist, None, True
+            done = self.persisted
             try:
-                self._persist(v)
-                done = VersionKey(v.manifest.version, v.manifest.lineage)
+                full, adapter = (os.path.join(self.dir, self.PERSIST_FILES[k]) for k in ("full", "adapter"))
+                if base is not None and self._base_on_disk != base.manifest.key:
+                    self._persist(base, full)
+                    self._base_on_disk = base.manifest.key
+                self._persist(v, adapter if base is not None else full)
+                if base is None:
+                    self._base_on_disk = v.manifest.key
+                    if os.path.exists(adapter):
+                        os.remove(adapter)  # an older base's adapter; the loader would ignore it anyway
+                done = v.manifest.key
             except OSError as e:  # a full disk must not stop the serving: the file stays the old one
                 self.log(f"could not persist weights v{v.manifest.version}: {e!r}")
-                done = self.persisted
             with self._disk:
                 self.persisted, self._writing = done, False
                 self._disk.notify_all()
@@ -467,17 +564,18 @@ class WeightStore:
             return self._disk.wait_for(lambda: self._to_persist is None and not self._writing, timeout_s)
 
     def chunk(self, msg: wire.GetChunk) -> wire.Chunk:
-        v = self.versions.get(msg.version)
-        if v is None or v.manifest.lineage != msg.lineage:
+        v = self.held(msg.version, msg.lineage)
+        if v is None:
             raise ValueError(f"weights v{msg.version} of lineage {msg.lineage!r} are not held here "
                              f"(newest: v{self.newest})")
         if not 0 <= msg.index < len(v.chunks):
             raise ValueError(f"chunk index {msg.index} outside [0, {len(v.chunks)})")
         return wire.Chunk(msg.version, msg.index, v.chunks[msg.index], v.manifest.chunks[msg.index][1])
 
-    def _persist(self, v: Version) -> None:
+    def _persist(self, v: Version, path: str) -> None:
         """Write the version as a safetensors file straight from its chunks (their bytes are the data
-        section), to a temporary file renamed over the old one: a crash leaves the old file or the new."""
+        section), to a temporary file renamed over the old one: a crash leaves the old file or the new.
+        An adapter version's metadata also holds its base and lora config."""
         m, header, at = v.manifest, {}, 0
         for name, dtype, shape, _ in m.tensors:
             n = math.prod(shape) * np.dtype(wire.DTYPES[dtype]).itemsize
@@ -485,9 +583,10 @@ class WeightStore:
             at += n
         header["__metadata__"] = {"version": str(m.version), "lineage": m.lineage,
                                   "checksums": json.dumps({t[0]: t[3] for t in m.tensors})}
+        if m.base is not None:
+            header["__metadata__"].update(base=str(m.base), lora=json.dumps(m.lora))
         raw = json.dumps(header).encode()
         raw += b" " * (-len(raw) % 8)
-        path = os.path.join(self.dir, "weights.safetensors")
         with open(path + ".tmp", "wb") as f:
             f.write(struct.pack("<Q", len(raw)) + raw)
             for c in v.chunks:
@@ -495,9 +594,22 @@ class WeightStore:
         os.replace(path + ".tmp", path)
 
     def _load_persisted(self) -> None:
-        path = os.path.join(self.dir, "weights.safetensors")
-        if not os.path.exists(path):
+        """The base and, if it applies to that base, the newest adapter version, as persisted; a
+        corrupt or missing file is ignored (the server waits for a push)."""
+        full = self._read_persisted(os.path.join(self.dir, self.PERSIST_FILES["full"]))
+        if full is None or full.manifest.base is not None:
             return
+        self.versions[full.manifest.version] = self.base = full
+        path = os.path.join(self.dir, self.PERSIST_FILES["adapter"])
+        adapter = self._read_persisted(path)
+        if adapter is not None and adapter.manifest.base_key == full.manifest.key:
+            self.versions[adapter.manifest.version] = adapter
+        elif adapter is not None:
+            self.log(f"ignoring {path}: its base v{adapter.manifest.base} is not the persisted full version")
+
+    def _read_persisted(self, path: str) -> Version | None:
+        if not os.path.exists(path):
+            return None
         try:
             with open(path, "rb") as f:
                 header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
@@ -510,15 +622,17 @@ class WeightStore:
                 while piece := f.read(CHUNK_BYTES):
                     chunks.append(np.frombuffer(piece, np.uint8))
             crcs = [zlib.crc32(memoryview(c)) for c in chunks]
+            adapter = {"base": int(meta["base"]), "lora": json.loads(meta["lora"])} if "base" in meta else {}
             manifest = Manifest.from_dict({"version": int(meta["version"]), "lineage": meta.get("lineage", ""),
                                            "tensors": tensors,
-                                           "chunks": [[int(c.size), crc] for c, crc in zip(chunks, crcs)]})
+                                           "chunks": [[int(c.size), crc] for c, crc in zip(chunks, crcs)],
+                                           **adapter})
             manifest.check_tensors(chunks, crcs)
         except Exception as e:  # a corrupt file must not stop the server: it waits for a push
             self.log(f"ignoring corrupt persisted weights {path}: {e!r}")
-            return
-        self.versions[manifest.version] = Version(manifest, chunks)
+            return None
         self.log(f"restored weights version {manifest.version} from {path}")
+        return Version(manifest, chunks)
 
 
 # ----------------------------------------------------------------------------- relay tree (param server)
@@ -568,6 +682,7 @@ class VersionBuffer:
         self.offsets = manifest.offsets()
         self.have = [False] * len(manifest.chunks)
         self.complete = self.installed = False
+        self.base: VersionBuffer | None = None  # an adapter version's: the full version it applies to
 
     def chunk(self, i: int) -> np.ndarray:
         return self.stream[self.offsets[i]:self.offsets[i] + self.manifest.chunks[i][0]]
@@ -620,6 +735,7 @@ class WeightFetcher:
         self.cond = threading.Condition()
         self.ready: VersionBuffer | None = None      # newest complete version
         self.receiving: VersionBuffer | None = None  # the one on its way
+        self.base: VersionBuffer | None = None       # newest complete full version: adapters apply to it
         self.spare: list[mmap.mmap] = []             # memory of retired versions (memory_for)
         self.ps = wire.Client(name + "-weights", param_server, timeout_s=timeout_s)
         self.peers: dict[str, wire.Client] = {}
@@ -647,8 +763,9 @@ class WeightFetcher:
 
     # --- host memory for versions
     def retire(self, buf: VersionBuffer) -> None:
-        """`buf`'s bytes are no longer served: its memory may hold a later version (call with cond held)."""
-        if buf.stream is not None:
+        """`buf`'s bytes are no longer served: its memory may hold a later version (call with cond held).
+        A relay keeps the base's bytes while it is the base: a child that lacks it fetches it from us."""
+        if buf.stream is not None and not (buf is self.base and self.server is not None):
             buf.stream = None
             self.spare = [buf.memory] + self.spare[:1]
 
@@ -685,7 +802,10 @@ class WeightFetcher:
                 if isinstance(reply, wire.WeightManifest):
                     # The param server is always the last resort, whatever the reply says.
                     sources = [s for s in reply.sources if isinstance(s, str) and s] + [""]
-                    self.fetch(Manifest.from_dict(reply.manifest), sources)
+                    manifest = Manifest.from_dict(reply.manifest)
+                    base = self.base_for(manifest, reply.base, sources) if manifest.base is not None else None
+                    if manifest.base is None or base is not None:
+                        self.fetch(manifest, sources, base)
             except (TimeoutError, wire.RemoteError, wire.WireError) as e:  # the server restarting
                 self.log(f"weights: {type(e).__name__}: {e}; retrying")
                 time.sleep(0.5)
@@ -694,12 +814,30 @@ class WeightFetcher:
                 traceback.print_exc()
                 time.sleep(0.5)
 
-    def fetch(self, manifest: Manifest, sources: list) -> None:
+    def base_for(self, manifest: Manifest, base: dict, sources: list) -> VersionBuffer | None:
+        """The base of adapter version `manifest`: the one we hold, else fetched now from `base`, its
+        manifest as the param server sent it (wire.WeightManifest.base). None if that fetch failed."""
+        with self.cond:
+            held = self.base
+        if held is not None and held.key == manifest.base_key and held.complete:
+            return held
+        base_manifest = Manifest.from_dict(base)
+        if base_manifest.key != manifest.base_key or base_manifest.base is not None:
+            raise wire.WireError(f"adapter v{manifest.version} came with {base_manifest.key}, not its base "
+                                 f"{manifest.base_key} in full")
+        return self.fetch(base_manifest, sources, offer=False)
+
+    def fetch(self, manifest: Manifest, sources: list, base: VersionBuffer | None = None,
+              offer: bool = True) -> VersionBuffer | None:
+        """Fetch one version; once complete and checked, a full one becomes our base and, if `offer`,
+        it is offered to the main thread (an adapter version with its `base`). Returns it, or None
+        if it failed (logged)."""
         t0 = time.monotonic()
         with self.cond:
             if self.ready is not None and self.ready.installed:
                 self.retire(self.ready)  # served long enough: the new version replaces it
         buf = VersionBuffer(manifest, self.memory_for(manifest.nbytes))
+        buf.base = base
         with self.cond:
             self.receiving = buf
         try:
@@ -722,7 +860,7 @@ class WeightFetcher:
                 except (TimeoutError, wire.RemoteError, ValueError) as e:  # wire.WireError is a ValueError
                     if not source:  # the param server no longer has it (superseded) or is down
                         self.log(f"weights v{manifest.version}: giving up at chunk {i}: {e}")
-                        return
+                        return None
                     self.log(f"weights v{manifest.version}: relay {source} failed on chunk {i} ({e}); "
                              f"asking one step up")
                     self.shunned[source] = now + self.SHUN_S
@@ -731,20 +869,28 @@ class WeightFetcher:
             buf.complete = True
         except ValueError as e:
             self.log(f"weights v{manifest.version} refused: {e}")
-            return
+            return None
         finally:
             with self.cond:
                 self.receiving = None
                 if not buf.complete:
                     self.retire(buf)
         with self.cond:
-            old = self.ready
-            self.ready = buf
-            if old is not None and old.installed:
-                self.retire(old)
-            self.cond.notify_all()
-        self.log(f"fetched weights v{manifest.version} ({manifest.nbytes / 2**20:.1f} MiB, "
+            if manifest.base is None:
+                old_base, self.base = self.base, buf
+                if old_base is not None and old_base is not self.ready and old_base.installed:
+                    self.retire(old_base)
+            if offer:
+                old = self.ready
+                self.ready = buf
+                if old is not None and old.installed:
+                    self.retire(old)
+                self.cond.notify_all()
+        what = (f"adapter v{manifest.version} (on base v{manifest.base})" if manifest.base is not None
+                else f"v{manifest.version}" + ("" if offer else " (a base)"))
+        self.log(f"fetched weights {what} ({manifest.nbytes / 2**20:.1f} MiB, "
                  f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
+        return buf
 
     def ask(self, source: str, manifest: Manifest, start: int):
         """The replies to GetChunk for chunks start, start + 1, ... of `manifest` from `source` ("" = the
@@ -761,7 +907,7 @@ class WeightFetcher:
         return client.pipeline(msgs, self.FETCH_WINDOW, timeout_s=wait_s + 2.0, what="a weight chunk from a relay")
 
     def held(self, version: int, lineage: str) -> VersionBuffer | None:
-        for buf in (self.receiving, self.ready):
+        for buf in (self.receiving, self.ready, self.base):
             if buf is not None and buf.key == VersionKey(version, lineage) and buf.stream is not None:
                 return buf
         return None

@@ -151,9 +151,11 @@ class GetWeights:
 class WeightManifest:
     """Param server -> worker: what to fetch (`manifest`) and from where: `sources` lists chunk
     servers nearest first (the worker's relay parent, its parent, ...); "" is the param server itself,
-    always last."""
+    always last. For an adapter version (LoRA), `base` is the manifest of the full version it applies
+    to, fetched first by a worker that does not hold it; {} for a full version."""
     manifest: dict
     sources: list = field(default_factory=lambda: [""])
+    base: dict = field(default_factory=dict)
 
 
 @message("weights_unchanged")
