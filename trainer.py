@@ -434,7 +434,7 @@ class Trainer:
         if self.lcfg is not None and not payload.get("full"):  # an adapter version: the f32 adapter alone
             named = lora.adapter_tensors(jax.tree_util.tree_map(multihost.to_host, self.master))
             if self.leader:
-                weights.push_weights(self.ps, payload["version"], payload["lineage"], named,
+                weights.push_weights(self.ps, payload["version"], payload["lineage"], list(named.items()),
                                      **self.adapter_push_kwargs())
             return
         tensors = hf_io.iter_hf_tensors(self.master if self.lcfg is None else self.base, self.mcfg,
