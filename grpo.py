@@ -73,7 +73,8 @@ COV_PENALTIES = ("none", "clip_cov", "kl_cov")
 POLICY_LOSSES = ("ppo", "gspo")
 LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
-IS_CORRECTIONS = ("none", "tis", "token_mask", "seq_mask")
+IS_CORRECTIONS = ("none", "tis", "seq_tis", "token_mask", "seq_mask", "icepop")
+REJECTING_CORRECTIONS = ("token_mask", "seq_mask", "icepop")  # the is_correction choices that reject tokens
 
 # exp(20) ~ 4.9e8: far outside any sane ratio, still finite in f32 (and its square is too).
 LOG_RATIO_CLAMP = 20.0
@@ -123,9 +124,26 @@ class GRPOConfig:
     kl_estimator: str = "k3"
     """k1 | k2 | k3 (Schulman 2020); GRPO uses k3 (Shao et al. 2024)."""
     is_correction: str = "tis"
-    """Off-policy weight on rho = pi_old/pi_behav: none | tis (min(rho, C)) | token_mask | seq_mask (keep [1/C, C])."""
+    """Off-policy weight on rho_t = pi_old/pi_behav (`is_weights`): none | tis (min(rho_t, C)) | seq_tis
+    (min(rho_i, C), rho_i = prod_t rho_t over sequence i) | token_mask (rho_t; tokens outside [1/C, C]
+    rejected) | seq_mask (rho_i; sequences outside [1/C, C] rejected) | icepop (rho_t; tokens outside
+    [icepop_low, icepop_high] rejected). Rejected tokens leave the loss, numerator and denominator."""
     is_cap: float = 2.0
     """C: TIS truncation (Yao et al. 2025 use 2); the masks keep [1/C, C] inclusive; >= 1 (> 1 for masks)."""
+    icepop_low: float = 0.5
+    """alpha of IcePop (is_correction=icepop): tokens with rho_t < alpha are rejected; in (0, 1]."""
+    icepop_high: float = 5.0
+    """beta of IcePop: tokens with rho_t > beta are rejected; >= 1."""
+    geo_reject: bool = False
+    """Geometric-mean rejection, with any is_correction: a sequence whose exp(mean_t log rho_t) lies
+    outside [geo_low, geo_high] is rejected whole (verl's geometric rejection sampling)."""
+    geo_low: float = 0.999
+    """lower bound of the geometric-mean ratio a sequence keeps (--geo-reject); in (0, 1]."""
+    geo_high: float = 1.001
+    """upper bound of the geometric-mean ratio a sequence keeps (--geo-reject); >= 1."""
+    veto_ratio: float = 0.0
+    """Veto, with any is_correction: a sequence holding any token with rho_t < this is rejected whole
+    (a catastrophic token: the sampler was far surer than the trainer); 0 = off; in [0, 1)."""
     overlong_buffer_len: int = 0
     """L_cache of DAPO's soft overlong punishment; 0 = off; needs 0 < L_cache <= max_len."""
     overlong_penalty_factor: float = 1.0
@@ -195,6 +213,16 @@ class GRPOConfig:
             bad("is_cap", "must be a finite number >= 1")
         if self.is_correction in ("token_mask", "seq_mask") and self.is_cap <= 1:
             bad("is_cap", "the masked corrections keep [1/C, C], which needs C > 1")
+        if not _is_real(self.icepop_low) or not 0 < self.icepop_low <= 1:
+            bad("icepop_low", "must be in (0, 1] (IcePop's alpha: the band [alpha, beta] holds rho = 1)")
+        if not _is_real(self.icepop_high) or self.icepop_high < 1:
+            bad("icepop_high", "must be a finite number >= 1 (IcePop's beta)")
+        if not _is_real(self.geo_low) or not 0 < self.geo_low <= 1:
+            bad("geo_low", "must be in (0, 1] (the band [geo_low, geo_high] holds ratio 1)")
+        if not _is_real(self.geo_high) or self.geo_high < 1:
+            bad("geo_high", "must be a finite number >= 1")
+        if not _is_real(self.veto_ratio) or not 0 <= self.veto_ratio < 1:
+            bad("veto_ratio", "must be in [0, 1): 0 = off, else a ratio below 1")
         if not _is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
             bad("overlong_buffer_len", "must be an int >= 0")
         if self.overlong_buffer_len > 0 and not 0 < self.overlong_buffer_len <= self.max_len:
@@ -203,6 +231,12 @@ class GRPOConfig:
             bad("overlong_penalty_factor", "must be a finite number >= 0")
         if (self.overlong_filter or self.overlong_buffer_len > 0) and self.max_len <= 0:
             bad("max_len", "the overlong filter/penalty needs max_len > 0")
+
+    @property
+    def rejects(self) -> bool:
+        """Whether a rollout correction may reject tokens (then the loss's denominators are known only
+        after the forward that gives pi_old: see `rejected_tokens` and `kept_denominator`)."""
+        return self.is_correction in REJECTING_CORRECTIONS or self.geo_reject or self.veto_ratio > 0
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -482,7 +516,7 @@ def _masked_mean(x_BT, m_BT):
     return jnp.sum(x_BT * m_BT) / jnp.maximum(jnp.sum(m_BT), 1.0)
 
 
-def aggregate(loss_BT, mask_BT, cfg: GRPOConfig):
+def aggregate(loss_BT, mask_BT, cfg: GRPOConfig, rows=None):
     """Step 7: reduce per-token losses to a scalar per `cfg.loss_agg` (see the module docstring).
 
     token_mean: every token of the batch weighs the same, so long completions are not under-weighted
@@ -493,6 +527,8 @@ def aggregate(loss_BT, mask_BT, cfg: GRPOConfig):
     positions) may exceed it. A completion longer than max_len is not an error here (the sampler's
     budget bounds it); its tokens simply count, the normaliser stays the constant.
     An all-masked batch gives exactly 0 in every mode. An unknown loss_agg raises.
+    rows: the B of B * max_len (default: every row); `policy_loss` leaves out the rows a rollout
+    correction rejected whole, as the other modes leave out their tokens through the mask.
     """
     m_BT = jnp.asarray(mask_BT).astype(jnp.float32)
     x_BT = jnp.where(m_BT > 0, loss_BT, 0.0)
@@ -505,7 +541,7 @@ def aggregate(loss_BT, mask_BT, cfg: GRPOConfig):
     if cfg.loss_agg == "seq_mean_token_sum_norm":
         # max_len is the generation budget (completion tokens), not T: the [B, T] rows may also hold
         # prompt positions (masked out), so T > max_len is normal.
-        return jnp.sum(x_BT) / (x_BT.shape[0] * cfg.max_len)
+        return jnp.sum(x_BT) / ((x_BT.shape[0] if rows is None else rows) * cfg.max_len)
     raise ValueError(f"aggregate: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 
@@ -536,6 +572,24 @@ def microbatch_weight(mask_BT, totals, cfg: GRPOConfig):
     if cfg.loss_agg == "seq_mean_token_sum_norm":
         return mask_BT.shape[0] / total_rows
     raise ValueError(f"microbatch_weight: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
+
+
+def kept_denominator(totals, rejected, cfg: GRPOConfig):
+    """The denominator of the whole (mini)batch's loss when a rollout correction rejects tokens
+    (cfg.rejects): `loss_totals`' count for cfg.loss_agg (tokens, non-empty rows or rows) minus what
+    the rejections took out of it, summed over the microbatches (policy_loss's aux["den_rejected"]).
+    Which tokens are rejected depends on pi_old, known only after each microbatch's forward, so
+    `microbatch_weight` cannot be computed first; instead each microbatch's loss is scaled by its own
+    kept denominator (aux["den_kept"]: loss x den_kept is its numerator) and the summed gradient is
+    divided by this, once: exactly the loss of one big batch over its kept tokens (update.py does it)."""
+    total_tokens, total_seqs, total_rows = totals
+    if cfg.loss_agg == "token_mean":
+        return total_tokens - rejected
+    if cfg.loss_agg == "seq_mean_token_mean":
+        return total_seqs - rejected
+    if cfg.loss_agg == "seq_mean_token_sum_norm":
+        return total_rows - rejected
+    raise ValueError(f"kept_denominator: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 
 def _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig):
@@ -650,38 +704,78 @@ def token_draws(tokens_BT, mask_BT):
     return jax.vmap(row)(hash_B)
 
 
-def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
-    """Step 5: off-policy weight w_BT on rho = pi_old / pi_behav (stop-gradient), f32; 1 on padding.
+def _log_rho(logp_old_BT, logp_behav_BT, m_BT):
+    """log rho_t = log pi_old - log pi_behav per token, f32, stop-gradient, 0 on padding (unclamped)."""
+    old_BT = jnp.where(m_BT, jnp.asarray(logp_old_BT, jnp.float32), 0.0)
+    behav_BT = jnp.where(m_BT, jnp.asarray(logp_behav_BT, jnp.float32), 0.0)
+    return jax.lax.stop_gradient(old_BT - behav_BT)
 
-    pi_behav is the policy that SAMPLED the tokens (a stale version, or the same weights computed by the
-    sampler's graph); pi_old is the proximal policy the clip is centred on. Decoupled PPO (Hilton et al.
-    2022) weights the clipped objective by rho; the variants bound its variance:
+
+def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
+    """Step 5: off-policy weight w_BT on rho = pi_old / pi_behav (stop-gradient), f32; 1 on padding,
+    0 on the tokens `rejected_tokens` rejects.
+
+    pi_behav is the policy that SAMPLED the tokens (a stale version, a quantised sampler, or the same
+    weights computed by the sampler's graph); pi_old is the proximal policy the clip is centred on.
+    Decoupled PPO (Hilton et al. 2022) weights the clipped objective by rho; the variants bound its variance:
       none:       w = 1
-      tis:        w_t = min(rho_t, C)                                    (Yao et al. 2025)
-      token_mask: w_t = rho_t if 1/C <= rho_t <= C else 0                (masked IS, per token)
-      seq_mask:   w_t = rho_i if 1/C <= rho_i <= C else 0, rho_i = prod_t rho_t over sequence i's tokens
-                  (sequence-level masked/rejection IS: one bad token rejects its whole completion).
-    Computed in log space: per-token log rho clamped to [-20, 20]; the sequence sum is not clamped
-    before the band test, so a -1e4 behaviour log-prob still rejects the sequence, and w stays finite.
+      tis:        w_t = min(rho_t, C)                                     (Yao et al. 2025)
+      seq_tis:    w_t = min(rho_i, C), rho_i = prod_t rho_t over sequence i's tokens (truncated
+                  sequence-level IS: verl's "sequence" mode; Liu, Li et al. 2025)
+      token_mask: w_t = rho_t, tokens outside [1/C, C] rejected           (masked IS, per token)
+      seq_mask:   w_t = rho_i, sequences outside [1/C, C] rejected        (sequence-level masked IS)
+      icepop:     w_t = rho_t, tokens outside [alpha, beta] rejected      (IcePop, Ring-1T 2025)
+    geo_reject and veto_ratio reject whole sequences on top of any of these (`rejected_tokens`).
+    Computed in log space: log rho_t clamped to [-20, 20] for exp(); a sequence's sum is not clamped
+    before its band test, so a -1e4 behaviour log-prob still rejects the sequence, and w stays finite.
     """
     m_BT = jnp.asarray(mask_BT).astype(bool)
     if cfg.is_correction == "none" or logp_behav_BT is None:
         return jnp.ones(m_BT.shape, jnp.float32)
-    old_BT = jnp.where(m_BT, jnp.asarray(logp_old_BT, jnp.float32), 0.0)
-    behav_BT = jnp.where(m_BT, jnp.asarray(logp_behav_BT, jnp.float32), 0.0)
-    log_rho_BT = jax.lax.stop_gradient(old_BT - behav_BT)
+    log_rho_BT = _log_rho(logp_old_BT, logp_behav_BT, m_BT)
     log_C = math.log(cfg.is_cap)
-    if cfg.is_correction == "tis":
-        w_BT = jnp.exp(jnp.minimum(jnp.clip(log_rho_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), log_C))
-    elif cfg.is_correction == "token_mask":
-        inside_BT = jnp.abs(log_rho_BT) <= log_C
-        w_BT = jnp.where(inside_BT, jnp.exp(jnp.clip(log_rho_BT, -log_C, log_C)), 0.0)
-    else:
+    if cfg.is_correction in ("tis", "token_mask", "icepop"):
+        # the masks reject every rho_t above their band, so the cap only bounds exp() there
+        cap = log_C if cfg.is_correction != "icepop" else math.log(cfg.icepop_high)
+        w_BT = jnp.exp(jnp.clip(log_rho_BT, -LOG_RATIO_CLAMP, cap))
+    elif cfg.is_correction in ("seq_tis", "seq_mask"):
         log_rho_B1 = jnp.sum(log_rho_BT, axis=1, keepdims=True)
-        inside_B1 = jnp.abs(log_rho_B1) <= log_C
-        w_B1 = jnp.where(inside_B1, jnp.exp(jnp.clip(log_rho_B1, -log_C, log_C)), 0.0)
-        w_BT = jnp.broadcast_to(w_B1, m_BT.shape)
+        w_BT = jnp.broadcast_to(jnp.exp(jnp.clip(log_rho_B1, -LOG_RATIO_CLAMP, log_C)), m_BT.shape)
+    else:
+        raise ValueError(f"is_weights: unknown is_correction {cfg.is_correction!r}; expected one of {IS_CORRECTIONS}")
+    w_BT = jnp.where(rejected_tokens(logp_old_BT, logp_behav_BT, m_BT, cfg), 0.0, w_BT)
     return jnp.where(m_BT, w_BT, 1.0)
+
+
+def rejected_tokens(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
+    """The tokens a rollout correction rejects, bool [B, T] (False on padding): they leave the loss,
+    its numerator AND its denominator (`policy_loss`), so the kept tokens are averaged among themselves.
+    With log rho_t = log pi_old - log pi_behav, each rule on its own:
+      token_mask: |log rho_t| > log C                               (the token)
+      seq_mask:   |sum_t log rho_t| > log C                          (its whole sequence)
+      icepop:     rho_t outside [alpha, beta]                       (the token; Ring-1T 2025)
+      geo_reject: exp(mean_t log rho_t) outside [geo_low, geo_high]  (its whole sequence; verl)
+      veto_ratio: some rho_t < veto_ratio in the sequence           (its whole sequence)
+    A token is rejected if any configured rule rejects it. No behaviour log-probs: nothing rejected."""
+    m_BT = jnp.asarray(mask_BT).astype(bool)
+    if logp_behav_BT is None or not cfg.rejects:
+        return jnp.zeros(m_BT.shape, bool)
+    log_rho_BT = _log_rho(logp_old_BT, logp_behav_BT, m_BT)
+    log_C = math.log(cfg.is_cap)
+    rej_BT = jnp.zeros(m_BT.shape, bool)
+    rej_B = jnp.zeros(m_BT.shape[:1], bool)
+    if cfg.is_correction == "token_mask":
+        rej_BT = jnp.abs(log_rho_BT) > log_C
+    elif cfg.is_correction == "icepop":
+        rej_BT = (log_rho_BT < math.log(cfg.icepop_low)) | (log_rho_BT > math.log(cfg.icepop_high))
+    elif cfg.is_correction == "seq_mask":
+        rej_B = jnp.abs(jnp.sum(log_rho_BT, axis=1)) > log_C
+    if cfg.geo_reject:
+        mean_B = jnp.sum(log_rho_BT, axis=1) / jnp.maximum(jnp.sum(m_BT, axis=1), 1)
+        rej_B = rej_B | (mean_B < math.log(cfg.geo_low)) | (mean_B > math.log(cfg.geo_high))
+    if cfg.veto_ratio > 0:
+        rej_B = rej_B | jnp.any(m_BT & (log_rho_BT < math.log(cfg.veto_ratio)), axis=1)
+    return m_BT & (rej_BT | rej_B[:, None])
 
 
 def _loss_inputs(logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg: GRPOConfig):
@@ -707,15 +801,16 @@ def _loss_inputs(logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_B
     return logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT
 
 
-def _is_modified(logp_old_BT, logp_behav_BT, w_BT, m_BT, cfg: GRPOConfig):
-    """Tokens whose off-policy weight the correction changed: truncated by tis, rejected by a mask."""
+def _is_modified(logp_old_BT, logp_behav_BT, rejected_BT, m_BT, cfg: GRPOConfig):
+    """Tokens whose off-policy weight the correction changed: truncated by tis / seq_tis, or rejected."""
     if logp_behav_BT is None or cfg.is_correction == "none":
-        return jnp.zeros_like(m_BT)
-    old_BT = jnp.where(m_BT, logp_old_BT.astype(jnp.float32), 0.0)
-    behav_BT = jnp.where(m_BT, logp_behav_BT.astype(jnp.float32), 0.0)
-    if cfg.is_correction == "tis":  # truncated
-        return m_BT & (old_BT - behav_BT > math.log(cfg.is_cap))
-    return m_BT & (w_BT == 0)  # rejected
+        return rejected_BT
+    log_rho_BT = _log_rho(logp_old_BT, logp_behav_BT, m_BT)
+    if cfg.is_correction == "tis":
+        return m_BT & ((log_rho_BT > math.log(cfg.is_cap)) | rejected_BT)
+    if cfg.is_correction == "seq_tis":
+        return m_BT & ((jnp.sum(log_rho_BT, axis=1, keepdims=True) > math.log(cfg.is_cap)) | rejected_BT)
+    return rejected_BT
 
 
 def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
@@ -732,9 +827,10 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
 
     aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
     (fraction of tokens whose clip is active, i.e. zero gradient: A<0 & r<1-eps_low / A>0 & r>1+eps_high),
-    dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis or rejected by a mask),
-    cov_frac (tokens Clip-Cov detached or KL-Cov penalised), num_tokens, and the arrays ratio_BT and
-    is_weight_BT (1 on padding).
+    dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis / seq_tis or rejected),
+    cov_frac (tokens Clip-Cov detached or KL-Cov penalised), num_tokens, den_kept and den_rejected (the
+    loss's denominator after rejection and what rejection took from it: `kept_denominator`), and the
+    arrays ratio_BT and is_weight_BT (1 on padding, 0 on rejected tokens).
     """
     logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT = _loss_inputs(
         logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg)
@@ -749,20 +845,31 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
         d_BT = s["logp_BT"] - s["logp_old_BT"]  # |d| with gradient sign(d): 0 at d = 0, where KL(pi_old || pi) is least
         s["pg_BT"] = s["pg_BT"] + jnp.where(cov_BT, cfg.cov_kl_coef * d_BT * jax.lax.stop_gradient(jnp.sign(d_BT)), 0.0)
 
-    # Step 5: off-policy correction weight (decoupled PPO), no gradient.
+    # Step 5: off-policy correction weight (decoupled PPO), no gradient; rejected tokens leave the
+    # loss whole: numerator and denominator (a sequence with none kept leaves the rows of B * max_len).
     w_BT = is_weights(logp_old_BT, logp_behav_BT, m_BT, cfg)
+    rejected_BT = rejected_tokens(logp_old_BT, logp_behav_BT, m_BT, cfg)
+    kept_BT = m_BT & ~rejected_BT
+    kf_BT = kept_BT.astype(jnp.float32)
+    rows_rejected = jnp.sum(jnp.any(m_BT, axis=1) & ~jnp.any(kept_BT, axis=1))
+    rows = m_BT.shape[0] - rows_rejected
     pg_BT = w_BT * s["pg_BT"]
-    pg_loss = aggregate(pg_BT, mf_BT, cfg)
+    pg_loss = aggregate(pg_BT, kf_BT, cfg, rows)
 
     # Step 6: KL to the reference; with beta = 0 logp_ref_BT is never touched.
     kl_loss = jnp.zeros((), jnp.float32)
     if cfg.kl_beta > 0:
         kl_BT = kl_penalty(s["logp_BT"], logp_ref_BT, cfg.kl_estimator, m_BT)
-        kl_loss = aggregate(kl_BT, mf_BT, cfg)
+        kl_loss = aggregate(kl_BT, kf_BT, cfg, rows)
     # Step 7 happened in aggregate(); both terms are reduced the same way, so the sum is too.
     loss = pg_loss + cfg.kl_beta * kl_loss
 
-    modified_BT = _is_modified(logp_old_BT, logp_behav_BT, w_BT, m_BT, cfg)
+    modified_BT = _is_modified(logp_old_BT, logp_behav_BT, rejected_BT, m_BT, cfg)
+    # this microbatch's denominator for cfg.loss_agg after rejection, and what rejection took from it
+    den_kept, den_rejected = {
+        "token_mean": (jnp.sum(kf_BT), jnp.sum(mf_BT) - jnp.sum(kf_BT)),
+        "seq_mean_token_mean": (jnp.sum(jnp.any(kept_BT, axis=1)), rows_rejected),
+        "seq_mean_token_sum_norm": (rows, rows_rejected)}[cfg.loss_agg]
     aux = dict(pg_loss=pg_loss, kl_loss=kl_loss,
                clip_frac_low=_masked_mean(s["clip_low_BT"], mf_BT),
                clip_frac_high=_masked_mean(s["clip_high_BT"], mf_BT),
@@ -771,6 +878,7 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
                is_frac_modified=_masked_mean(modified_BT, mf_BT),
                cov_frac=_masked_mean(cov_BT, mf_BT),
                num_tokens=jnp.sum(mf_BT),
+               den_kept=den_kept.astype(jnp.float32), den_rejected=den_rejected.astype(jnp.float32),
                ratio_BT=jax.lax.stop_gradient(jnp.where(m_BT, s["ratio_BT"], 1.0)),
                is_weight_BT=w_BT)
     return loss, aux
@@ -845,6 +953,31 @@ def mismatch_report(logp_behav_BT, logp_BT, exact_BT, stale_BT) -> dict:
         out.update({f"offpolicy/{k}": float(mm[k]) for k in
                     ("k3_kl", "mean_abs_logp_diff", "frac_ratio_outside_0.5_2", "num_tokens")})
     return out
+
+
+def correction_metrics(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig) -> dict:
+    """correction/*: what the rollout correction did to the batch, over its sampled tokens (numpy,
+    host side; logp_old_BT: the trainer's log-probs before the update, which update.py returns):
+    token_reject_frac and seq_reject_frac (tokens, and sequences with tokens, that `rejected_tokens`
+    took out of the loss), ess (effective sample size of the kept tokens' weights `is_weights`,
+    (sum w)^2 / (n sum w^2): 1 when every weight is equal, 1/n when one token carries them all; 0 when
+    none is kept), weight_mean over the kept tokens, and the spread of log rho = log pi_old -
+    log pi_behav over every sampled token (log_ratio_std, log_ratio_min, log_ratio_max). {} when the
+    batch has no sampled token."""
+    m_BT = np.asarray(mask_BT) > 0
+    if not m_BT.any():
+        return {}
+    w_BT = np.asarray(is_weights(logp_old_BT, logp_behav_BT, m_BT, cfg), np.float64)
+    kept_BT = m_BT & ~np.asarray(rejected_tokens(logp_old_BT, logp_behav_BT, m_BT, cfg))
+    log_rho = (np.asarray(logp_old_BT, np.float64) - np.asarray(logp_behav_BT, np.float64))[m_BT]
+    w = w_BT[kept_BT]
+    rows_B = m_BT.any(axis=1)
+    return {"correction/token_reject_frac": float(1.0 - kept_BT.sum() / m_BT.sum()),
+            "correction/seq_reject_frac": float((rows_B & ~kept_BT.any(axis=1)).sum() / rows_B.sum()),
+            "correction/ess": float(w.sum() ** 2 / (w.size * np.square(w).sum())) if w.size and w.any() else 0.0,
+            "correction/weight_mean": float(w.mean()) if w.size else 0.0,
+            "correction/log_ratio_std": float(log_rho.std()), "correction/log_ratio_min": float(log_rho.min()),
+            "correction/log_ratio_max": float(log_rho.max())}
 
 
 def batch_metrics(aux: dict, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT) -> dict:

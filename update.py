@@ -69,7 +69,10 @@ def policy_params(master, mcfg: model.ModelConfig, mesh=None):
 def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig,
                     temperature: float, mesh=None):
     """One microbatch's share of the minibatch loss: (loss * weight, (logp_BT, aux * weight)).
-    The log-probs (model.token_logprobs on policy_params), pi_old, then grpo.policy_loss."""
+    The log-probs (model.token_logprobs on policy_params), pi_old, then grpo.policy_loss.
+    weight None (a rollout correction that rejects tokens, gcfg.rejects): the weight is the
+    microbatch's own kept denominator, known only now; the caller divides the sum by the minibatch's
+    (grpo.kept_denominator). aux keeps den_kept and den_rejected unweighted."""
     logp_BT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_BT"], temperature)
     # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
     # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
@@ -80,8 +83,11 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
     loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"], gcfg,
                                  logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"),
                                  draw_BT=draw_BT)
+    counts = {k: aux.pop(k) for k in ("den_kept", "den_rejected")}
+    if weight is None:
+        weight = jax.lax.stop_gradient(counts["den_kept"])
     aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
-    return loss * weight, (logp_BT, aux)
+    return loss * weight, (logp_BT, {**aux, **counts})
 
 
 def lora_microbatch_grad(adapter, policy, mb: dict, weight, *, mcfg: model.ModelConfig, lcfg: lora.LoraConfig,
@@ -174,6 +180,7 @@ class Update:
         self.logp_fn = jit(lambda master, tokens_BT: model.token_logprobs(
             policy_params(master, mcfg, mesh), mcfg, tokens_BT, temperature), "logp")
         self.add = jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), "add")
+        self.scale = jit(lambda a, c: jax.tree_util.tree_map(lambda x: x * c, a), "add")
         self.apply = jit(functools.partial(optimizer_step, optimizer=optimizer), "apply")
 
     def policy(self, master):
@@ -199,20 +206,29 @@ class Update:
 
     def minibatch_step(self, master, opt_state, mini: list, logp_old: list | None, totals):
         """One optimizer step on one minibatch: the summed microbatch gradients, then optimizer_step.
-        logp_old None: the batch's first step, whose own log-probs become pi_old (returned)."""
-        grads, logps, aux = None, [], {}
+        logp_old None: the batch's first step, whose own log-probs become pi_old (returned).
+        A correction that rejects tokens (gcfg.rejects) knows each microbatch's kept denominator only
+        after its forward: each loss is weighted by its own, and the sum divided by the minibatch's once
+        (grpo.kept_denominator), so the step is still the one of the whole minibatch over its kept tokens."""
+        grads, logps, aux, rejected = None, [], {}, 0.0
         policy = self.policy(master)
         for i, mb in enumerate(mini):
             if logp_old is not None:
                 mb = {**mb, "logp_old_BT": logp_old[i]}
             n_rows, mb = len(mb["tokens_BT"]), self.place(mb)
-            weight = grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
+            weight = None if self.gcfg.rejects else grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
             (loss, (logp_BT, mb_aux)), g = self.grads(master, policy, mb, weight)
             grads = g if grads is None else self.add(grads, g)
             if logp_old is None:
                 logps.append(multihost.to_host(logp_BT)[:n_rows])
+            rejected += float(mb_aux.pop("den_rejected"))
+            del mb_aux["den_kept"]
             mb_aux["loss"] = loss
             aux = {k: aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
+        if self.gcfg.rejects:
+            scale = 1.0 / max(float(grpo.kept_denominator(totals, rejected, self.gcfg)), 1.0)
+            grads = self.scale(grads, jnp.float32(scale))
+            aux = {k: v * scale for k, v in aux.items()}
         master, opt_state, grad_norm = self.apply(master, opt_state, grads)
         return master, opt_state, logp_old if logp_old is not None else logps, aux, float(grad_norm)
 

@@ -319,29 +319,129 @@ def is_case():
     return [jnp.asarray(x, jnp.float32) for x in (logp_old, logp_old, np.ones(2), mask, behav)]
 
 
-# C = 2. token_mean over 6 tokens, loss = -(sum of w)/6:
+# C = 2. token_mean: loss = -(sum of w over the kept tokens) / (kept tokens): rejected tokens leave the
+# denominator too (dividing by all 6 would be the bug this catches).
 #  none:       w = 1 everywhere                                        -> -6/6 = -1
 #  tis:        min(rho, 2): (.25, 1, 1.5, 2) + (2, 1.5) = 4.75 + 3.5     -> -8.25/6 = -1.375
-#  token_mask: rho in [.5, 2] else 0: (0, 1, 1.5, 0) + (0, 1.5) = 4.0   -> -4/6 = -.6666667
-#  seq_mask:   row 0: prod .25*1*1.5*3 = 1.125 in band -> 4 * 1.125 = 4.5;
-#              row 1: prod 2.5*1.5 = 3.75 > 2 -> rejected (a padded 1000 in the product would also reject row 0)
-#                                                                       -> -4.5/6 = -.75
-@pytest.mark.parametrize("mode,expected,modified", [
-    ("none", -1.0, 0.0), ("tis", -1.375, 2 / 6), ("token_mask", -4 / 6, 3 / 6), ("seq_mask", -0.75, 2 / 6)])
-def test_is_corrections_by_hand(mode, expected, modified):
+#  seq_tis:    row 0: prod .25*1*1.5*3 = 1.125 -> 4 * 1.125 = 4.5; row 1: prod 2.5*1.5 = 3.75 -> min 2 -> 2 * 2 = 4
+#                                                                       -> -8.5/6 = -1.4166667 (row 1 truncated: 2/6)
+#  token_mask: rho in [.5, 2] kept: (1, 1.5) + (1.5) = 4.0 over 3 kept  -> -4/3 (rejected 3/6)
+#  seq_mask:   row 0: 1.125 in band -> 4 * 1.125 = 4.5 over its 4 tokens; row 1: 3.75 > 2 -> rejected
+#              (a padded 1000 in the product would also reject row 0)  -> -4.5/4 = -1.125 (2/6)
+#  icepop:     rho in [.5, 5] kept: (1, 1.5, 3) + (2.5, 1.5) = 9.5 over 5 -> -1.9 (rejected: the .25, 1/6);
+#              [.5, 2.8]: the 3 rejected too: (1, 1.5) + (2.5, 1.5) = 6.5 over 4 -> -1.625 (2/6)
+IS_CASES = [("none", -1.0, 0.0, 5.0), ("tis", -1.375, 2 / 6, 5.0), ("seq_tis", -8.5 / 6, 2 / 6, 5.0),
+            ("token_mask", -4 / 3, 3 / 6, 5.0), ("seq_mask", -1.125, 2 / 6, 5.0), ("icepop", -1.9, 1 / 6, 5.0),
+            ("icepop", -1.625, 2 / 6, 2.8)]
+
+
+@pytest.mark.parametrize("mode,expected,modified,beta", IS_CASES)
+def test_is_corrections_by_hand(mode, expected, modified, beta):
     logp, logp_old, adv, mask, behav = is_case()
-    cfg = cfg_(is_correction=mode, is_cap=2.0)
+    cfg = cfg_(is_correction=mode, is_cap=2.0, icepop_low=0.5, icepop_high=beta)
     loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=behav)
     close(loss, expected)
     close(aux["is_frac_modified"], modified)
-    # w is stop-gradient: d loss / d logp_t = -w_t / 6 (ratio 1, no clip active)
+    # w is stop-gradient: d loss / d logp_t = -w_t / (kept tokens) (ratio 1, no clip active); w = 0 where rejected
     g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
     w = np.asarray(aux["is_weight_BT"]) * np.asarray(mask)
-    close(g, -w / 6)
+    kept = np.asarray(mask).sum() - np.asarray(grpo.rejected_tokens(logp_old, behav, mask, cfg)).sum()
+    close(g, -w / kept)
     # the same when the caller passes the differentiated array itself as pi_old (first step on-policy):
     # neither the ratio's denominator nor the weight rho = pi_old/pi_behav may carry gradient
     g_same = jax.grad(lambda lp: grpo.policy_loss(lp, lp, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
-    close(g_same, -w / 6)
+    close(g_same, -w / kept)
+
+
+# The sequence rejections, on is_case's rho with A = (1, 3) so that the rows weigh differently:
+# no rejection: -(4 * 1 + 2 * 3) / 6 = -10/6.
+#  geo_reject [.5, 1.1]: row 0: exp(ln 1.125 / 4) = 1.0299 kept; row 1: exp(ln 3.75 / 2) = 1.9365 > 1.1 rejected
+#     -> -4/4 = -1 (a flipped log rho would give row 1 .516, kept: -10/6; no denominator term: -4/6; the
+#     product instead of the mean would reject row 0 too, 1.125 > 1.1: 0);
+#     with tis on top: row 0's w (.25, 1, 1.5, 2) -> -4.75/4
+#  veto .3: row 0 holds rho .25 < .3 -> rejected; row 1 kept -> -(2 * 3)/2 = -3 (flipped: nothing under .3: -10/6)
+#     seq_mean_token_mean: row 1 alone, mean -3 -> -3 (over both rows: -1.5);
+#     seq_mean_token_sum_norm (max_len 4): row 1's sum -6 / (1 row * 4) = -1.5 (over both rows: -.75)
+#  icepop [.5, 5] per token, seq_mean_token_mean: row 0 (1, 1.5, 3) * 1 / 3 = 5.5/3, row 1 (2.5, 1.5) * 3 / 2 = 6
+#     -> -(5.5/3 + 6)/2 = -3.9166667
+@pytest.mark.parametrize("kw,expected,rows_rejected", [
+    (dict(is_correction="none", geo_reject=True, geo_low=0.5, geo_high=1.1), -1.0, 1),
+    (dict(is_correction="tis", geo_reject=True, geo_low=0.5, geo_high=1.1), -4.75 / 4, 1),
+    (dict(is_correction="none", veto_ratio=0.3), -3.0, 1),
+    (dict(is_correction="none", veto_ratio=0.3, loss_agg="seq_mean_token_mean"), -3.0, 1),
+    (dict(is_correction="none", veto_ratio=0.3, loss_agg="seq_mean_token_sum_norm", max_len=4), -1.5, 1),
+    (dict(is_correction="icepop", loss_agg="seq_mean_token_mean"), -(5.5 / 3 + 6) / 2, 0)])
+def test_sequence_rejections_by_hand(kw, expected, rows_rejected):
+    logp, logp_old, _, mask, behav = is_case()
+    adv = jnp.array([1.0, 3.0])
+    cfg = cfg_(**kw)
+    assert cfg.rejects
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=behav)
+    close(loss, expected)
+    if cfg.loss_agg != "token_mean":
+        close(aux["den_rejected"], rows_rejected)
+
+
+def test_no_rejection_unless_configured():
+    # the default run (tis) and none never reject, whatever the ratios; so the denominators are the masks'
+    logp, logp_old, adv, mask, behav = is_case()
+    for mode in ("none", "tis", "seq_tis"):
+        cfg = cfg_(is_correction=mode)
+        assert not cfg.rejects
+        assert not np.asarray(grpo.rejected_tokens(logp_old, behav * 100, mask, cfg)).any()
+    assert cfg_(veto_ratio=1e-4).rejects and cfg_(geo_reject=True).rejects and cfg_(is_correction="icepop").rejects
+
+
+@pytest.mark.parametrize("agg", grpo.LOSS_AGGS)
+def test_rejecting_microbatches_reproduce_the_whole_batch(agg):
+    # update.py's accumulation when tokens are rejected: each microbatch's loss times its own kept
+    # denominator, the sum divided once by kept_denominator(totals of the masks, rejected summed):
+    # equal to the whole batch's loss over its kept tokens, value and gradient. Rows of 0..4 tokens split
+    # (3, 3, 1); token_mask rejects single tokens, the veto whole rows (row 4's every token: log rho -3).
+    rng = np.random.default_rng(3)
+    lengths = np.array([3, 0, 4, 1, 2, 4, 4])
+    mask = np.asarray(np.arange(5)[None, :] < lengths[:, None], np.float32)
+    logp = jnp.asarray(-rng.uniform(0.1, 3.0, (7, 5)), jnp.float32)
+    log_rho = rng.normal(0, 0.6, (7, 5))
+    log_rho[4] = -3.0
+    behav = logp - jnp.asarray(log_rho, jnp.float32)
+    adv = jnp.asarray(rng.normal(size=7), jnp.float32)
+    cfg = cfg_(loss_agg=agg, max_len=5, is_correction="token_mask", veto_ratio=0.1)
+
+    def loss(lp, p):
+        return grpo.policy_loss(lp[p], jax.lax.stop_gradient(lp[p]), adv[p], mask[p], cfg, logp_behav_BT=behav[p])
+
+    whole, g_whole = jax.value_and_grad(lambda lp: loss(lp, slice(None))[0])(logp)
+    pieces = [slice(0, 3), slice(3, 6), slice(6, 7)]
+    auxes = [loss(logp, p)[1] for p in pieces]
+    den = grpo.kept_denominator(grpo.loss_totals(mask), sum(float(a["den_rejected"]) for a in auxes), cfg)
+    acc = jax.value_and_grad(lambda lp: sum(loss(lp, p)[0] * a["den_kept"] for p, a in zip(pieces, auxes)) / den)
+    value, g = acc(logp)
+    assert sum(float(a["den_rejected"]) for a in auxes) > 0  # the case rejects something
+    close(value, whole, 1e-6)
+    close(g, g_whole, 1e-6)
+    # the weights of the masks alone (what a non-rejecting run uses) would not give it
+    naive = sum(grpo.microbatch_weight(mask[p], grpo.loss_totals(mask), cfg) * loss(logp, p)[0] for p in pieces)
+    assert abs(float(naive) - float(whole)) > 1e-3
+
+
+def test_correction_metrics_by_hand():
+    logp, logp_old, adv, mask, behav = is_case()
+    log_rho = np.log([0.25, 1.0, 1.5, 3.0, 2.5, 1.5])
+    spread = {"correction/log_ratio_std": log_rho.std(), "correction/log_ratio_min": math.log(0.25),
+              "correction/log_ratio_max": math.log(3.0)}
+    # icepop [.5, 5]: the .25 rejected (1/6 tokens, no sequence); kept weights (1, 1.5, 3, 2.5, 1.5):
+    # sum 9.5, sum of squares 1 + 2.25 + 9 + 6.25 + 2.25 = 20.75 -> ESS = 9.5^2 / (5 * 20.75) = .8698795
+    m = grpo.correction_metrics(logp_old, behav, mask, cfg_(is_correction="icepop"))
+    close([m[k] for k in spread], list(spread.values()))
+    close([m["correction/token_reject_frac"], m["correction/seq_reject_frac"], m["correction/ess"],
+           m["correction/weight_mean"]], [1 / 6, 0.0, 9.5 ** 2 / (5 * 20.75), 1.9])
+    # veto .3 with tis: row 0 rejected (4/6 tokens, 1/2 sequences); kept weights (2, 1.5): ESS 3.5^2 / (2 * 6.25) = .98
+    m = grpo.correction_metrics(logp_old, behav, mask, cfg_(veto_ratio=0.3))
+    close([m["correction/token_reject_frac"], m["correction/seq_reject_frac"], m["correction/ess"]], [4 / 6, 0.5, 0.98])
+    # no correction: every weight 1, ESS 1
+    close(grpo.correction_metrics(logp_old, behav, mask, cfg_(is_correction="none"))["correction/ess"], 1.0)
+    assert grpo.correction_metrics(logp_old, behav, mask * 0, cfg_()) == {}
 
 
 def test_no_behaviour_logprobs_means_no_correction():
@@ -652,6 +752,8 @@ def test_pass_at_k_errors():
     (dict(kl_beta=-0.1), "kl_beta"), (dict(kl_beta=float("inf")), "kl_beta"), (dict(kl_estimator="k4"), "kl_estimator"),
     (dict(is_correction="clip"), "is_correction"), (dict(is_cap=0.5), "is_cap"),
     (dict(is_correction="token_mask", is_cap=1.0), "is_cap"),
+    (dict(icepop_low=0.0), "icepop_low"), (dict(icepop_high=0.9), "icepop_high"), (dict(geo_low=1.1), "geo_low"),
+    (dict(geo_high=0.99), "geo_high"), (dict(veto_ratio=1.0), "veto_ratio"), (dict(veto_ratio=-0.1), "veto_ratio"),
     (dict(overlong_buffer_len=4), "overlong_buffer_len"),
     (dict(max_len=4, overlong_buffer_len=5), "overlong_buffer_len"),
     (dict(overlong_filter=True), "max_len"), (dict(overlong_penalty_factor=-1.0), "overlong_penalty_factor"),
