@@ -14,6 +14,9 @@ It holds three things and nothing else:
      own (trainer.check_param_server). Workers ask for the newest manifest (get_weights, a long poll
      with a minimum version) and fetch its chunks (get_chunk) from here or, in relay mode, from each
      other (weights.RelayTree): the server then sends each version about once, not once per worker.
+     A LoRA trainer's versions after its base carry the adapter alone; the server pins the base of
+     the current lineage (served and persisted whatever keep_versions says) and refuses an adapter
+     version onto any other (weights.py, ADAPTER VERSIONS).
   2. The work queue. The trainer enqueues work items (one prompt + its tests + group size G);
      workers lease them for a short `lease_s` and renew the leases with heartbeats while they
      sample, so a slow live worker keeps its items and a dead one loses them within `lease_s`; a

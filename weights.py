@@ -61,6 +61,22 @@ What happens to a version, step by step:
                                       worker keeps the one it has)                  inference_worker.Worker.install
   superseded                          its host memory holds a later version         WeightFetcher.retire
                                                                                     WeightFetcher.memory_for
+
+ADAPTER VERSIONS (LoRA). A LoRA trainer pushes its base once per lineage as a full version; every
+later version is the adapter alone (lora.adapter_tensors), its manifest naming `base`, the full
+version it applies to, and `lora`, the config (Manifest). The same chunks, CRCs and rules carry it;
+what differs:
+
+  pushed                              push_weights(..., base=, lora=)               push_weights
+  committed                           refused unless its base is the one pinned     WeightStore.check_base
+  stored                              the lineage's base pinned whatever keep       WeightStore.put
+                                      says; a new lineage replaces it               WeightStore.held
+  persisted                           the base and the newest adapter, two files    WeightStore._persister
+  a worker asks for the newest        the adapter's manifest and its base's         wire.WeightManifest
+  fetched                             the base first if not held (a new or          WeightFetcher.base_for
+                                      restarted worker, a relay child), then the
+                                      adapter; a relay keeps the base's bytes
+  installed                           lora.merge(base on the device, adapter)       inference_worker.Worker.policy_params
 """
 from __future__ import annotations
 

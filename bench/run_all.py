@@ -45,6 +45,7 @@ PARTS = {
     "asynchrony": (["bench/bench_async.py", "--latency-bound", "--seconds", "150"], 1500),
     "breakdown": (["bench/bench_breakdown.py"], 600),
     "lengths": (["bench/bench_lengths.py", "--repeats", "2"], 900),
+    "lora": (["bench/bench_lora.py", "--sizes", "3m", "100m", "--rank", "8", "--repeats", "3"], 1200),
 }
 ORDER = list(PARTS)
 
@@ -289,6 +290,19 @@ def rows_for(name: str, results: list, status: str) -> list:
                              ">= 2x", yes(ratio is not None and ratio >= 2),
                              f"slot use {fmt(r.get('slot_util_continuous'))} vs {fmt(r.get('slot_util_static'))}; "
                              "peer = our own static batches"])
+    elif name == "lora":
+        for r in by("lora"):
+            ratio, goal = r.get("bytes_ratio"), r["size"] == "100m"
+            rows.append([f"LoRA rank {r.get('rank')} version {r['size']}", fmt(r.get("adapter_mb"), "MiB") + " adapter",
+                         fmt(r.get("full_mb"), "MiB") + " full", fmt(ratio, "x bytes"),
+                         "<= 0.02x bytes at 100m" if goal else "(report)",
+                         yes(ratio is not None and ratio <= 0.02) if goal else "-",
+                         f"sync (push -> installed) {fmt(r.get('adapter_sync_s'), 's')} vs {fmt(r.get('full_sync_s'), 's')}: "
+                         f"{fmt(r.get('sync_speedup'), 'x')}; worker holds it {fmt(r.get('hold_speedup'), 'x')} sooner"
+                         + (f"; train step {fmt(r.get('lora_step_s'), 's')} vs {fmt(r.get('full_step_s'), 's')}: "
+                            f"{fmt(r.get('step_speedup'), 'x')}; trainer state {fmt(r.get('lora_state_mb'), 'MiB')} vs "
+                            f"{fmt(r.get('full_state_mb'), 'MiB')}" if r.get("step_speedup") else "; no step half")
+                         + f"; median of {r.get('repeats')}"])
     if not rows:
         rows.append([name, "-", "-", "-", "-", "no", f"FAILED: {status}, no results"])
     elif status != "ok":
