@@ -145,3 +145,97 @@ def test_concat_is_one_adapter_with_the_sum_of_the_deltas():
     once = lora.merge(base, both, cfg32, both_cfg)
     for t in lcfg.targets:
         np.testing.assert_allclose(once["layers"][t], twice["layers"][t], atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- end to end (launch.sh)
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory):
+    """ONE launch.sh run with LORA_RANK=4 (a tiny random model, one worker, 4 steps): worker-0 is
+    SIGKILLed once step 1 is done; the supervisor restarts it, and as the only worker it must fetch
+    base + adapter again for the run to finish. Returns (run dir, model dir, launch log)."""
+    from test_faults import finish, kill_role, launch, steps_done
+    import hf_io
+    from conftest import wait_until
+    model_dir = str(tmp_path_factory.mktemp("tiny"))
+    cfg = model.ModelConfig(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                            intermediate_size=192, max_seq_len=96, rope_theta=1e4, rms_norm_eps=1e-6,
+                            qkv_bias=True, tie_embeddings=True)
+    hf_io.save_hf(model_dir, cfg, random_params(cfg, 0))
+    tmp = tmp_path_factory.mktemp("lora")
+    # A random model never solves a task: a reward of the completion's parity gives groups mixed
+    # rewards, so the adapter really moves (B leaves 0) and the versions differ.
+    (tmp / "parity.py").write_text("def parity(completion, row):\n    return float(len(completion) % 2)\n")
+    (tmp / "rows.jsonl").write_text("".join(f'{{"id": "p{i}", "prompt": "def f{i}(x):"}}\n' for i in range(16)))
+    run_dir = str(tmp / "run")
+    proc = launch(run_dir, model_dir, steps=4, workers=1, LORA_RANK="4", XLA_FLAGS="", DATA=str(tmp / "rows.jsonl"),
+                  REWARD=f"{tmp / 'parity.py'}:parity")
+    try:
+        wait_until(lambda: steps_done(run_dir) >= 1 or proc.poll() is not None, 240, "step 1")
+        kill_role(run_dir, "worker-0")
+    finally:
+        log = finish(proc, run_dir, 300)
+    return run_dir, model_dir, log
+
+
+def test_lora_run_is_bitwise_sends_adapters_and_survives_a_worker_restart(lora_run):
+    """bitwise_frac 1.0 at every step; the param server's store holds version 0 as the full base and the
+    newest version as the adapter alone (only lora.* tensors, the adapter's bytes); the restarted worker
+    fetched the base and then an adapter version, and the run finished on it."""
+    import json
+    import os
+    import struct
+    run_dir, model_dir, log = lora_run
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == list(range(1, 5))
+    assert all(r["mismatch/bitwise_frac"] == 1.0 for r in steps), [r.get("mismatch/bitwise_frac") for r in steps]
+
+    def header(name):
+        with open(os.path.join(run_dir, "param_server", name), "rb") as f:
+            h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        return h.pop("__metadata__"), h
+    meta, full = header("weights.safetensors")
+    assert meta["version"] == "0" and "model.embed_tokens.weight" in full and not any(k.startswith("lora.") for k in full)
+    meta, adapter = header("adapter.safetensors")
+    assert meta["version"] == "4" and adapter and all(k.startswith("lora.layers.") for k in adapter), sorted(adapter)
+    cfg = hf_io_config(model_dir)
+    nbytes = sum(h["data_offsets"][1] - h["data_offsets"][0] for h in adapter.values())
+    assert nbytes == 4 * lora.param_count(cfg, lora.LoraConfig(4))  # f32 A and B, nothing else
+    assert nbytes < sum(h["data_offsets"][1] - h["data_offsets"][0] for h in full.values()) / 4
+    worker = open(os.path.join(run_dir, "worker-0.log")).read()
+    assert "restart" in log and worker.count("fetched weights v0") >= 2, worker[-2000:]
+    after = worker[worker.rindex("fetched weights v0"):]
+    assert "adapter v" in after and "on base v0" in after, after[:2000]
+
+
+def hf_io_config(model_dir):
+    import hf_io
+    return hf_io.load_hf(model_dir)[0]
+
+
+def test_lora_run_final_loads_in_peft_with_our_logits(lora_run):
+    """final/ is the merged policy the workers sampled (merge of the base and the final adapter, bit for
+    bit) and final/adapter loads in peft onto the base with our logits (float32, 1e-4)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    import os
+
+    import hf_io
+    run_dir, model_dir, _ = lora_run
+    cfg, base = hf_io.load_hf(model_dir)
+    lcfg, adapter = hf_io.load_peft_adapter(os.path.join(run_dir, "final", "adapter"), cfg)
+    assert lcfg == lora.LoraConfig(4) and np.abs(np.asarray(adapter["q_proj"]["B"])).max() > 0
+    _, final = hf_io.load_hf(os.path.join(run_dir, "final"))
+    merged = lora.merge(base, adapter, cfg, lcfg)
+    for t in lcfg.targets:
+        assert np.array_equal(np.asarray(final["layers"][t]).view(np.uint16), np.asarray(merged["layers"][t]).view(np.uint16))
+    cfg32, base32 = hf_io.load_hf(model_dir, dtype="float32")
+    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 16))
+    ours = np.asarray(model.forward(lora.merge(base32, adapter, cfg32, lcfg), cfg32, jnp.asarray(tokens, jnp.int32)))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    hf = peft.PeftModel.from_pretrained(hf, os.path.join(run_dir, "final", "adapter")).eval()
+    with torch.no_grad():
+        theirs = hf(torch.tensor(tokens)).logits.numpy()
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
