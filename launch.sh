@@ -43,6 +43,8 @@ STALENESS_TARGET=${STALENESS_TARGET:-0.01}
 PULL_EVERY=${PULL_EVERY:-1}         # workers check for new weights every this many batches
 INFLIGHT=${INFLIGHT:-off}           # keep | recompute: workers swap in new weights between decode steps,
                                     # rows in progress keep their KV cache or have it recomputed; off: between batches
+SAMPLER_QUANT=${SAMPLER_QUANT:-none}  # int8: workers sample with 8-bit weights (quant.py; the trainer stays
+                                    # bf16, mismatch/* measures the difference); fp8: e4m3, on a GPU that has it
 LORA_RANK=${LORA_RANK:-0}           # r > 0: train a rank-r LoRA adapter on the frozen base (lora.py, docs/lora.md);
                                     # weight versions after the first carry the adapter alone. 0 = full fine-tuning
 LORA_ALPHA=${LORA_ALPHA:-32}        # scale = alpha / rank, alpha fixed across ranks ("LoRA Without Regret")
@@ -235,6 +237,9 @@ case $INFLIGHT in off) inflight_flag="" ;;   # the worker's default: no flag
 if [ "$LORA_RANK" != 0 ]; then  # the workers learn the LoRA config from each version's manifest: no worker flag
   lora_flags="--lora-rank $LORA_RANK --lora-alpha $LORA_ALPHA${LORA_TARGETS:+ --lora-targets $LORA_TARGETS} --lr $LORA_LR"
 else lora_flags=""; fi
+case $SAMPLER_QUANT in none) quant_flag="" ;;   # the worker's default: no flag
+  int8|fp8) quant_flag="--sampler-quant $SAMPLER_QUANT" ;;
+  *) refuse "SAMPLER_QUANT=$SAMPLER_QUANT: expected none, int8 or fp8" ;; esac
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done
 
@@ -270,7 +275,7 @@ for role in "${ORDER[@]}"; do
     verifier|verifier-*) k=${role#verifier}; k=${k#-}
       cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS${reward_flag:+ $reward_flag} $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
-      cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag} ${FLAGS[$role]} $WORKER_ARGS"
+      cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag}${quant_flag:+ $quant_flag} ${FLAGS[$role]} $WORKER_ARGS"
       if [ "$i" = 0 ] && [ -n "$WORKER0_ARGS" ]; then cmd+=" $WORKER0_ARGS"; fi ;;
     trainer) cmd="$PYTHON trainer.py --run-dir $RUN_DIR ${ps_addr:+--param-server $ps_addr} --model $MODEL ${DATA:+--data $DATA}${reward_flag:+ $reward_flag}${ENV:+ --env $ENV} ${PROMPT_FORMAT:+--prompt-format $PROMPT_FORMAT} --seed $SEED --steps $STEPS $staleness_flags --timeline $RUN_DIR/timeline/trainer.jsonl $fix_flag $RECIPE${lora_flags:+ $lora_flags} $EVAL ${FLAGS[$role]} $TRAINER_ARGS"
       if [ -n "$TRAINER_COORDINATOR" ]; then
