@@ -45,6 +45,7 @@ PARTS = {
     "asynchrony": (["bench/bench_async.py", "--latency-bound", "--seconds", "150"], 1500),
     "breakdown": (["bench/bench_breakdown.py"], 600),
     "lengths": (["bench/bench_lengths.py", "--repeats", "2"], 900),
+    "quant": (["bench/bench_quant.py", "--sizes", "3m", "100m", "coldstart", "--repeats", "5"], 900),
     "lora": (["bench/bench_lora.py", "--sizes", "3m", "100m", "--rank", "8", "--repeats", "3"], 1200),
 }
 ORDER = list(PARTS)
@@ -290,6 +291,17 @@ def rows_for(name: str, results: list, status: str) -> list:
                              ">= 2x", yes(ratio is not None and ratio >= 2),
                              f"slot use {fmt(r.get('slot_util_continuous'))} vs {fmt(r.get('slot_util_static'))}; "
                              "peer = our own static batches"])
+    elif name == "quant":
+        for r in by("quant"):
+            ratio = r.get("speedup")
+            rows.append([f"int8 sampler {r['size']} ({r.get('rows')} rows)", fmt(r.get("int8_tok_s"), "tok/s"),
+                         fmt(r.get("bf16_tok_s"), "tok/s") + " bf16", fmt(ratio, "x"),
+                         ">= 1.5x at 100m" if r["size"] == "100m" else "(report)",
+                         yes(ratio is not None and ratio >= 1.5) if r["size"] == "100m" else "-",
+                         f"k3 KL {fmt(r.get('k3_kl'))}, mean /dlogp/ {fmt(r.get('mean_abs_dlogp'))} vs the bf16 "
+                         f"trainer (bf16 sampler bitwise {fmt(r.get('bf16_bitwise'))}); weight bytes "
+                         f"{fmt(r.get('bytes_ratio'))}x (layers {fmt(r.get('layer_bytes_ratio'))}x); "
+                         f"median of {r.get('repeats')}"])
     elif name == "lora":
         for r in by("lora"):
             ratio, goal = r.get("bytes_ratio"), r["size"] == "100m"
