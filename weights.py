@@ -548,8 +548,10 @@ class WeightStore:
         return v if v is not None and v.manifest.lineage == lineage else None
 
     def base_manifest(self, manifest: Manifest) -> Manifest | None:
-        """The manifest of the base an adapter version applies to (None for a full version)."""
-        return self.base.manifest if manifest.base is not None and self.base is not None else None
+        """The manifest of the base an adapter version applies to (None for a full version, or if
+        that base is no longer held)."""
+        held = self.base.manifest if self.base is not None else None
+        return held if held is not None and held.key == manifest.base_key else None
 
     def _persister(self) -> None:
         while True:

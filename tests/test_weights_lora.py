@@ -112,6 +112,10 @@ def test_the_store_pins_its_base_refuses_orphans_persists_both_and_a_new_lineage
     assert served(again, 3, "A") == served(store, 3, "A") and served(again, 0, "A") == served(store, 0, "A")
     assert again.versions[3].manifest.to_dict() == store.versions[3].manifest.to_dict()  # base and lora too
     commit(again, 4, "A", adapter(4), base=0, lora_cfg=LORA)           # and takes the next adapter onto it
+    v4 = again.versions[4].manifest
+    assert again.base_manifest(v4).key == weights.VersionKey(0, "A")
+    commit(again, 5, "A", full(7))                                     # a new full version: the new base
+    assert again.base.manifest.key == weights.VersionKey(5, "A") and again.base_manifest(v4) is None
 
     # A new lineage's full version replaces the base; the old lineage's versions are gone.
     commit(again, 0, "B", full(5))
