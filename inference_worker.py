@@ -18,8 +18,11 @@ The loop, one batch at a time:
      worker the param server names, while it serves the chunks it holds on to the workers below it
      (the server sends each version about once, whatever the fleet size). Every `pull_every`
      batches we swap in the newest version it holds complete (a cheap look when nothing changed); a
-     partial version is never used. Independently of that, a work item carries `min_version` = the
-     trainer's version when it enqueued it: we never sample an item with older weights than that,
+     partial version is never used. A LoRA trainer's versions after its base carry the adapter alone:
+     the worker keeps the base on its device (fetched once per lineage) and installs each as
+     lora.merge(base, adapter), the trainer's own function (Worker.policy_params). Independently of
+     that, a work item carries `min_version` = the trainer's version when it enqueued it: we never
+     sample an item with older weights than that,
      waiting for them if needed (lifecycle.worker_action: sample, wait, or abandon an item whose
      trainer is gone). Together with the trainer's check when a rollout enters a batch this is the
      staleness bound: `max_staleness` decides how far ahead of itself the trainer enqueues, and so
