@@ -1,7 +1,15 @@
 """LoRA (lora.py): the merge both roles call, its gradient, the names on the wire, PEFT in and out.
 
 Run: python -m pytest -q tests/test_lora.py
+     python tests/test_lora.py mesh      (LoRA on 8 simulated CPU devices against one: a script, see mesh_check)
 """
+import os
+import sys
+
+if __name__ == "__main__":  # python tests/test_lora.py mesh: 8 CPU devices, set before jax starts
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -147,6 +155,22 @@ def test_concat_is_one_adapter_with_the_sum_of_the_deltas():
         np.testing.assert_allclose(once["layers"][t], twice["layers"][t], atol=1e-6)
 
 
+
+def test_memory_counts_the_base_in_the_compute_dtype_and_adam_for_the_adapter_alone():
+    """memory.train_state_bytes with LoRA, by hand for CFG (bf16, 2 layers, D 32, N*H 32, K*H 16, F 48):
+    targets q and down: base 2 B x (all params + the merged copy of the targets) over the devices, plus
+    16 B per adapter parameter on every device."""
+    import memory
+    lcfg = lora.LoraConfig(rank=2, targets=("q_proj", "down_proj"))
+    P = model.param_count(CFG)
+    targets = 2 * 32 * 32 + 2 * 48 * 32
+    adapter = 2 * 2 * (32 + 32) + 2 * 2 * (48 + 32)
+    assert lora.param_count(CFG, lcfg) == adapter
+    assert memory.train_state_bytes(CFG) == 16 * P
+    assert memory.train_state_bytes(CFG, lcfg) == 2 * (P + targets) + 16 * adapter
+    assert memory.train_state_bytes(CFG, lcfg, devices=4) == 2 * (P + targets) // 4 + 16 * adapter
+
+
 # ----------------------------------------------------------------------------- end to end (launch.sh)
 
 @pytest.fixture(scope="module")
@@ -239,3 +263,49 @@ def test_lora_run_final_loads_in_peft_with_our_logits(lora_run):
     with torch.no_grad():
         theirs = hf(torch.tensor(tokens)).logits.numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+
+
+# ----------------------------------------------------------------------------- on a mesh (a script, not a test)
+
+def mesh_check():
+    """LoRA on an 8 x 1 simulated CPU mesh (FSDP) against one device: the merged bits, the update's
+    log-probs against the one-device sampler's, and the adapter after one step. Run as
+    `python tests/test_lora.py mesh` (XLA fixes the device count when it starts, so not in pytest's
+    process); docs/lora.md "On a mesh" has its output."""
+    import optax
+
+    import grpo
+    import sharding
+    import update
+    from test_mesh import TINY, _host_params
+    cfg = model.ModelConfig(**TINY)
+    lcfg = lora.LoraConfig(4)
+    host = _host_params(cfg)
+    mesh = sharding.make_mesh(8, 1)
+    rng = np.random.default_rng(1)
+    adapter = {t: {m: jnp.asarray(0.05 * rng.standard_normal(s), jnp.float32) for m, s in ms.items()}
+               for t, ms in lora.adapter_shapes(cfg, lcfg).items()}
+    base1 = jax.tree_util.tree_map(jnp.asarray, host)
+    baseM = sharding.shard_params(host, cfg, mesh)
+    m1 = lora.merge(base1, adapter, cfg, lcfg)
+    mM = lora.merge(baseM, jax.device_put(adapter, sharding.replicated(mesh)), cfg, lcfg)
+    print("merged bitwise mesh vs one device:", all(np.array_equal(np.asarray(m1["layers"][t]).view(np.uint16), np.asarray(mM["layers"][t]).view(np.uint16)) for t in lcfg.targets),
+          "sharding of merged q_proj:", mM["layers"]["q_proj"].sharding.spec)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-2))
+    B, T = 8, 24
+    tokens = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+    sampler = np.asarray(model.token_logprobs(m1, cfg, jnp.asarray(tokens), 1.0))
+    data = {"tokens_BT": tokens, "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": np.ones((B, T), np.float32), "logp_behav_BT": sampler}
+    res = {}
+    for name, mesh_, base in (("one", None, base1), ("mesh", mesh, baseM)):
+        a, st = update.init_lora_state(adapter, opt, mesh_)
+        up = update.make_update(cfg, grpo.GRPOConfig(), opt, 1.0, mesh_, lcfg, base)
+        a, st, logp, aux = up(a, st, update.split_batch(data, 1, 4))
+        res[name] = (a, logp)
+        print(name, "logp bitwise the sampler's:", np.array_equal(logp[:, :sampler.shape[1]], sampler), "grad_norm", aux["grad_norm"])
+    d = max(float(np.abs(np.asarray(res["one"][0][t][m]) - np.asarray(res["mesh"][0][t][m])).max()) for t in lcfg.targets for m in "AB")
+    print("adapter after one step, mesh vs one device: max abs diff", d)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["mesh"]:
+    mesh_check()
