@@ -171,6 +171,28 @@ def test_memory_counts_the_base_in_the_compute_dtype_and_adam_for_the_adapter_al
     assert memory.train_state_bytes(CFG, lcfg, devices=4) == 2 * (P + targets) // 4 + 16 * adapter
 
 
+
+def test_a_checkpoint_holds_the_adapter_and_its_adam_state(tmp_path):
+    """What a LoRA trainer checkpoints (the f32 adapter, Adam's state for it alone) comes back bit for
+    bit; a full model's master does not load from it (the names differ), nor the reverse."""
+    import optax
+
+    import checkpointing
+    import update
+    lcfg = lora.LoraConfig(rank=2, targets=("k_proj", "up_proj"))
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    adapter, state = update.init_lora_state(random_adapter(CFG, lcfg), opt)
+    state = opt.update(adapter, state, adapter)[1]  # Adam's moments != 0
+    checkpointing.save_checkpoint(str(tmp_path), 3, adapter, state, {"lora": lcfg.to_dict()}, keep=2)
+    like_a, like_s = update.init_lora_state(lora.init_adapter(CFG, lcfg, jax.random.key(1)), opt)
+    got_a, got_s, meta = checkpointing.load_checkpoint(str(tmp_path), like_a, like_s)
+    assert meta["lora"] == lcfg.to_dict() and meta["step"] == 3
+    for x, y in zip(jax.tree_util.tree_leaves((adapter, state)), jax.tree_util.tree_leaves((got_a, got_s))):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+    with pytest.raises(FileNotFoundError):
+        checkpointing.load_checkpoint(str(tmp_path), random_params(CFG, 0), opt.init(random_params(CFG, 0)))
+
+
 # ----------------------------------------------------------------------------- end to end (launch.sh)
 
 @pytest.fixture(scope="module")
