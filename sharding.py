@@ -35,6 +35,11 @@ Measured on XLA:CPU, 8 simulated devices, bf16 fix on, 512 sampled tokens of a s
       differently shaped shards, and XLA picks kernels and partitionings by shape. Not guaranteed.
 So only tensor = 1 layouts keep the ratio 1 by construction; with tensor parallelism, watch the
 trainer's mismatch/* metrics and use grpo's behaviour correction (--is-correction).
+
+LoRA (lora.py): the trainer's frozen base is stored like a master (STORAGE, in the compute dtype) and
+gathered the same way; the adapter, its gradient and Adam's state are small and replicated
+(update.init_lora_state). lora.merge is elementwise, so the merged weights keep the base's layout and
+its bits do not depend on it (docs/lora.md, "On a mesh").
 """
 from __future__ import annotations
 

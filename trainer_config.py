@@ -142,8 +142,9 @@ class Config:
     up_proj,down_proj; "" = all of them"""
     lora_init: str = ""
     """start from this PEFT adapter folder (adapter_config.json + adapter_model.safetensors, as
-    $RUN_DIR/final/adapter holds; hf_io.load_peft_adapter) instead of a fresh adapter; its rank, alpha
-    and targets are used (the --lora-* flags, if given, must agree)"""
+    $RUN_DIR/final/adapter holds; hf_io.load_peft_adapter): its adapter is merged into the base (version
+    0 is its policy) and a fresh adapter of its rank, alpha and targets trains on top (the --lora-*
+    flags, if given, must agree); final/adapter holds both as one (docs/lora.md)"""
     # --- devices (sharding.py)
     tensor_parallel: int = 1
     """devices per tensor-parallel group: the trainer's visible devices form a (data, tensor) mesh of
