@@ -15,7 +15,9 @@ The DEFAULT variant, `GRPOConfig()` with no arguments, is:
      per-sequence mean of the original GRPO.
   5. Off-policy correction: truncated importance sampling w = min(pi_old / pi_behav, C), C = 2, in the
      decoupled PPO form (clip around pi_old, weight the samples by pi_old / pi_behav) [Hilton et al. 2022;
-     Yao et al. 2025]. When the behaviour log-probs are not given (or equal pi_old) w = 1 exactly.
+     Yao et al. 2025]. When the behaviour log-probs are not given (or equal pi_old) w = 1 exactly. No
+     token or sequence is rejected (the rollout-correction suite, `is_weights` and `rejected_tokens`, is
+     off but for this weight).
 
 The policy loss, step by step (the same step numbers mark the code in `policy_loss`):
   Step 1  mask:    padded tokens are replaced by 0 BEFORE any arithmetic, so -inf/NaN there never reach
@@ -29,11 +31,13 @@ The policy loss, step by step (the same step numbers mark the code in `policy_lo
   Step 4b cov:     clip_cov: l_t = sg(l_t) on r N random tokens with omega_low <= Cov_t <= omega_high;
                    kl_cov:   l_t = l_t + beta |logp_t - logp_old_t| on the k N tokens of largest Cov_t,
                    Cov_t = (logp_t - mean logp)(A_t - mean A)        [Cui et al. 2025]; none by default.
-  Step 5  IS:      l_t = w_t l_t, w = f(pi_old / pi_behav) per `is_correction`, stop-gradient.
+  Step 5  IS:      l_t = w_t l_t, w = f(pi_old / pi_behav) per `is_correction`, stop-gradient;
+                   tokens that `rejected_tokens` rejects (masked IS, IcePop, geometric rejection, veto)
+                   leave the loss: m becomes m_kept in Step 7, numerator and denominator.
   Step 6  KL:      l_t = l_t + beta * k(logp_t, logp_ref_t)  (k1/k2/k3 of Schulman 2020); skipped if beta=0.
   Step 7  reduce:  token_mean:              sum_{i,t} m l / sum_{i,t} m                 (DAPO)
                    seq_mean_token_mean:     mean_{i: |y_i|>0} (sum_t m l / |y_i|)        (GRPO)
-                   seq_mean_token_sum_norm: sum_{i,t} m l / (B * max_len)              (Dr. GRPO)
+                   seq_mean_token_sum_norm: sum_{i,t} m l / (R * max_len)              (Dr. GRPO)
                    (max_len: the generation budget in completion tokens, whatever T is)
 
 Around the loss, the trainer calls, in order: `keep_group` while collecting groups (DAPO dynamic
@@ -48,15 +52,17 @@ arXiv:2402.14740). KL estimators k1/k2/k3: J. Schulman, "Approximating KL diverg
 TIS: Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training" (blog).
 Decoupled PPO: Hilton et al. 2022 ("Batch size-invariance for policy optimization", arXiv:2110.00641).
 Dual clip: Ye et al. 2020 ("Mastering Complex Control in MOBA Games", arXiv:1912.09729).
-pass@k: Chen et al. 2021 (Codex, arXiv:2107.03374, eq. 1 and its numerically stable form).
-Objectives that keep pass@k (docs/results.md measures them here): Pass@k Training: Chen et al. 2025
-(arXiv:2508.10751); NSR and W-REINFORCE: Zhu et al. 2025 (arXiv:2506.01347); Clip-Cov and KL-Cov:
-Cui et al. 2025 (arXiv:2505.22617).
+Rollout correction: sequence-level truncated IS and geometric-mean rejection: verl's rollout correction
+and Liu, Li et al. 2025 ("When Speed Kills Stability: Demystifying RL Collapse from the
+Training-Inference Mismatch", blog); IcePop: Ling Team 2025 (Ring-1T, "Every Step Evolves",
+arXiv:2510.18855). The objectives that keep pass@k (Pass@k Training, NSR, W-REINFORCE, Clip-Cov,
+KL-Cov) and pass@k itself live in objectives.py, with their sources.
 
-Shape key (suffixes of names): B batch rows (in the loss: one row per completion, i.e. prompts x G;
-in the advantage functions: one row per prompt), G group size, T token positions (the trainer's rows
-hold prompt + completion). A `mask_BT` is 1 on completion tokens that count and 0 on prompt or padding
-positions, so a row's completion length is mask_BT.sum(1).
+Shape key (suffixes of names): B prompts, G group size (completions per prompt), R rows (one per
+completion, B x G of them: row b*G + g is completion g of prompt b), T token positions (the trainer's
+rows hold prompt + completion). The advantage functions take rewards_BG; the loss takes rows (logp_RT,
+adv_R). A `mask_RT` is 1 on completion tokens that count and 0 on prompt or padding positions, so a
+row's completion length is mask_RT.sum(1).
 """
 from __future__ import annotations
 
@@ -66,6 +72,9 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import objectives
+from objectives import _is_int, _is_real, _masked_mean
 
 ADVANTAGES = ("grpo", "drgrpo", "rloo", "reinforce", "passk", "nsr", "w_reinforce")
 SIGNED_ADVANTAGES = ("nsr", "w_reinforce")  # no baseline: the sign of (2r - 1) is the advantage's
@@ -80,14 +89,6 @@ REJECTING_CORRECTIONS = ("token_mask", "seq_mask", "icepop")  # the is_correctio
 LOG_RATIO_CLAMP = 20.0
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _is_real(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 @dataclass(frozen=True)
 class GRPOConfig:
     """Which variant of the policy-gradient update to run; paper symbols in each field's doc."""
@@ -96,8 +97,8 @@ class GRPOConfig:
     """G: completions sampled per prompt (GRPO Alg. 1). >= 2 for every group baseline, >= 1 for reinforce."""
     advantage: str = "grpo"
     """grpo: (r - mean_G)/(std_G + eps); drgrpo: r - mean_G; rloo: r_i - mean_{j!=i} r_j; reinforce: r - mean_batch;
-    passk: the Pass@k Training advantage (Chen et al. 2025, `passk_advantages`); nsr / w_reinforce: negative
-    sample reinforcement and its weighted form (Zhu et al. 2025, `signed_advantages`)."""
+    passk: the Pass@k Training advantage (Chen et al. 2025, `objectives.passk_advantages`); nsr / w_reinforce: negative
+    sample reinforcement and its weighted form (Zhu et al. 2025, `objectives.signed_advantages`)."""
     pass_k: int = 4
     """k of Pass@k Training (advantage=passk): a group's reward is the max reward of k of its G
     completions, averaged over all C(G, k) subsets; 1 <= k <= G (k = 1 is GRPO's advantage exactly)."""
@@ -115,7 +116,7 @@ class GRPOConfig:
     dual_clip_c: float | None = None
     """c of dual-clip PPO (Ye et al. 2020): for A < 0 the loss is capped at -c*A; None = off; must be > 1."""
     loss_agg: str = "token_mean"
-    """token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr. GRPO, / (B * max_len))."""
+    """token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr. GRPO, / (R * max_len))."""
     max_len: int = 0
     """L_max: the generation budget in completion tokens (not prompt + completion); Dr. GRPO's constant
     normaliser and DAPO's overlong limit; set it to the sampler's max new tokens; 0 = unset."""
@@ -154,7 +155,7 @@ class GRPOConfig:
     """DAPO dynamic sampling: drop groups whose G rewards are all equal, up to 4 x B looked at (`keep_group`)."""
     cov_penalty: str = "none"
     """Restrain the tokens whose log-prob covaries most with their advantage, which drive the entropy
-    collapse (Cui et al. 2025, `covariance_tokens`): none | clip_cov (detach the gradient of a random
+    collapse (Cui et al. 2025, `objectives.covariance_tokens`): none | clip_cov (detach the gradient of a random
     r of the tokens with omega_low <= Cov <= omega_high) | kl_cov (add beta |log pi - log pi_old| to the top-k of Cov)."""
     cov_clip_frac: float = 2e-4
     """r of Clip-Cov: the share of the (micro)batch's tokens detached (at least one); Cui et al. use 2e-4
@@ -213,6 +214,18 @@ class GRPOConfig:
             bad("is_cap", "must be a finite number >= 1")
         if self.is_correction in ("token_mask", "seq_mask") and self.is_cap <= 1:
             bad("is_cap", "the masked corrections keep [1/C, C], which needs C > 1")
+        self._check_rejection_bands(bad)
+        if not _is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
+            bad("overlong_buffer_len", "must be an int >= 0")
+        if self.overlong_buffer_len > 0 and not 0 < self.overlong_buffer_len <= self.max_len:
+            bad("overlong_buffer_len", f"needs 0 < L_cache <= max_len (max_len={self.max_len})")
+        if not _is_real(self.overlong_penalty_factor) or self.overlong_penalty_factor < 0:
+            bad("overlong_penalty_factor", "must be a finite number >= 0")
+        if (self.overlong_filter or self.overlong_buffer_len > 0) and self.max_len <= 0:
+            bad("max_len", "the overlong filter/penalty needs max_len > 0")
+
+    def _check_rejection_bands(self, bad):
+        """The rollout correction's bands each hold ratio 1 (a sampler equal to the trainer rejects nothing)."""
         if not _is_real(self.icepop_low) or not 0 < self.icepop_low <= 1:
             bad("icepop_low", "must be in (0, 1] (IcePop's alpha: the band [alpha, beta] holds rho = 1)")
         if not _is_real(self.icepop_high) or self.icepop_high < 1:
@@ -223,14 +236,6 @@ class GRPOConfig:
             bad("geo_high", "must be a finite number >= 1")
         if not _is_real(self.veto_ratio) or not 0 <= self.veto_ratio < 1:
             bad("veto_ratio", "must be in [0, 1): 0 = off, else a ratio below 1")
-        if not _is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
-            bad("overlong_buffer_len", "must be an int >= 0")
-        if self.overlong_buffer_len > 0 and not 0 < self.overlong_buffer_len <= self.max_len:
-            bad("overlong_buffer_len", f"needs 0 < L_cache <= max_len (max_len={self.max_len})")
-        if not _is_real(self.overlong_penalty_factor) or self.overlong_penalty_factor < 0:
-            bad("overlong_penalty_factor", "must be a finite number >= 0")
-        if (self.overlong_filter or self.overlong_buffer_len > 0) and self.max_len <= 0:
-            bad("max_len", "the overlong filter/penalty needs max_len > 0")
 
     @property
     def rejects(self) -> bool:
@@ -265,81 +270,13 @@ def group_advantages(rewards_BG, cfg: GRPOConfig):
         baseline_BG = (r_BG.sum(axis=1, keepdims=True) - r_BG) / (G - 1)  # mean of the other G-1
         adv_BG = r_BG - baseline_BG
     elif cfg.advantage == "passk":
-        return passk_advantages(r_BG, cfg.pass_k, cfg.adv_eps)
+        return objectives.passk_advantages(r_BG, cfg.pass_k, cfg.adv_eps)
     elif cfg.advantage in SIGNED_ADVANTAGES:
-        return signed_advantages(r_BG, 0.0 if cfg.advantage == "nsr" else cfg.positive_weight)
+        return objectives.signed_advantages(r_BG, 0.0 if cfg.advantage == "nsr" else cfg.positive_weight)
     else:  # reinforce with a batch baseline
         adv_BG = r_BG - r_BG.mean()
         return jnp.where(jnp.all(r_BG == r_BG.reshape(-1)[0]), 0.0, adv_BG)
     return jnp.where(zero_variance_groups(r_BG)[:, None], adv_BG, 0.0)
-
-
-def _comb(n: int, k: int) -> int:
-    return math.comb(n, k) if 0 <= k <= n else 0
-
-
-def passk_weights(G: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(v_G, W_GG) for `passk_advantages`, over a group's rewards sorted ascending (0-based positions):
-    v[j] = C(j, k-1) / C(G, k): the share of the k-subsets whose max is the j-th smallest reward (ties
-    go to the later position; the max's VALUE is the same either way);
-    W[p, j] = the share of the k-subsets holding position p whose max is position j: C(p, k-1) / C(G-1, k-1)
-    for j = p (the other k-1 all below p), C(j-1, k-2) / C(G-1, k-1) for j > p, 0 for j < p. Rows sum to 1."""
-    v_G = np.array([_comb(j, k - 1) for j in range(G)], np.float64) / _comb(G, k)
-    W_GG = np.zeros((G, G), np.float64)
-    for p in range(G):
-        W_GG[p, p] = _comb(p, k - 1)
-        for j in range(p + 1, G):
-            W_GG[p, j] = _comb(j - 1, k - 2)
-    return v_G, W_GG / _comb(G - 1, k - 1)
-
-
-def passk_advantages(rewards_BG, k: int, eps: float = 1e-6):
-    """Pass@k Training's advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
-    Exploration and Exploitation of Large Reasoning Models", arXiv:2508.10751, analytical form), f32.
-
-    Split a group of G completions into every k-subset S (C(G, k) of them); the subset's reward is
-    max_{i in S} r_i (with 0/1 rewards: 1 if any of the k passes, i.e. pass@k); normalise the subset
-    rewards over the subsets, A_S = (R_S - mean_S R) / (std_S R + eps) (population std); a completion's
-    advantage is the mean A_S over the C(G-1, k-1) subsets that hold it. In closed form, with
-    R_bar = mean_S R_S, sigma = std_S R_S and m_i = mean_{S ni i} R_S:   A_i = (m_i - R_bar) / (sigma + eps).
-    With 0/1 rewards and N_neg wrong completions this is the paper's result:
-        R_bar = 1 - C(N_neg, k) / C(G, k),   sigma = sqrt(R_bar (1 - R_bar)),
-        A_pos = (1 - R_bar) / sigma,         A_neg = (1 - R_bar - C(N_neg - 1, k - 1) / C(G - 1, k - 1)) / sigma.
-    Any rewards work (not only 0/1): the means over subsets come from the sorted rewards with the fixed
-    weights of `passk_weights`. A wrong completion in a group that some other completion solves gets a
-    smaller penalty than under GRPO (most of its subsets pass anyway): the policy is pushed less towards
-    one answer. A group whose every k-subset has the same max (all equal, or its G - k + 1 best equal)
-    gets A = 0 exactly. k = 1 is GRPO's advantage."""
-    r_BG = jnp.asarray(rewards_BG, jnp.float32)
-    B, G = r_BG.shape
-    if not _is_int(k) or not 1 <= k <= G:
-        raise ValueError(f"passk_advantages: k={k!r} must be an int in 1..G={G}")
-    v_G, W_GG = (jnp.asarray(x, jnp.float32) for x in passk_weights(G, k))
-    order_BG = jnp.argsort(r_BG, axis=1, stable=True)
-    s_BG = jnp.take_along_axis(r_BG, order_BG, axis=1)              # ascending
-    mean_B1 = (s_BG @ v_G)[:, None]                                  # R_bar
-    var_B1 = jnp.maximum((jnp.square(s_BG) @ v_G)[:, None] - jnp.square(mean_B1), 0.0)
-    m_sorted_BG = s_BG @ W_GG.T                                      # m_i at sorted position p
-    adv_sorted_BG = (m_sorted_BG - mean_B1) / (jnp.sqrt(var_B1) + eps)
-    adv_BG = jnp.zeros_like(r_BG).at[jnp.arange(B)[:, None], order_BG].set(adv_sorted_BG)
-    constant_B1 = s_BG[:, k - 1:k] == s_BG[:, -1:]                   # every subset's max is the same value
-    return jnp.where(constant_B1, 0.0, adv_BG)
-
-
-def signed_advantages(rewards_BG, positive_weight: float):
-    """NSR and W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in
-    LLM Reasoning", arXiv:2506.01347), f32. Their rewards are +1 / -1 and their objective
-    lambda * L_PSR + L_NSR is REINFORCE without a baseline, positive samples weighted by lambda: with our
-    rewards r in [0, 1] mapped to rho = 2r - 1,
-        A_i = lambda * rho_i  if rho_i > 0,   rho_i  otherwise
-    (0/1 rewards: lambda for a right completion, -1 for a wrong one). NSR is lambda = 0: only wrong
-    completions are trained on, their probability pushed down and spread over the other tokens, which
-    keeps the model's other answers (its pass@k); W-REINFORCE (lambda = 0.1 in the paper) adds a little
-    of the positive signal. No group baseline: a group whose completions all fail is still pushed down."""
-    if not _is_real(positive_weight) or positive_weight < 0:
-        raise ValueError(f"signed_advantages: positive_weight={positive_weight!r} must be a finite number >= 0")
-    rho_BG = 2.0 * jnp.asarray(rewards_BG, jnp.float32) - 1.0
-    return jnp.where(rho_BG > 0, positive_weight * rho_BG, rho_BG)
 
 
 def zero_variance_groups(rewards_BG):
@@ -354,7 +291,7 @@ def zero_variance_groups(rewards_BG):
     return jnp.any(r_BG != r_BG[:, :1], axis=1)
 
 
-def overlong_penalty(lengths_B, max_len: int, buffer_len: int, penalty: float = 1.0):
+def overlong_penalty(lengths_R, max_len: int, buffer_len: int, penalty: float = 1.0):
     """DAPO soft overlong punishment R_length (Yu et al. 2025, "Overlong Reward Shaping"), f32, to ADD to the rewards.
 
     With L_max = max_len and L_cache = buffer_len:
@@ -367,74 +304,74 @@ def overlong_penalty(lengths_B, max_len: int, buffer_len: int, penalty: float = 
         raise ValueError(f"overlong_penalty needs ints 0 < buffer_len <= max_len; got {buffer_len=}, {max_len=}")
     if not _is_real(penalty) or penalty < 0:
         raise ValueError(f"overlong_penalty: penalty must be a finite number >= 0; got {penalty!r}")
-    L_B = jnp.asarray(lengths_B, jnp.float32)
+    L_R = jnp.asarray(lengths_R, jnp.float32)
     soft_start = max_len - buffer_len
-    ramp_B = (soft_start - L_B) / buffer_len
-    r_B = jnp.where(L_B <= soft_start, 0.0, jnp.where(L_B <= max_len, ramp_B, -1.0))
-    return penalty * r_B
+    ramp_R = (soft_start - L_R) / buffer_len
+    r_R = jnp.where(L_R <= soft_start, 0.0, jnp.where(L_R <= max_len, ramp_R, -1.0))
+    return penalty * r_R
 
 
-def overlong_mask(lengths_B, max_len: int, finished_B=None):
-    """keep_B for DAPO overlong filtering: False for completions cut off by the length budget.
+def overlong_mask(lengths_R, max_len: int, finished_R=None):
+    """keep_R for DAPO overlong filtering: False for completions cut off by the length budget.
 
-    Without `finished_B` a completion that used the whole budget (length >= max_len) counts as truncated,
-    since the length alone cannot tell whether its last token was EOS; pass finished_B (True where the
-    sampler emitted EOS) to keep those. Multiply the loss mask by keep_B[:, None].
+    Without `finished_R` a completion that used the whole budget (length >= max_len) counts as truncated,
+    since the length alone cannot tell whether its last token was EOS; pass finished_R (True where the
+    sampler emitted EOS) to keep those. Multiply the loss mask by keep_R[:, None].
     """
     if not _is_int(max_len) or max_len <= 0:
         raise ValueError(f"overlong_mask: max_len must be an int > 0; got {max_len!r}")
-    keep_B = jnp.asarray(lengths_B) < max_len
-    if finished_B is not None:
-        keep_B = keep_B | jnp.asarray(finished_B, bool)
-    return keep_B
+    keep_R = jnp.asarray(lengths_R) < max_len
+    if finished_R is not None:
+        keep_R = keep_R | jnp.asarray(finished_R, bool)
+    return keep_R
 
 
-def turn_lengths(mask_BT):
-    """lengths_B: each row's longest model turn, in tokens (int64, host-side numpy). A model turn is a
+def turn_lengths(mask_RT):
+    """lengths_R: each row's longest model turn, in tokens (int64, host-side numpy). A model turn is a
     run of consecutive loss-mask-1 tokens; a multi-turn row (envs.py) has one per turn, separated by the
     prompt, tool observations and next-turn headers (mask 0), and the generation budget (max_new_tokens,
     the L_max of `shape_rewards`) applies to each turn, not to their sum. A one-turn row's longest run
     is its completion length. A row without sampled tokens has length 0."""
-    m_BT = np.asarray(mask_BT) > 0
-    if m_BT.ndim != 2:
-        raise ValueError(f"turn_lengths: mask_BT must be 2-D (B, T); got shape {m_BT.shape}")
-    c_BT = np.cumsum(m_BT, axis=1)
+    m_RT = np.asarray(mask_RT) > 0
+    if m_RT.ndim != 2:
+        raise ValueError(f"turn_lengths: mask_RT must be 2-D (R, T); got shape {m_RT.shape}")
+    c_RT = np.cumsum(m_RT, axis=1)
     # the count at the last mask-0 position at or before t: a run's length is c minus it
-    base_BT = np.maximum.accumulate(np.where(m_BT, 0, c_BT), axis=1)
-    return (c_BT - base_BT).max(axis=1, initial=0).astype(np.int64)
+    base_RT = np.maximum.accumulate(np.where(m_RT, 0, c_RT), axis=1)
+    return (c_RT - base_RT).max(axis=1, initial=0).astype(np.int64)
 
 
-def shape_rewards(rewards_BG, lengths_B, finished_B, cfg: GRPOConfig):
-    """DAPO's length-based reward shaping, as configured: (rewards_BG, keep_B), f32 and bool.
+def shape_rewards(rewards_BG, lengths_R, finished_R, cfg: GRPOConfig):
+    """DAPO's length-based reward shaping, as configured: (rewards_BG, keep_R), f32 and bool.
 
-    rewards_BG: B prompts x G completions (the verifier's rewards). lengths_B: the completion length in
-    tokens of each of the B*G completion rows (row b*G + g is completion g of prompt b), measured against
+    rewards_BG: B prompts x G completions (the verifier's rewards). lengths_R: the completion length in
+    tokens of each of the R = B*G completion rows (row b*G + g is completion g of prompt b), measured against
     max_len, the generation budget of one model turn: `turn_lengths` of the loss mask (a one-turn row's
     completion tokens; a multi-turn row's longest turn, so an episode is punished or filtered for the
     turn that came closest to the budget, never for the sum of turns each within it).
-    finished_B: True where the sampler stopped on EOS/a stop string, or None (then a completion that
+    finished_R: True where the sampler stopped on EOS/a stop string, or None (then a completion that
     used the whole budget counts as truncated, see `overlong_mask`).
       overlong_buffer_len > 0: rewards_BG + `overlong_penalty` (soft overlong punishment), else unchanged;
-      overlong_filter:         keep_B = `overlong_mask` (truncated completions get no loss), else all True.
-    Multiply the loss mask by keep_B[:, None]; compute advantages from the returned rewards.
+      overlong_filter:         keep_R = `overlong_mask` (truncated completions get no loss), else all True.
+    Multiply the loss mask by keep_R[:, None]; compute advantages from the returned rewards.
     """
     r_BG = jnp.asarray(rewards_BG, jnp.float32)
     if r_BG.ndim != 2 or r_BG.shape[1] != cfg.group_size:
         raise ValueError(f"shape_rewards: rewards_BG has shape {r_BG.shape}; expected (B, G={cfg.group_size})")
-    lengths_B = jnp.asarray(lengths_B)
-    if lengths_B.shape != (r_BG.size,):
-        raise ValueError(f"shape_rewards: lengths_B has shape {lengths_B.shape}; expected ({r_BG.size},), "
+    lengths_R = jnp.asarray(lengths_R)
+    if lengths_R.shape != (r_BG.size,):
+        raise ValueError(f"shape_rewards: lengths_R has shape {lengths_R.shape}; expected ({r_BG.size},), "
                          "one per completion")
-    if finished_B is not None and jnp.shape(finished_B) != (r_BG.size,):
-        raise ValueError(f"shape_rewards: finished_B has shape {jnp.shape(finished_B)}; expected ({r_BG.size},)")
+    if finished_R is not None and jnp.shape(finished_R) != (r_BG.size,):
+        raise ValueError(f"shape_rewards: finished_R has shape {jnp.shape(finished_R)}; expected ({r_BG.size},)")
     if cfg.overlong_buffer_len > 0:
-        r_BG = r_BG + overlong_penalty(lengths_B, cfg.max_len, cfg.overlong_buffer_len,
+        r_BG = r_BG + overlong_penalty(lengths_R, cfg.max_len, cfg.overlong_buffer_len,
                                        cfg.overlong_penalty_factor).reshape(r_BG.shape)
     if cfg.overlong_filter:
-        keep_B = overlong_mask(lengths_B, cfg.max_len, finished_B)
+        keep_R = overlong_mask(lengths_R, cfg.max_len, finished_R)
     else:
-        keep_B = jnp.ones(lengths_B.shape, bool)
-    return r_BG, keep_B
+        keep_R = jnp.ones(lengths_R.shape, bool)
+    return r_BG, keep_R
 
 
 # DAPO dynamic sampling over-samples until the batch is full; we bound that at this many times the batch.
@@ -459,7 +396,7 @@ def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
     DAPO over-samples without bound; we cap it: once DYNAMIC_SAMPLING_MAX_FACTOR * B (= 4B) groups have
     been seen, every group is kept, so a batch of mostly solved (or mostly hopeless) prompts still
     finishes, with some zero-advantage groups in it. Without dynamic_sampling every group is kept. Pure,
-    host-side: `zero_variance_groups` (or `signed_advantages`) on a single group.
+    host-side: `zero_variance_groups` (or `objectives.signed_advantages`) on a single group.
     """
     if not _is_int(seen) or not _is_int(batch_size) or seen < 1 or batch_size < 1:
         raise ValueError(f"keep_group needs ints seen >= 1 and batch_size >= 1; got {seen=!r}, {batch_size=!r}")
@@ -470,91 +407,86 @@ def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
         return True
     if cfg.advantage in SIGNED_ADVANTAGES:
         weight = 0.0 if cfg.advantage == "nsr" else cfg.positive_weight
-        return bool(np.any(np.asarray(signed_advantages(r_G[None, :], weight)) != 0))
+        return bool(np.any(np.asarray(objectives.signed_advantages(r_G[None, :], weight)) != 0))
     return bool(np.any(r_G != r_G[0]))
 
 
 # ----------------------------------------------------------------------------------------------------
 # KL estimators and the policy loss (one row per completion)
 
-def kl_penalty(logp_BT, logp_ref_BT, estimator: str = "k3", mask_BT=None):
+def kl_penalty(logp_RT, logp_ref_RT, estimator: str = "k3", mask_RT=None):
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020), f32.
 
     With log r = logp_ref - logp (r = pi_ref/pi):  k1 = -log r;  k2 = (log r)^2 / 2;  k3 = (r - 1) - log r.
     k1 is unbiased but can be negative; k3 is unbiased and >= 0 (the one in GRPO's objective); k2 is
     biased, with low variance.
-    log r is clamped to [-20, 20] so k3 stays finite. With mask_BT, masked positions are 0 (and may hold
+    log r is clamped to [-20, 20] so k3 stays finite. With mask_RT, masked positions are 0 (and may hold
     -inf/NaN); without it, inputs must be finite.
     """
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_penalty: estimator={estimator!r} must be one of {KL_ESTIMATORS}")
-    logp_BT = jnp.asarray(logp_BT, jnp.float32)
-    logp_ref_BT = jnp.asarray(logp_ref_BT, jnp.float32)
-    if logp_BT.shape != logp_ref_BT.shape:
-        raise ValueError(f"kl_penalty: logp {logp_BT.shape} and logp_ref {logp_ref_BT.shape} differ")
-    if mask_BT is not None:
-        mask_BT = jnp.asarray(mask_BT).astype(bool)
-        logp_BT = jnp.where(mask_BT, logp_BT, 0.0)
-        logp_ref_BT = jnp.where(mask_BT, logp_ref_BT, 0.0)
-    log_r_BT = jnp.clip(logp_ref_BT - logp_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    logp_RT = jnp.asarray(logp_RT, jnp.float32)
+    logp_ref_RT = jnp.asarray(logp_ref_RT, jnp.float32)
+    if logp_RT.shape != logp_ref_RT.shape:
+        raise ValueError(f"kl_penalty: logp {logp_RT.shape} and logp_ref {logp_ref_RT.shape} differ")
+    if mask_RT is not None:
+        mask_RT = jnp.asarray(mask_RT).astype(bool)
+        logp_RT = jnp.where(mask_RT, logp_RT, 0.0)
+        logp_ref_RT = jnp.where(mask_RT, logp_ref_RT, 0.0)
+    log_r_RT = jnp.clip(logp_ref_RT - logp_RT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if estimator == "k1":
-        kl_BT = -log_r_BT
+        kl_RT = -log_r_RT
     elif estimator == "k2":
-        kl_BT = 0.5 * jnp.square(log_r_BT)
+        kl_RT = 0.5 * jnp.square(log_r_RT)
     else:
-        kl_BT = jnp.expm1(log_r_BT) - log_r_BT
-    return kl_BT if mask_BT is None else jnp.where(mask_BT, kl_BT, 0.0)
+        kl_RT = jnp.expm1(log_r_RT) - log_r_RT
+    return kl_RT if mask_RT is None else jnp.where(mask_RT, kl_RT, 0.0)
 
 
-def _check_BT(name, x, shape_BT):
-    if x.shape != shape_BT:
-        raise ValueError(f"{name} has shape {x.shape}; expected {shape_BT} like logp_BT")
+def _check_RT(name, x, shape_RT):
+    if x.shape != shape_RT:
+        raise ValueError(f"{name} has shape {x.shape}; expected {shape_RT} like logp_RT")
 
 
-def _masked_mean(x_BT, m_BT):
-    """Sum of x over the mask / number of mask tokens; 0 when the mask is empty."""
-    return jnp.sum(x_BT * m_BT) / jnp.maximum(jnp.sum(m_BT), 1.0)
-
-
-def aggregate(loss_BT, mask_BT, cfg: GRPOConfig, rows=None):
+def aggregate(loss_RT, mask_RT, cfg: GRPOConfig, rows=None):
     """Step 7: reduce per-token losses to a scalar per `cfg.loss_agg` (see the module docstring).
 
     token_mean: every token of the batch weighs the same, so long completions are not under-weighted
     (DAPO). seq_mean_token_mean: each completion weighs the same (GRPO); completions with no tokens are
-    left out of the mean over sequences. seq_mean_token_sum_norm: divide by the constant B * max_len, so
+    left out of the mean over sequences. seq_mean_token_sum_norm: divide by the constant R * max_len, so
     neither length nor the number of live tokens scales a token's gradient (Dr. GRPO); max_len is the
     generation budget in COMPLETION tokens (as in the Dr. GRPO paper), so T (which may count prompt
     positions) may exceed it. A completion longer than max_len is not an error here (the sampler's
     budget bounds it); its tokens simply count, the normaliser stays the constant.
     An all-masked batch gives exactly 0 in every mode. An unknown loss_agg raises.
-    rows: the B of B * max_len (default: every row); `policy_loss` leaves out the rows a rollout
+    rows: the R of R * max_len (default: every row); `policy_loss` leaves out the rows a rollout
     correction rejected whole, as the other modes leave out their tokens through the mask.
     """
-    m_BT = jnp.asarray(mask_BT).astype(jnp.float32)
-    x_BT = jnp.where(m_BT > 0, loss_BT, 0.0)
+    m_RT = jnp.asarray(mask_RT).astype(jnp.float32)
+    x_RT = jnp.where(m_RT > 0, loss_RT, 0.0)
     if cfg.loss_agg == "token_mean":
-        return jnp.sum(x_BT) / jnp.maximum(jnp.sum(m_BT), 1.0)
+        return jnp.sum(x_RT) / jnp.maximum(jnp.sum(m_RT), 1.0)
     if cfg.loss_agg == "seq_mean_token_mean":
-        len_B = jnp.sum(m_BT, axis=1)
-        seq_B = jnp.sum(x_BT, axis=1) / jnp.maximum(len_B, 1.0)
-        return jnp.sum(seq_B) / jnp.maximum(jnp.sum(len_B > 0), 1)
+        len_R = jnp.sum(m_RT, axis=1)
+        seq_R = jnp.sum(x_RT, axis=1) / jnp.maximum(len_R, 1.0)
+        return jnp.sum(seq_R) / jnp.maximum(jnp.sum(len_R > 0), 1)
     if cfg.loss_agg == "seq_mean_token_sum_norm":
-        # max_len is the generation budget (completion tokens), not T: the [B, T] rows may also hold
+        # max_len is the generation budget (completion tokens), not T: the [R, T] rows may also hold
         # prompt positions (masked out), so T > max_len is normal.
-        return jnp.sum(x_BT) / ((x_BT.shape[0] if rows is None else rows) * cfg.max_len)
+        return jnp.sum(x_RT) / ((x_RT.shape[0] if rows is None else rows) * cfg.max_len)
     raise ValueError(f"aggregate: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 
-def loss_totals(mask_BT):
+def loss_totals(mask_RT):
     """(tokens, non-empty rows, rows) of the whole (mini)batch whose loss is being accumulated: the
     denominators of `aggregate` that a microbatch cannot see. Host-side numpy; pass to `microbatch_weight`."""
-    m_BT = np.asarray(mask_BT)
-    if m_BT.ndim != 2:
-        raise ValueError(f"loss_totals: mask_BT must be 2-D (B, T); got shape {m_BT.shape}")
-    return m_BT.sum(), np.any(m_BT > 0, axis=1).sum(), m_BT.shape[0]
+    m_RT = np.asarray(mask_RT)
+    if m_RT.ndim != 2:
+        raise ValueError(f"loss_totals: mask_RT must be 2-D (R, T); got shape {m_RT.shape}")
+    return m_RT.sum(), np.any(m_RT > 0, axis=1).sum(), m_RT.shape[0]
 
 
-def microbatch_weight(mask_BT, totals, cfg: GRPOConfig):
+def microbatch_weight(mask_RT, totals, cfg: GRPOConfig):
     """The share of the (mini)batch loss that one microbatch's `aggregate` carries, so that the sum of
     weight * aggregate(microbatch) over the microbatches equals aggregate(whole batch) (gradient
     accumulation). `totals` = loss_totals(mask of the whole batch) = (tokens, non-empty rows, rows):
@@ -566,11 +498,11 @@ def microbatch_weight(mask_BT, totals, cfg: GRPOConfig):
     """
     total_tokens, total_seqs, total_rows = totals
     if cfg.loss_agg == "token_mean":
-        return jnp.sum(mask_BT) / jnp.maximum(total_tokens, 1.0)
+        return jnp.sum(mask_RT) / jnp.maximum(total_tokens, 1.0)
     if cfg.loss_agg == "seq_mean_token_mean":
-        return jnp.sum(jnp.any(mask_BT > 0, axis=1)) / jnp.maximum(total_seqs, 1.0)
+        return jnp.sum(jnp.any(mask_RT > 0, axis=1)) / jnp.maximum(total_seqs, 1.0)
     if cfg.loss_agg == "seq_mean_token_sum_norm":
-        return mask_BT.shape[0] / total_rows
+        return mask_RT.shape[0] / total_rows
     raise ValueError(f"microbatch_weight: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 
@@ -592,127 +524,53 @@ def kept_denominator(totals, rejected, cfg: GRPOConfig):
     raise ValueError(f"kept_denominator: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 
-def _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig):
-    """Steps 1-4, shared by `policy_loss` and `step_metrics`. Inputs must be float arrays of equal shape."""
+def _surrogate(logp_RT, logp_old_RT, adv_R, mask_RT, cfg: GRPOConfig):
+    """Steps 1-4 of `policy_loss`. Inputs must be float arrays of equal shape."""
     # Step 1: masked positions become 0 before any arithmetic (their values may be -inf or NaN).
-    m_BT = jnp.asarray(mask_BT).astype(bool)
-    logp_BT = jnp.where(m_BT, logp_BT.astype(jnp.float32), 0.0)
-    logp_old_BT = jax.lax.stop_gradient(jnp.where(m_BT, logp_old_BT.astype(jnp.float32), 0.0))
-    A_B1 = jax.lax.stop_gradient(adv_B.astype(jnp.float32))[:, None]
+    m_RT = jnp.asarray(mask_RT).astype(bool)
+    logp_RT = jnp.where(m_RT, logp_RT.astype(jnp.float32), 0.0)
+    logp_old_RT = jax.lax.stop_gradient(jnp.where(m_RT, logp_old_RT.astype(jnp.float32), 0.0))
+    A_R1 = jax.lax.stop_gradient(adv_R.astype(jnp.float32))[:, None]
 
     # Step 2: importance ratio to the proximal policy pi_old.
     if cfg.policy_loss == "ppo":
-        log_ratio_BT = jnp.clip(logp_BT - logp_old_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        log_ratio_RT = jnp.clip(logp_RT - logp_old_RT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     else:  # gspo: s_i = (pi(y_i)/pi_old(y_i))^(1/|y_i|), the geometric mean of the token ratios
-        len_B = jnp.maximum(jnp.sum(m_BT, axis=1), 1)
-        log_s_B = jnp.sum(logp_BT - logp_old_BT, axis=1) / len_B
-        log_s_B = jnp.clip(log_s_B, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        log_ratio_BT = jnp.broadcast_to(log_s_B[:, None], logp_BT.shape)
-    ratio_BT = jnp.exp(log_ratio_BT)
+        len_R = jnp.maximum(jnp.sum(m_RT, axis=1), 1)
+        log_s_R = jnp.sum(logp_RT - logp_old_RT, axis=1) / len_R
+        log_s_R = jnp.clip(log_s_R, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        log_ratio_RT = jnp.broadcast_to(log_s_R[:, None], logp_RT.shape)
+    ratio_RT = jnp.exp(log_ratio_RT)
 
     # Step 3: clipped surrogate, l = max(-A r, -A clip(r)); ties go to the unclipped term (its gradient).
     lo, hi = 1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high
-    pg_unclipped_BT = -A_B1 * ratio_BT
-    pg_clipped_BT = -A_B1 * jnp.clip(ratio_BT, lo, hi)
-    clip_active_BT = pg_clipped_BT > pg_unclipped_BT
-    pg_BT = jnp.where(clip_active_BT, pg_clipped_BT, pg_unclipped_BT)
+    pg_unclipped_RT = -A_R1 * ratio_RT
+    pg_clipped_RT = -A_R1 * jnp.clip(ratio_RT, lo, hi)
+    clip_active_RT = pg_clipped_RT > pg_unclipped_RT
+    pg_RT = jnp.where(clip_active_RT, pg_clipped_RT, pg_unclipped_RT)
 
     # Step 4: dual clip: for A < 0 a huge ratio would give an unbounded loss; cap it at -c A.
-    dual_active_BT = jnp.zeros_like(m_BT)
+    dual_active_RT = jnp.zeros_like(m_RT)
     if cfg.dual_clip_c is not None:
-        pg_dual_B1 = -cfg.dual_clip_c * A_B1
-        dual_active_BT = (A_B1 < 0) & (pg_BT > pg_dual_B1)
-        pg_BT = jnp.where(dual_active_BT, pg_dual_B1, pg_BT)
+        pg_dual_B1 = -cfg.dual_clip_c * A_R1
+        dual_active_RT = (A_R1 < 0) & (pg_RT > pg_dual_B1)
+        pg_RT = jnp.where(dual_active_RT, pg_dual_B1, pg_RT)
 
-    return dict(m_BT=m_BT, logp_BT=logp_BT, logp_old_BT=logp_old_BT, ratio_BT=ratio_BT, pg_BT=pg_BT,
-                clip_low_BT=clip_active_BT & (ratio_BT < lo) & m_BT,
-                clip_high_BT=clip_active_BT & (ratio_BT > hi) & m_BT,
-                dual_BT=dual_active_BT & m_BT)
-
-
-def token_covariance(logp_BT, adv_B, mask_BT):
-    """Cov_t = (log pi(y_t) - mean log pi) * (A_t - mean A) per token, the means over the masked tokens
-    of the (micro)batch (Cui et al. 2025, eq. 11's per-token terms), stop-gradient, f32; 0 on padding.
-    A_t is its completion's advantage. A large positive Cov marks a token that is both likely and
-    rewarded (or unlikely and penalised): the updates that sharpen the policy and collapse its entropy."""
-    m_BT = jnp.asarray(mask_BT).astype(bool)
-    mf_BT = m_BT.astype(jnp.float32)
-    logp_BT = jax.lax.stop_gradient(jnp.where(m_BT, jnp.asarray(logp_BT, jnp.float32), 0.0))
-    adv_BT = jnp.where(m_BT, jnp.asarray(adv_B, jnp.float32)[:, None], 0.0)
-    cov_BT = (logp_BT - _masked_mean(logp_BT, mf_BT)) * (adv_BT - _masked_mean(adv_BT, mf_BT))
-    return jnp.where(m_BT, cov_BT, 0.0)
+    return dict(m_RT=m_RT, logp_RT=logp_RT, logp_old_RT=logp_old_RT, ratio_RT=ratio_RT, pg_RT=pg_RT,
+                clip_low_RT=clip_active_RT & (ratio_RT < lo) & m_RT,
+                clip_high_RT=clip_active_RT & (ratio_RT > hi) & m_RT,
+                dual_RT=dual_active_RT & m_RT)
 
 
-def _nth_largest(x_N, n):
-    """The n-th largest of x (n >= 1, traced or not)."""
-    return jnp.sort(x_N)[::-1][n - 1]
-
-
-def covariance_tokens(logp_BT, adv_B, mask_BT, cfg: GRPOConfig, draw_BT=None):
-    """Step 4b's token selection (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
-    Reasoning Language Models", arXiv:2505.22617, section 4): a bool [B, T], True on the tokens whose
-    update is restrained. N = masked tokens of the (micro)batch, Cov = `token_covariance`:
-      clip_cov: max(1, floor(r N)) tokens drawn uniformly from those with omega_low <= Cov <= omega_high
-                (fewer if fewer are there): the candidates with the largest `draw_BT` (a uniform in
-                [0, 1) per token, `token_draws`); their gradient is detached.
-      kl_cov:   the max(1, floor(k N)) tokens of largest Cov (ties at the threshold all count); they get
-                beta |log pi - log pi_old| added to their loss.
-    The shares and the means in Cov are of the tokens the loss sees at once: with gradient accumulation,
-    of a microbatch. The draw is not: `token_draws` gives each token a uniform from its own row and
-    position, so a row's tokens get the same draws in any layout (packed or fixed, any neighbours)."""
-    m_BT = jnp.asarray(mask_BT).astype(bool)
-    if cfg.cov_penalty == "none":
-        return jnp.zeros(m_BT.shape, bool)
-    cov_BT = token_covariance(logp_BT, adv_B, m_BT)
-    n_tokens = jnp.sum(m_BT)
-    if cfg.cov_penalty == "kl_cov":
-        n = jnp.maximum(jnp.floor(cfg.cov_kl_frac * n_tokens).astype(jnp.int32), 1)
-        threshold = _nth_largest(jnp.where(m_BT, cov_BT, -jnp.inf).reshape(-1), n)
-        return m_BT & (cov_BT >= threshold)
-    if draw_BT is None:
-        raise ValueError("cov_penalty='clip_cov' draws its tokens at random: pass draw_BT (token_draws)")
-    if jnp.shape(draw_BT) != m_BT.shape:
-        raise ValueError(f"draw_BT has shape {jnp.shape(draw_BT)}; expected the mask's {m_BT.shape}")
-    n = jnp.maximum(jnp.floor(cfg.cov_clip_frac * n_tokens).astype(jnp.int32), 1)
-    candidate_BT = m_BT & (cov_BT >= cfg.cov_clip_low) & (cov_BT <= cfg.cov_clip_high)
-    # a uniform random order of the candidates: the n with the largest draws (others get -1)
-    u_BT = jnp.where(candidate_BT, jnp.asarray(draw_BT, jnp.float32), -1.0)
-    threshold = _nth_largest(u_BT.reshape(-1), n)
-    return candidate_BT & (u_BT >= threshold)
-
-
-def token_draws(tokens_BT, mask_BT):
-    """Clip-Cov's draw: a uniform in [0, 1) per token, f32 [B, T], that depends only on the token's row
-    and its position in it, so the same row gives the same draws in any layout of the update (cut to
-    any length past its last completion token, next to any rows, in any order). Row b's key is folded
-    from a hash of its tokens up to its real length (the position after its last mask-1 token, where
-    packing.pack_batch cuts it); position t's draw is a uniform from that key folded with t. Different
-    rows give other draws, the same row the same ones (a rerun repeats it). jit-able."""
-    t_BT = jnp.asarray(tokens_BT).astype(jnp.uint32)
-    m_BT = jnp.asarray(mask_BT) > 0
-    pos_T = jnp.arange(t_BT.shape[1], dtype=jnp.uint32)
-    # real_BT: t is at or before the row's last mask-1 position (all False on a row with none)
-    real_BT = jnp.cumsum(m_BT[:, ::-1], axis=1)[:, ::-1] > 0
-    hash_B = jnp.sum(jnp.where(real_BT, t_BT * (pos_T * jnp.uint32(2654435761) + jnp.uint32(1)), jnp.uint32(0)),
-                     axis=1, dtype=jnp.uint32)
-    base = jax.random.PRNGKey(0)
-
-    def row(h):
-        key = jax.random.fold_in(base, h)
-        return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(pos_T)
-
-    return jax.vmap(row)(hash_B)
-
-
-def _log_rho(logp_old_BT, logp_behav_BT, m_BT):
+def _log_rho(logp_old_RT, logp_behav_RT, m_RT):
     """log rho_t = log pi_old - log pi_behav per token, f32, stop-gradient, 0 on padding (unclamped)."""
-    old_BT = jnp.where(m_BT, jnp.asarray(logp_old_BT, jnp.float32), 0.0)
-    behav_BT = jnp.where(m_BT, jnp.asarray(logp_behav_BT, jnp.float32), 0.0)
-    return jax.lax.stop_gradient(old_BT - behav_BT)
+    old_RT = jnp.where(m_RT, jnp.asarray(logp_old_RT, jnp.float32), 0.0)
+    behav_RT = jnp.where(m_RT, jnp.asarray(logp_behav_RT, jnp.float32), 0.0)
+    return jax.lax.stop_gradient(old_RT - behav_RT)
 
 
-def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
-    """Step 5: off-policy weight w_BT on rho = pi_old / pi_behav (stop-gradient), f32; 1 on padding,
+def is_weights(logp_old_RT, logp_behav_RT, mask_RT, cfg: GRPOConfig):
+    """Step 5: off-policy weight w_RT on rho = pi_old / pi_behav (stop-gradient), f32; 1 on padding,
     0 on the tokens `rejected_tokens` rejects.
 
     pi_behav is the policy that SAMPLED the tokens (a stale version, a quantised sampler, or the same
@@ -729,26 +587,26 @@ def is_weights(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
     Computed in log space: log rho_t clamped to [-20, 20] for exp(); a sequence's sum is not clamped
     before its band test, so a -1e4 behaviour log-prob still rejects the sequence, and w stays finite.
     """
-    m_BT = jnp.asarray(mask_BT).astype(bool)
-    if cfg.is_correction == "none" or logp_behav_BT is None:
-        return jnp.ones(m_BT.shape, jnp.float32)
-    log_rho_BT = _log_rho(logp_old_BT, logp_behav_BT, m_BT)
+    m_RT = jnp.asarray(mask_RT).astype(bool)
+    if cfg.is_correction == "none" or logp_behav_RT is None:
+        return jnp.ones(m_RT.shape, jnp.float32)
+    log_rho_RT = _log_rho(logp_old_RT, logp_behav_RT, m_RT)
     log_C = math.log(cfg.is_cap)
     if cfg.is_correction in ("tis", "token_mask", "icepop"):
         # the masks reject every rho_t above their band, so the cap only bounds exp() there
         cap = log_C if cfg.is_correction != "icepop" else math.log(cfg.icepop_high)
-        w_BT = jnp.exp(jnp.clip(log_rho_BT, -LOG_RATIO_CLAMP, cap))
+        w_RT = jnp.exp(jnp.clip(log_rho_RT, -LOG_RATIO_CLAMP, cap))
     elif cfg.is_correction in ("seq_tis", "seq_mask"):
-        log_rho_B1 = jnp.sum(log_rho_BT, axis=1, keepdims=True)
-        w_BT = jnp.broadcast_to(jnp.exp(jnp.clip(log_rho_B1, -LOG_RATIO_CLAMP, log_C)), m_BT.shape)
+        log_rho_R1 = jnp.sum(log_rho_RT, axis=1, keepdims=True)
+        w_RT = jnp.broadcast_to(jnp.exp(jnp.clip(log_rho_R1, -LOG_RATIO_CLAMP, log_C)), m_RT.shape)
     else:
         raise ValueError(f"is_weights: unknown is_correction {cfg.is_correction!r}; expected one of {IS_CORRECTIONS}")
-    w_BT = jnp.where(rejected_tokens(logp_old_BT, logp_behav_BT, m_BT, cfg), 0.0, w_BT)
-    return jnp.where(m_BT, w_BT, 1.0)
+    w_RT = jnp.where(rejected_tokens(logp_old_RT, logp_behav_RT, m_RT, cfg), 0.0, w_RT)
+    return jnp.where(m_RT, w_RT, 1.0)
 
 
-def rejected_tokens(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
-    """The tokens a rollout correction rejects, bool [B, T] (False on padding): they leave the loss,
+def rejected_tokens(logp_old_RT, logp_behav_RT, mask_RT, cfg: GRPOConfig):
+    """The tokens a rollout correction rejects, bool [R, T] (False on padding): they leave the loss,
     its numerator AND its denominator (`policy_loss`), so the kept tokens are averaged among themselves.
     With log rho_t = log pi_old - log pi_behav, each rule on its own:
       token_mask: |log rho_t| > log C                               (the token)
@@ -757,72 +615,91 @@ def rejected_tokens(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig):
       geo_reject: exp(mean_t log rho_t) outside [geo_low, geo_high]  (its whole sequence; verl)
       veto_ratio: some rho_t < veto_ratio in the sequence           (its whole sequence)
     A token is rejected if any configured rule rejects it. No behaviour log-probs: nothing rejected."""
-    m_BT = jnp.asarray(mask_BT).astype(bool)
-    if logp_behav_BT is None or not cfg.rejects:
-        return jnp.zeros(m_BT.shape, bool)
-    log_rho_BT = _log_rho(logp_old_BT, logp_behav_BT, m_BT)
+    m_RT = jnp.asarray(mask_RT).astype(bool)
+    if logp_behav_RT is None or not cfg.rejects:
+        return jnp.zeros(m_RT.shape, bool)
+    log_rho_RT = _log_rho(logp_old_RT, logp_behav_RT, m_RT)
     log_C = math.log(cfg.is_cap)
-    rej_BT = jnp.zeros(m_BT.shape, bool)
-    rej_B = jnp.zeros(m_BT.shape[:1], bool)
+    rej_RT = jnp.zeros(m_RT.shape, bool)
+    rej_R = jnp.zeros(m_RT.shape[:1], bool)
     if cfg.is_correction == "token_mask":
-        rej_BT = jnp.abs(log_rho_BT) > log_C
+        rej_RT = jnp.abs(log_rho_RT) > log_C
     elif cfg.is_correction == "icepop":
-        rej_BT = (log_rho_BT < math.log(cfg.icepop_low)) | (log_rho_BT > math.log(cfg.icepop_high))
+        rej_RT = (log_rho_RT < math.log(cfg.icepop_low)) | (log_rho_RT > math.log(cfg.icepop_high))
     elif cfg.is_correction == "seq_mask":
-        rej_B = jnp.abs(jnp.sum(log_rho_BT, axis=1)) > log_C
+        rej_R = jnp.abs(jnp.sum(log_rho_RT, axis=1)) > log_C
     if cfg.geo_reject:
-        mean_B = jnp.sum(log_rho_BT, axis=1) / jnp.maximum(jnp.sum(m_BT, axis=1), 1)
-        rej_B = rej_B | (mean_B < math.log(cfg.geo_low)) | (mean_B > math.log(cfg.geo_high))
+        mean_R = jnp.sum(log_rho_RT, axis=1) / jnp.maximum(jnp.sum(m_RT, axis=1), 1)
+        rej_R = rej_R | (mean_R < math.log(cfg.geo_low)) | (mean_R > math.log(cfg.geo_high))
     if cfg.veto_ratio > 0:
-        rej_B = rej_B | jnp.any(m_BT & (log_rho_BT < math.log(cfg.veto_ratio)), axis=1)
-    return m_BT & (rej_BT | rej_B[:, None])
+        rej_R = rej_R | jnp.any(m_RT & (log_rho_RT < math.log(cfg.veto_ratio)), axis=1)
+    return m_RT & (rej_RT | rej_R[:, None])
 
 
-def _loss_inputs(logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg: GRPOConfig):
+def _loss_inputs(logp_RT, logp_old_RT, adv_R, mask_RT, logp_behav_RT, logp_ref_RT, cfg: GRPOConfig):
     """policy_loss's arguments as arrays, their shapes checked (ValueError says which is wrong)."""
-    logp_BT = jnp.asarray(logp_BT)
-    shape_BT = logp_BT.shape
-    if logp_BT.ndim != 2:
-        raise ValueError(f"logp_BT must be 2-D (B, T); got shape {shape_BT}")
-    logp_old_BT, mask_BT = jnp.asarray(logp_old_BT), jnp.asarray(mask_BT)
-    _check_BT("logp_old_BT", logp_old_BT, shape_BT)
-    _check_BT("mask_BT", mask_BT, shape_BT)
-    adv_B = jnp.asarray(adv_B)
-    if adv_B.shape != shape_BT[:1]:
-        raise ValueError(f"adv_B has shape {adv_B.shape}; expected ({shape_BT[0]},), one per completion")
-    if logp_behav_BT is not None:
-        logp_behav_BT = jnp.asarray(logp_behav_BT)
-        _check_BT("logp_behav_BT", logp_behav_BT, shape_BT)
+    logp_RT = jnp.asarray(logp_RT)
+    shape_RT = logp_RT.shape
+    if logp_RT.ndim != 2:
+        raise ValueError(f"logp_RT must be 2-D (R, T); got shape {shape_RT}")
+    logp_old_RT, mask_RT = jnp.asarray(logp_old_RT), jnp.asarray(mask_RT)
+    _check_RT("logp_old_RT", logp_old_RT, shape_RT)
+    _check_RT("mask_RT", mask_RT, shape_RT)
+    adv_R = jnp.asarray(adv_R)
+    if adv_R.shape != shape_RT[:1]:
+        raise ValueError(f"adv_R has shape {adv_R.shape}; expected ({shape_RT[0]},), one per completion")
+    if logp_behav_RT is not None:
+        logp_behav_RT = jnp.asarray(logp_behav_RT)
+        _check_RT("logp_behav_RT", logp_behav_RT, shape_RT)
     if cfg.kl_beta > 0:
-        if logp_ref_BT is None:
-            raise ValueError("kl_beta > 0 needs logp_ref_BT (the reference policy's log-probs)")
-        logp_ref_BT = jnp.asarray(logp_ref_BT)
-        _check_BT("logp_ref_BT", logp_ref_BT, shape_BT)
-    return logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT
+        if logp_ref_RT is None:
+            raise ValueError("kl_beta > 0 needs logp_ref_RT (the reference policy's log-probs)")
+        logp_ref_RT = jnp.asarray(logp_ref_RT)
+        _check_RT("logp_ref_RT", logp_ref_RT, shape_RT)
+    return logp_RT, logp_old_RT, adv_R, mask_RT, logp_behav_RT, logp_ref_RT
 
 
-def _is_modified(logp_old_BT, logp_behav_BT, rejected_BT, m_BT, cfg: GRPOConfig):
+def _is_modified(logp_old_RT, logp_behav_RT, rejected_RT, m_RT, cfg: GRPOConfig):
     """Tokens whose off-policy weight the correction changed: truncated by tis / seq_tis, or rejected."""
-    if logp_behav_BT is None or cfg.is_correction == "none":
-        return rejected_BT
-    log_rho_BT = _log_rho(logp_old_BT, logp_behav_BT, m_BT)
+    if logp_behav_RT is None or cfg.is_correction == "none":
+        return rejected_RT
+    log_rho_RT = _log_rho(logp_old_RT, logp_behav_RT, m_RT)
     if cfg.is_correction == "tis":
-        return m_BT & ((log_rho_BT > math.log(cfg.is_cap)) | rejected_BT)
+        return m_RT & ((log_rho_RT > math.log(cfg.is_cap)) | rejected_RT)
     if cfg.is_correction == "seq_tis":
-        return m_BT & ((jnp.sum(log_rho_BT, axis=1, keepdims=True) > math.log(cfg.is_cap)) | rejected_BT)
-    return rejected_BT
+        return m_RT & ((jnp.sum(log_rho_RT, axis=1, keepdims=True) > math.log(cfg.is_cap)) | rejected_RT)
+    return rejected_RT
 
 
-def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_behav_BT=None,
-                logp_ref_BT=None, draw_BT=None):
+def _kept(m_RT, rejected_RT, cfg: GRPOConfig):
+    """The tokens the loss keeps once rejected ones leave it, whole: (kept mask f32, R of R * max_len
+    without the sequences rejected whole, this microbatch's denominator for cfg.loss_agg after
+    rejection, and what rejection took from that denominator: `kept_denominator` sums the latter)."""
+    kept_RT = m_RT & ~rejected_RT
+    kf_RT = kept_RT.astype(jnp.float32)
+    rows_rejected = jnp.sum(jnp.any(m_RT, axis=1) & ~jnp.any(kept_RT, axis=1))
+    rows = m_RT.shape[0] - rows_rejected
+    if cfg.loss_agg == "token_mean":
+        den_kept, den_rejected = jnp.sum(kf_RT), jnp.sum(m_RT) - jnp.sum(kf_RT)
+    elif cfg.loss_agg == "seq_mean_token_mean":
+        den_kept, den_rejected = jnp.sum(jnp.any(kept_RT, axis=1)), rows_rejected
+    elif cfg.loss_agg == "seq_mean_token_sum_norm":
+        den_kept, den_rejected = rows, rows_rejected
+    else:
+        raise ValueError(f"policy_loss: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
+    return kf_RT, rows, den_kept, den_rejected
+
+
+def policy_loss(logp_RT, logp_old_RT, adv_R, mask_RT, cfg: GRPOConfig, *, logp_behav_RT=None,
+                logp_ref_RT=None, draw_RT=None):
     """The policy-gradient loss (to MINIMISE) and an aux dict; see the module docstring for the steps.
 
-    logp_BT: log pi_theta of the sampled tokens (differentiated). logp_old_BT: the proximal policy pi_old
-    (stop-gradient; at the first step on-policy it equals logp_BT, so the ratio is exactly 1).
-    logp_behav_BT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_BT: the
-    reference policy, read only when kl_beta > 0. adv_B: one advantage per completion row (flatten the
-    B x G advantages). Masked positions may hold anything, -inf and NaN included. draw_BT: Clip-Cov's
-    draw, a uniform in [0, 1) per token (cov_penalty=clip_cov needs it; `token_draws` makes it from the
+    logp_RT: log pi_theta of the sampled tokens (differentiated). logp_old_RT: the proximal policy pi_old
+    (stop-gradient; at the first step on-policy it equals logp_RT, so the ratio is exactly 1).
+    logp_behav_RT: the sampler's log-probs (None = the same as pi_old: no correction). logp_ref_RT: the
+    reference policy, read only when kl_beta > 0. adv_R: one advantage per completion row (flatten the
+    B x G advantages). Masked positions may hold anything, -inf and NaN included. draw_RT: Clip-Cov's
+    draw, a uniform in [0, 1) per token (cov_penalty=clip_cov needs it; `objectives.token_draws` makes it from the
     rows, the same in any layout).
 
     aux: pg_loss, kl_loss (aggregated like the loss; 0 when beta = 0), clip_frac_low / clip_frac_high
@@ -830,157 +707,94 @@ def policy_loss(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, logp_b
     dual_clip_frac, is_weight_mean, is_frac_modified (tokens truncated by tis / seq_tis or rejected),
     cov_frac (tokens Clip-Cov detached or KL-Cov penalised), num_tokens, den_kept and den_rejected (the
     loss's denominator after rejection and what rejection took from it: `kept_denominator`), and the
-    arrays ratio_BT and is_weight_BT (1 on padding, 0 on rejected tokens).
+    arrays ratio_RT and is_weight_RT (1 on padding, 0 on rejected tokens).
     """
-    logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT = _loss_inputs(
-        logp_BT, logp_old_BT, adv_B, mask_BT, logp_behav_BT, logp_ref_BT, cfg)
-    s = _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg)  # Steps 1-4
-    m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
+    logp_RT, logp_old_RT, adv_R, mask_RT, logp_behav_RT, logp_ref_RT = _loss_inputs(
+        logp_RT, logp_old_RT, adv_R, mask_RT, logp_behav_RT, logp_ref_RT, cfg)
+    s = _surrogate(logp_RT, logp_old_RT, adv_R, mask_RT, cfg)  # Steps 1-4
+    m_RT, mf_RT = s["m_RT"], s["m_RT"].astype(jnp.float32)
 
     # Step 4b: Clip-Cov / KL-Cov restrain the few tokens of largest covariance (none: nothing selected).
-    cov_BT = covariance_tokens(s["logp_BT"], adv_B, m_BT, cfg, draw_BT)
+    cov_RT = objectives.covariance_tokens(s["logp_RT"], adv_R, m_RT, cfg, draw_RT)
     if cfg.cov_penalty == "clip_cov":  # same value, no gradient
-        s["pg_BT"] = jnp.where(cov_BT, jax.lax.stop_gradient(s["pg_BT"]), s["pg_BT"])
+        s["pg_RT"] = jnp.where(cov_RT, jax.lax.stop_gradient(s["pg_RT"]), s["pg_RT"])
     elif cfg.cov_penalty == "kl_cov":
-        d_BT = s["logp_BT"] - s["logp_old_BT"]  # |d| with gradient sign(d): 0 at d = 0, where KL(pi_old || pi) is least
-        s["pg_BT"] = s["pg_BT"] + jnp.where(cov_BT, cfg.cov_kl_coef * d_BT * jax.lax.stop_gradient(jnp.sign(d_BT)), 0.0)
+        d_RT = s["logp_RT"] - s["logp_old_RT"]  # |d| with gradient sign(d): 0 at d = 0, where KL(pi_old || pi) is least
+        s["pg_RT"] = s["pg_RT"] + jnp.where(cov_RT, cfg.cov_kl_coef * d_RT * jax.lax.stop_gradient(jnp.sign(d_RT)), 0.0)
 
-    # Step 5: off-policy correction weight (decoupled PPO), no gradient; rejected tokens leave the
-    # loss whole: numerator and denominator (a sequence with none kept leaves the rows of B * max_len).
-    w_BT = is_weights(logp_old_BT, logp_behav_BT, m_BT, cfg)
-    rejected_BT = rejected_tokens(logp_old_BT, logp_behav_BT, m_BT, cfg)
-    kept_BT = m_BT & ~rejected_BT
-    kf_BT = kept_BT.astype(jnp.float32)
-    rows_rejected = jnp.sum(jnp.any(m_BT, axis=1) & ~jnp.any(kept_BT, axis=1))
-    rows = m_BT.shape[0] - rows_rejected
-    pg_BT = w_BT * s["pg_BT"]
-    pg_loss = aggregate(pg_BT, kf_BT, cfg, rows)
+    # Step 5: off-policy correction weight (decoupled PPO), no gradient; rejected tokens leave the loss.
+    w_RT = is_weights(logp_old_RT, logp_behav_RT, m_RT, cfg)
+    rejected_RT = rejected_tokens(logp_old_RT, logp_behav_RT, m_RT, cfg)
+    kf_RT, rows, den_kept, den_rejected = _kept(m_RT, rejected_RT, cfg)
+    pg_RT = w_RT * s["pg_RT"]
+    pg_loss = aggregate(pg_RT, kf_RT, cfg, rows)
 
-    # Step 6: KL to the reference; with beta = 0 logp_ref_BT is never touched.
+    # Step 6: KL to the reference; with beta = 0 logp_ref_RT is never touched.
     kl_loss = jnp.zeros((), jnp.float32)
     if cfg.kl_beta > 0:
-        kl_BT = kl_penalty(s["logp_BT"], logp_ref_BT, cfg.kl_estimator, m_BT)
-        kl_loss = aggregate(kl_BT, kf_BT, cfg, rows)
+        kl_RT = kl_penalty(s["logp_RT"], logp_ref_RT, cfg.kl_estimator, m_RT)
+        kl_loss = aggregate(kl_RT, kf_RT, cfg, rows)
     # Step 7 happened in aggregate(); both terms are reduced the same way, so the sum is too.
     loss = pg_loss + cfg.kl_beta * kl_loss
 
-    modified_BT = _is_modified(logp_old_BT, logp_behav_BT, rejected_BT, m_BT, cfg)
-    # this microbatch's denominator for cfg.loss_agg after rejection, and what rejection took from it
-    den_kept, den_rejected = {
-        "token_mean": (jnp.sum(kf_BT), jnp.sum(mf_BT) - jnp.sum(kf_BT)),
-        "seq_mean_token_mean": (jnp.sum(jnp.any(kept_BT, axis=1)), rows_rejected),
-        "seq_mean_token_sum_norm": (rows, rows_rejected)}[cfg.loss_agg]
+    modified_RT = _is_modified(logp_old_RT, logp_behav_RT, rejected_RT, m_RT, cfg)
     aux = dict(pg_loss=pg_loss, kl_loss=kl_loss,
-               clip_frac_low=_masked_mean(s["clip_low_BT"], mf_BT),
-               clip_frac_high=_masked_mean(s["clip_high_BT"], mf_BT),
-               dual_clip_frac=_masked_mean(s["dual_BT"], mf_BT),
-               is_weight_mean=_masked_mean(w_BT, mf_BT),
-               is_frac_modified=_masked_mean(modified_BT, mf_BT),
-               cov_frac=_masked_mean(cov_BT, mf_BT),
-               num_tokens=jnp.sum(mf_BT),
+               clip_frac_low=_masked_mean(s["clip_low_RT"], mf_RT),
+               clip_frac_high=_masked_mean(s["clip_high_RT"], mf_RT),
+               dual_clip_frac=_masked_mean(s["dual_RT"], mf_RT),
+               is_weight_mean=_masked_mean(w_RT, mf_RT),
+               is_frac_modified=_masked_mean(modified_RT, mf_RT),
+               cov_frac=_masked_mean(cov_RT, mf_RT),
+               num_tokens=jnp.sum(mf_RT),
                den_kept=den_kept.astype(jnp.float32), den_rejected=den_rejected.astype(jnp.float32),
-               ratio_BT=jax.lax.stop_gradient(jnp.where(m_BT, s["ratio_BT"], 1.0)),
-               is_weight_BT=w_BT)
+               ratio_RT=jax.lax.stop_gradient(jnp.where(m_RT, s["ratio_RT"], 1.0)),
+               is_weight_RT=w_RT)
     return loss, aux
 
 
 # ----------------------------------------------------------------------------------------------------
 # Metrics that explain a step
 
-def _masked_stats(x, m, prefix):
-    """mean/std/min/max of x over m (same shape); all 0 when m is empty."""
-    mf = m.astype(jnp.float32)
-    n = jnp.sum(mf)
-    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1.0)
-    var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n, 1.0)
-    any_ = n > 0
-    return {f"{prefix}_mean": mean, f"{prefix}_std": jnp.sqrt(var),
-            f"{prefix}_min": jnp.where(any_, jnp.min(jnp.where(m, x, jnp.inf)), 0.0),
-            f"{prefix}_max": jnp.where(any_, jnp.max(jnp.where(m, x, -jnp.inf)), 0.0)}
-
-
-def step_metrics(logp_BT, logp_old_BT, adv_B, mask_BT, cfg: GRPOConfig, *, rewards_BG=None,
-                 entropy_BT=None):
-    """Scalars that explain one update (f32; all 0 on an all-masked batch). Formulas in README.md "Metrics" and docs/numerics.md.
-
-    The ratio here is the token-level r_t = pi/pi_old (for gspo too, where clip fractions use s_i);
-    approx_kl is the k3 estimate of KL(pi_old || pi) on the sampled tokens (as in CleanRL's PPO).
-    """
-    logp_BT = jnp.asarray(logp_BT)
-    if logp_BT.ndim != 2:
-        raise ValueError(f"logp_BT must be 2-D (B, T); got shape {logp_BT.shape}")
-    logp_old_BT, mask_BT, adv_B = jnp.asarray(logp_old_BT), jnp.asarray(mask_BT), jnp.asarray(adv_B)
-    _check_BT("logp_old_BT", logp_old_BT, logp_BT.shape)
-    _check_BT("mask_BT", mask_BT, logp_BT.shape)
-    if adv_B.shape != logp_BT.shape[:1]:
-        raise ValueError(f"adv_B has shape {adv_B.shape}; expected ({logp_BT.shape[0]},)")
-    s = _surrogate(logp_BT, logp_old_BT, adv_B, mask_BT, cfg)
-    m_BT, mf_BT = s["m_BT"], s["m_BT"].astype(jnp.float32)
-    log_r_BT = jnp.clip(s["logp_BT"] - s["logp_old_BT"], -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    r_BT = jnp.exp(log_r_BT)
-    r_stats = _masked_stats(r_BT, m_BT, "ratio")
-    out = dict(clip_frac_low=_masked_mean(s["clip_low_BT"], mf_BT),
-               clip_frac_high=_masked_mean(s["clip_high_BT"], mf_BT),
-               dual_clip_frac=_masked_mean(s["dual_BT"], mf_BT),
-               approx_kl=_masked_mean(jnp.expm1(log_r_BT) - log_r_BT, mf_BT),
-               ratio_mean=r_stats["ratio_mean"], ratio_min=r_stats["ratio_min"], ratio_max=r_stats["ratio_max"],
-               **{"frac_ratio_outside_0.5_2": _masked_mean((r_BT < 0.5) | (r_BT > 2.0), mf_BT)},
-               num_tokens=jnp.sum(mf_BT),
-               len_mean=jnp.sum(mf_BT) / m_BT.shape[0])
-    out.update(_masked_stats(adv_B.astype(jnp.float32), jnp.any(m_BT, axis=1), "adv"))
-    if entropy_BT is not None:
-        entropy_BT = jnp.asarray(entropy_BT)
-        _check_BT("entropy_BT", entropy_BT, logp_BT.shape)
-        out["entropy"] = _masked_mean(jnp.where(m_BT, entropy_BT.astype(jnp.float32), 0.0), mf_BT)
-    if rewards_BG is not None:
-        r_BG = jnp.asarray(rewards_BG, jnp.float32)
-        if r_BG.ndim != 2:
-            raise ValueError(f"rewards_BG must be 2-D (B, G); got shape {r_BG.shape}")
-        out.update(_masked_stats(r_BG, jnp.ones(r_BG.shape, bool), "reward"))
-        out["frac_zero_var_groups"] = 1.0 - jnp.mean(zero_variance_groups(r_BG).astype(jnp.float32))
-    return out
-
-
-def mismatch_report(logp_behav_BT, logp_BT, exact_BT, stale_BT) -> dict:
+def mismatch_report(logp_behav_RT, logp_RT, exact_RT, stale_RT) -> dict:
     """mismatch/*: mismatch_metrics over the tokens our weights sampled from inputs our weights computed
-    (exact_BT: the bf16 problem, bitwise_frac 1.0 when the fix holds); offpolicy/*: its KL and spread
-    over the stale tokens (stale_BT: sampled by older versions). Empty where a mask selects nothing."""
+    (exact_RT: the bf16 problem, bitwise_frac 1.0 when the fix holds); offpolicy/*: its KL and spread
+    over the stale tokens (stale_RT: sampled by older versions). Empty where a mask selects nothing."""
     out = {}
-    if np.any(exact_BT):
-        out.update({f"mismatch/{k}": float(v) for k, v in mismatch_metrics(logp_behav_BT, logp_BT, exact_BT).items()})
-    if np.any(stale_BT):
-        mm = mismatch_metrics(logp_behav_BT, logp_BT, stale_BT)
+    if np.any(exact_RT):
+        out.update({f"mismatch/{k}": float(v) for k, v in mismatch_metrics(logp_behav_RT, logp_RT, exact_RT).items()})
+    if np.any(stale_RT):
+        mm = mismatch_metrics(logp_behav_RT, logp_RT, stale_RT)
         out.update({f"offpolicy/{k}": float(mm[k]) for k in
                     ("k3_kl", "mean_abs_logp_diff", "frac_ratio_outside_0.5_2", "num_tokens")})
     return out
 
 
-def correction_metrics(logp_old_BT, logp_behav_BT, mask_BT, cfg: GRPOConfig) -> dict:
+def correction_metrics(logp_old_RT, logp_behav_RT, mask_RT, cfg: GRPOConfig) -> dict:
     """correction/*: what the rollout correction did to the batch, over its sampled tokens (numpy,
-    host side; logp_old_BT: the trainer's log-probs before the update, which update.py returns):
+    host side; logp_old_RT: the trainer's log-probs before the update, which update.py returns):
     token_reject_frac and seq_reject_frac (tokens, and sequences with tokens, that `rejected_tokens`
     took out of the loss), ess (effective sample size of the kept tokens' weights `is_weights`,
     (sum w)^2 / (n sum w^2): 1 when every weight is equal, 1/n when one token carries them all; 0 when
     none is kept), weight_mean over the kept tokens, and the spread of log rho = log pi_old -
     log pi_behav over every sampled token (log_ratio_std, log_ratio_min, log_ratio_max). {} when the
     batch has no sampled token."""
-    m_BT = np.asarray(mask_BT) > 0
-    if not m_BT.any():
+    m_RT = np.asarray(mask_RT) > 0
+    if not m_RT.any():
         return {}
-    w_BT = np.asarray(is_weights(logp_old_BT, logp_behav_BT, m_BT, cfg), np.float64)
-    kept_BT = m_BT & ~np.asarray(rejected_tokens(logp_old_BT, logp_behav_BT, m_BT, cfg))
-    log_rho = (np.asarray(logp_old_BT, np.float64) - np.asarray(logp_behav_BT, np.float64))[m_BT]
-    w = w_BT[kept_BT]
-    rows_B = m_BT.any(axis=1)
-    return {"correction/token_reject_frac": float(1.0 - kept_BT.sum() / m_BT.sum()),
-            "correction/seq_reject_frac": float((rows_B & ~kept_BT.any(axis=1)).sum() / rows_B.sum()),
+    w_RT = np.asarray(is_weights(logp_old_RT, logp_behav_RT, m_RT, cfg), np.float64)
+    kept_RT = m_RT & ~np.asarray(rejected_tokens(logp_old_RT, logp_behav_RT, m_RT, cfg))
+    log_rho = np.asarray(logp_old_RT, np.float64)[m_RT] - np.asarray(logp_behav_RT, np.float64)[m_RT]
+    w = w_RT[kept_RT]
+    rows_R = m_RT.any(axis=1)
+    return {"correction/token_reject_frac": float(1.0 - kept_RT.sum() / m_RT.sum()),
+            "correction/seq_reject_frac": float((rows_R & ~kept_RT.any(axis=1)).sum() / rows_R.sum()),
             "correction/ess": float(w.sum() ** 2 / (w.size * np.square(w).sum())) if w.size and w.any() else 0.0,
             "correction/weight_mean": float(w.mean()) if w.size else 0.0,
             "correction/log_ratio_std": float(log_rho.std()), "correction/log_ratio_min": float(log_rho.min()),
             "correction/log_ratio_max": float(log_rho.max())}
 
 
-def batch_metrics(aux: dict, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT) -> dict:
+def batch_metrics(aux: dict, raw_BG, rewards_BG, adv_R, logp_behav_RT, mask_RT) -> dict:
     """The step's scalars about its batch (numpy, host side; the trainer logs them every step): the
     update's own (aux, from policy_loss: loss/*, policy/*), the rewards as the verifier gave them
     (raw_BG: reward/pass_frac, reward/partial_frac) and as shaped (rewards_BG: reward/mean, std, the
@@ -988,8 +802,8 @@ def batch_metrics(aux: dict, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT) 
     (adv/mean_right, adv/mean_wrong), the sampler's entropy estimate on the trained tokens
     (-mean log pi_behav) and the mean completion length."""
     names = {"loss": "loss/total", "pg_loss": "loss/pg", "kl_loss": "loss/kl"}
-    raw_R, adv_R = np.asarray(raw_BG).reshape(-1), np.asarray(adv_B).reshape(-1)
-    mask_BT, logp_behav_BT = np.asarray(mask_BT), np.asarray(logp_behav_BT)
+    raw_R, adv_R = np.asarray(raw_BG).reshape(-1), np.asarray(adv_R).reshape(-1)
+    mask_RT, logp_behav_RT = np.asarray(mask_RT), np.asarray(logp_behav_RT)
     return {**{names.get(k, f"policy/{k}"): float(v) for k, v in aux.items()},
             "reward/mean": float(np.mean(rewards_BG)), "reward/std": float(np.std(rewards_BG)),
             "reward/frac_zero_var_groups": float(np.mean(np.ptp(rewards_BG, axis=1) == 0)),
@@ -997,76 +811,36 @@ def batch_metrics(aux: dict, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT) 
             "reward/partial_frac": float(np.mean((raw_R > 0) & (raw_R < 1))),
             **{f"adv/mean_{name}": float(adv_R[sel].mean()) for name, sel in
                (("right", raw_R >= 1.0), ("wrong", raw_R <= 0.0)) if sel.any()},
-            "policy/entropy": float(-(logp_behav_BT * mask_BT).sum() / max(mask_BT.sum(), 1)),
-            "len/completion_mean": float(mask_BT.sum(1).mean())}
+            "policy/entropy": float(-np.where(mask_RT > 0, logp_behav_RT, 0.0).sum() / max(mask_RT.sum(), 1)),
+            "len/completion_mean": float(mask_RT.sum(1).mean())}
 
 
-def mismatch_metrics(logp_behav_BT, logp_BT, mask_BT):
+def mismatch_metrics(logp_behav_RT, logp_RT, mask_RT):
     """How far the trainer's log-probs are from what the sampler reported for the same tokens (docs/numerics.md).
 
-    With d = logp_BT (trainer) - logp_behav_BT (sampler) over masked tokens: bitwise_frac = fraction with EXACT equality
+    With d = logp_RT (trainer) - logp_behav_RT (sampler) over masked tokens: bitwise_frac = fraction with EXACT equality
     (compared in f32, which is exact for bf16/f32 inputs); max/mean |d|; k3_kl = mean(exp(d) - 1 - d), the
     k3 estimate of KL(sampler || trainer); max |exp(d) - 1|; fraction of exp(d) outside [0.5, 2]. exp()
     uses d clamped to [-20, 20]. With no tokens: bitwise_frac = 1 (nothing differs), the rest 0.
     """
-    s_BT, t_BT = jnp.asarray(logp_behav_BT), jnp.asarray(logp_BT)
-    if s_BT.ndim != 2:
-        raise ValueError(f"logp_behav_BT must be 2-D (B, T); got shape {s_BT.shape}")
-    _check_BT("logp_BT", t_BT, s_BT.shape)
-    m_BT = jnp.asarray(mask_BT)
-    _check_BT("mask_BT", m_BT, s_BT.shape)
-    m_BT = m_BT.astype(bool)
-    mf_BT = m_BT.astype(jnp.float32)
-    n = jnp.sum(mf_BT)
-    s_BT = jnp.where(m_BT, s_BT.astype(jnp.float32), 0.0)
-    t_BT = jnp.where(m_BT, t_BT.astype(jnp.float32), 0.0)
-    d_BT = t_BT - s_BT
-    dc_BT = jnp.clip(d_BT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio_BT = jnp.exp(dc_BT)
-    return {"bitwise_frac": jnp.where(n > 0, _masked_mean(s_BT == t_BT, mf_BT), 1.0),
-            "max_abs_logp_diff": jnp.max(jnp.where(m_BT, jnp.abs(d_BT), 0.0)),
-            "mean_abs_logp_diff": _masked_mean(jnp.abs(d_BT), mf_BT),
-            "k3_kl": _masked_mean(jnp.expm1(dc_BT) - dc_BT, mf_BT),
-            "max_abs_ratio_minus_1": jnp.max(jnp.where(m_BT, jnp.abs(ratio_BT - 1.0), 0.0)),
-            "frac_ratio_outside_0.5_2": _masked_mean((ratio_BT < 0.5) | (ratio_BT > 2.0), mf_BT),
+    s_RT, t_RT = jnp.asarray(logp_behav_RT), jnp.asarray(logp_RT)
+    if s_RT.ndim != 2:
+        raise ValueError(f"logp_behav_RT must be 2-D (R, T); got shape {s_RT.shape}")
+    _check_RT("logp_RT", t_RT, s_RT.shape)
+    m_RT = jnp.asarray(mask_RT)
+    _check_RT("mask_RT", m_RT, s_RT.shape)
+    m_RT = m_RT.astype(bool)
+    mf_RT = m_RT.astype(jnp.float32)
+    n = jnp.sum(mf_RT)
+    s_RT = jnp.where(m_RT, s_RT.astype(jnp.float32), 0.0)
+    t_RT = jnp.where(m_RT, t_RT.astype(jnp.float32), 0.0)
+    d_RT = t_RT - s_RT
+    dc_RT = jnp.clip(d_RT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio_RT = jnp.exp(dc_RT)
+    return {"bitwise_frac": jnp.where(n > 0, _masked_mean(s_RT == t_RT, mf_RT), 1.0),
+            "max_abs_logp_diff": jnp.max(jnp.where(m_RT, jnp.abs(d_RT), 0.0)),
+            "mean_abs_logp_diff": _masked_mean(jnp.abs(d_RT), mf_RT),
+            "k3_kl": _masked_mean(jnp.expm1(dc_RT) - dc_RT, mf_RT),
+            "max_abs_ratio_minus_1": jnp.max(jnp.where(m_RT, jnp.abs(ratio_RT - 1.0), 0.0)),
+            "frac_ratio_outside_0.5_2": _masked_mean((ratio_RT < 0.5) | (ratio_RT > 2.0), mf_RT),
             "num_tokens": n}
-
-
-# ----------------------------------------------------------------------------------------------------
-# Evaluation: unbiased pass@k (Chen et al. 2021)
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k).
-
-    Chen et al. 2021 (Codex paper, Fig. 3) evaluate it as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never
-    forms the huge binomials; if n - c < k every k-subset holds a correct sample and pass@k = 1.
-    """
-    for name, v in (("n", n), ("c", c), ("k", k)):
-        if not _is_int(v):
-            raise ValueError(f"pass_at_k: {name}={v!r} must be an int")
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
-
-
-def pass_at_k_array(n_N, c_N, k: int) -> np.ndarray:
-    """pass_at_k for arrays of (n, c) pairs (e.g. one per problem), vectorised in numpy, float64.
-
-    Row j multiplies (1 - k/i) over i = n_j - c_j + 1 .. n_j, padded with factors of 1 to max(c).
-    """
-    n_N = np.asarray(n_N)
-    c_N = np.asarray(c_N)
-    if n_N.shape != c_N.shape or n_N.ndim != 1:
-        raise ValueError(f"pass_at_k_array needs 1-D n and c of one shape; got {n_N.shape}, {c_N.shape}")
-    if not (np.issubdtype(n_N.dtype, np.integer) and np.issubdtype(c_N.dtype, np.integer)) and n_N.size:
-        raise ValueError("pass_at_k_array: n and c must be integer arrays")
-    if not _is_int(k) or k < 1 or np.any(c_N < 0) or np.any(c_N > n_N) or np.any(n_N < k):
-        raise ValueError(f"pass_at_k_array needs 0 <= c <= n and 1 <= k <= n elementwise; got k={k!r}")
-    if n_N.size == 0:
-        return np.zeros((0,), np.float64)
-    j_C = np.arange(int(c_N.max()))
-    i_NC = (n_N - c_N + 1)[:, None] + j_C[None, :]
-    factor_NC = np.where(j_C[None, :] < c_N[:, None], 1.0 - k / np.maximum(i_NC, 1), 1.0)
-    return np.where(n_N - c_N < k, 1.0, 1.0 - np.prod(factor_NC, axis=1))

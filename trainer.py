@@ -59,6 +59,7 @@ import loggers
 import lora
 import model
 import multihost
+import objectives
 import packing
 import prompts
 import sharding
@@ -723,9 +724,9 @@ class Trainer:
         scored = [r for r in evals if not lifecycle.infra_failures(r.statuses)]
         correct = np.array([int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("eval/")])
         greedy = [int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("evalg/")]
-        return {"eval/pass@1": float(grpo.pass_at_k_array(np.full_like(correct, n), correct, 1).mean()),
-                f"eval/pass@{min(8, n)}": float(grpo.pass_at_k_array(np.full_like(correct, n), correct,
-                                                                     min(8, n)).mean()),
+        return {"eval/pass@1": float(objectives.pass_at_k_array(np.full_like(correct, n), correct, 1).mean()),
+                f"eval/pass@{min(8, n)}": float(objectives.pass_at_k_array(np.full_like(correct, n), correct,
+                                                                           min(8, n)).mean()),
                 "eval/problems": len(correct), "eval/verifier_failed": len(evals) - len(scored),
                 "wait/eval_s": time.monotonic() - t0,
                 **({"eval/greedy_pass@1": float(np.mean(greedy))} if greedy else {})}

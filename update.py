@@ -32,6 +32,7 @@ import lora
 import memory
 import model
 import multihost
+import objectives
 import sharding
 
 
@@ -68,26 +69,26 @@ def policy_params(master, mcfg: model.ModelConfig, mesh=None):
 
 def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: grpo.GRPOConfig,
                     temperature: float, mesh=None):
-    """One microbatch's share of the minibatch loss: (loss * weight, (logp_BT, aux * weight)).
+    """One microbatch's share of the minibatch loss: (loss * weight, (logp_RT, aux * weight)).
     The log-probs (model.token_logprobs on policy_params), pi_old, then grpo.policy_loss.
     weight None (a rollout correction that rejects tokens, gcfg.rejects): the weight is the
     microbatch's own kept denominator, known only now; the caller divides the sum by the minibatch's
     (grpo.kept_denominator). aux keeps den_kept and den_rejected unweighted."""
-    logp_BT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_BT"], temperature)
+    logp_RT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_BT"], temperature)
     # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
     # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
     # correction (pi_old/pi_behav) acts.
-    logp_old_BT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_BT)
+    logp_old_RT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_RT)
     # Clip-Cov's draw: per token, from its row and position only, so packed and fixed layouts draw alike
-    draw_BT = grpo.token_draws(mb["tokens_BT"], mb["mask_BT"]) if gcfg.cov_penalty == "clip_cov" else None
-    loss, aux = grpo.policy_loss(logp_BT, logp_old_BT, mb["adv_B"], mb["mask_BT"], gcfg,
-                                 logp_behav_BT=mb["logp_behav_BT"], logp_ref_BT=mb.get("logp_ref_BT"),
-                                 draw_BT=draw_BT)
+    draw_RT = objectives.token_draws(mb["tokens_BT"], mb["mask_BT"]) if gcfg.cov_penalty == "clip_cov" else None
+    loss, aux = grpo.policy_loss(logp_RT, logp_old_RT, mb["adv_B"], mb["mask_BT"], gcfg,
+                                 logp_behav_RT=mb["logp_behav_BT"], logp_ref_RT=mb.get("logp_ref_BT"),
+                                 draw_RT=draw_RT)
     counts = {k: aux.pop(k) for k in ("den_kept", "den_rejected")}
     if weight is None:
         weight = jax.lax.stop_gradient(counts["den_kept"])
-    aux = {k: v * weight for k, v in aux.items() if not k.endswith("_BT") and k != "num_tokens"}
-    return loss * weight, (logp_BT, {**aux, **counts})
+    aux = {k: v * weight for k, v in aux.items() if not k.endswith("_RT") and k != "num_tokens"}
+    return loss * weight, (logp_RT, {**aux, **counts})
 
 
 def lora_microbatch_grad(adapter, policy, mb: dict, weight, *, mcfg: model.ModelConfig, lcfg: lora.LoraConfig,
@@ -96,7 +97,7 @@ def lora_microbatch_grad(adapter, policy, mb: dict, weight, *, mcfg: model.Model
     (lora.merge, computed outside this graph by the function the sampler calls too, so the forward
     runs on the sampler's exact bits), differentiated with respect to the target projections of that
     policy and projected onto the adapter's A and B (lora.project_grads). Returns
-    ((loss * weight, (logp_BT, aux * weight)), f32 gradient of the adapter)."""
+    ((loss * weight, (logp_RT, aux * weight)), f32 gradient of the adapter)."""
     def loss(targets):
         params = {**policy, "layers": {**policy["layers"], **targets}}
         return microbatch_loss(params, mb, weight, mcfg=mcfg, gcfg=gcfg, temperature=temperature, mesh=mesh)
@@ -120,14 +121,15 @@ def _check_update_args(minibatches: list, epochs) -> None:
 
 class Update:
     """The GRPO (PPO-style) update on one batch of rollouts, built once per run (make_update):
-        update(master, opt_state, minibatches, epochs=1) -> (master, opt_state, logp_BT, aux)
+        update(master, opt_state, minibatches, epochs=1) -> (master, opt_state, logp_RT, aux)
 
     minibatches: [minibatch][microbatch] dicts (`split_batch`) of tokens_BT, adv_B, mask_BT, logp_behav_BT
-    and, with kl_beta > 0, logp_ref_BT. Each minibatch is one optimizer step (`minibatch_step`): every
-    microbatch is one jitted forward + backward of `microbatch_loss` (the trainer's graph), the
-    gradients are summed with grpo.microbatch_weight so that the step equals one on the whole
-    minibatch, then one `optimizer_step`. `epochs` passes go over the minibatches in the given order
-    (no shuffling): epochs x len(minibatches) optimizer steps, each moving Adam's state once.
+    and, with kl_beta > 0, logp_ref_BT (the trainer's batch keys, whose B counts rows). Each minibatch is
+    one optimizer step (`minibatch_step`): every microbatch is one jitted forward + backward of
+    `microbatch_loss` (the trainer's graph), the gradients are summed with grpo.microbatch_weight so that
+    the step equals one on the whole minibatch, then one `optimizer_step`. `epochs` passes go over the
+    minibatches in the given order (no shuffling): epochs x len(minibatches) optimizer steps, each moving
+    Adam's state once.
 
     pi_old, the proximal policy the PPO ratio and clip are centred on, is the policy before the first
     optimizer step, for every row. For the first minibatch it is the stop-gradient of the log-probs of
@@ -137,7 +139,7 @@ class Update:
     GSPO's clip act.
 
     Microbatches may differ in length (packing.pack_batch cuts each to its rows' bucket length).
-    Returns logp_BT: those pre-update log-probs, every row in the given (row) order, zero-padded to the
+    Returns logp_RT: those pre-update log-probs, every row in the given (row) order, zero-padded to the
     longest microbatch: the trainer's
     numbers at the weights that sampled the on-policy rows, which the mismatch metrics compare with
     the sampler's (bitwise at staleness 0 under model.py's precision policy). aux: grpo.policy_loss's
@@ -177,8 +179,8 @@ class Update:
         else:  # grad_fn(adapter, merged policy, mb, weight)
             self.grad_fn = jit(functools.partial(lora_microbatch_grad, mcfg=mcfg, lcfg=lcfg, gcfg=gcfg,
                                                  temperature=temperature, mesh=mesh), "grad")
-        self.logp_fn = jit(lambda master, tokens_BT: model.token_logprobs(
-            policy_params(master, mcfg, mesh), mcfg, tokens_BT, temperature), "logp")
+        self.logp_fn = jit(lambda master, tokens_RT: model.token_logprobs(
+            policy_params(master, mcfg, mesh), mcfg, tokens_RT, temperature), "logp")
         self.add = jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), "add")
         self.scale = jit(lambda a, c: jax.tree_util.tree_map(lambda x: x * c, a), "add")
         self.apply = jit(functools.partial(optimizer_step, optimizer=optimizer), "apply")
@@ -189,7 +191,7 @@ class Update:
         return master if self.lcfg is None else lora.merge(self.base, master, self.mcfg, self.lcfg)
 
     def grads(self, master, policy, mb: dict, weight):
-        """One microbatch's ((loss, (logp_BT, aux)), gradient of the master) on the trainer's graph."""
+        """One microbatch's ((loss, (logp_RT, aux)), gradient of the master) on the trainer's graph."""
         if self.lcfg is None:
             return self.grad_fn(master, mb, weight)
         return self.grad_fn(master, policy, mb, weight)
@@ -217,10 +219,10 @@ class Update:
                 mb = {**mb, "logp_old_BT": logp_old[i]}
             n_rows, mb = len(mb["tokens_BT"]), self.place(mb)
             weight = None if self.gcfg.rejects else grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
-            (loss, (logp_BT, mb_aux)), g = self.grads(master, policy, mb, weight)
+            (loss, (logp_RT, mb_aux)), g = self.grads(master, policy, mb, weight)
             grads = g if grads is None else self.add(grads, g)
             if logp_old is None:
-                logps.append(multihost.to_host(logp_BT)[:n_rows])
+                logps.append(multihost.to_host(logp_RT)[:n_rows])
             rejected += float(mb_aux.pop("den_rejected"))
             del mb_aux["den_kept"]
             mb_aux["loss"] = loss

@@ -47,9 +47,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import grpo
 import hf_io
 import model
+import objectives
 import tasks
 from verdicts import INFRA_ERROR
 
@@ -256,8 +256,8 @@ def evaluate(params, mcfg, tok, problems: list, key, n: int = 8, prompt_len: int
     comps = sample(params, mcfg, tok, problems, key, n, prompt_len, max_new_tokens, temperature)
     r = score([p for p in problems for _ in range(n)], comps).reshape(len(problems), n)
     c = r.sum(1).astype(int)
-    return {"pass@1": float(np.mean([grpo.pass_at_k(n, ci, 1) for ci in c])),
-            "pass@8": float(np.mean([grpo.pass_at_k(n, ci, 8) for ci in c])),
+    return {"pass@1": float(np.mean([objectives.pass_at_k(n, ci, 1) for ci in c])),
+            "pass@8": float(np.mean([objectives.pass_at_k(n, ci, 8) for ci in c])),
             "reward/mean": float(r.mean()), "n": n, "problems": len(problems)}
 
 
@@ -294,7 +294,7 @@ def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72
         r = score([p for p in problems for _ in range(8)], comps).reshape(len(problems), 8)
         greedy = sample(params, mcfg, tok, problems, key, 1, prompt_len, max_new_tokens, 0.0)
         c = r.sum(1).astype(int)
-        out[split] = {"pass@1": float(r.mean()), "pass@8": float(np.mean([grpo.pass_at_k(8, ci, 8) for ci in c])),
+        out[split] = {"pass@1": float(r.mean()), "pass@8": float(np.mean([objectives.pass_at_k(8, ci, 8) for ci in c])),
                       "greedy_pass@1": float(score(problems, greedy).mean())}
         if split == "heldout":
             errors = [answer_error(p, comp, bool(ok)) for p, comp, ok in

@@ -62,7 +62,7 @@ wall time, per asynchrony mode. Two benchmarks in one script:
       pass1, pass8       the newest checkpoint evaluated here, the same way for every mode (evaluate():
                          --heldout held-out problems x 8 samples at temperature 1, model.generate with 16
                          new tokens and no length tail, the same random keys for every mode, programs run by
-                         verifier.verify_batch; pass@k by grpo.pass_at_k_array). pass1_diff_se: the standard
+                         verifier.verify_batch; pass@k by objectives.pass_at_k_array). pass1_diff_se: the standard
                          error of (this mode's pass@1 - k0's) over the problems, paired (the same problems and
                          keys): the evaluation's own noise, a lower bound of run-to-run noise (which also has
                          the training's).
@@ -129,8 +129,8 @@ def load_policy(run_dir: str | None):
 def evaluate(cfg, params, n_problems: int, n_samples: int = 8, seed: int = 0) -> dict:
     import jax
     import numpy as np
-    import grpo
     import hf_io
+    import objectives
     import prompts
     import tasks
     import verifier
@@ -164,8 +164,8 @@ def evaluate(cfg, params, n_problems: int, n_samples: int = 8, seed: int = 0) ->
     correct = np.array([sum(verdicts[j * n_samples + s].reward >= 1.0 for s in range(n_samples))
                         for j in range(len(probs))])
     n = np.full_like(correct, n_samples)
-    return {"pass1": float(grpo.pass_at_k_array(n, correct, 1).mean()),
-            "pass8": float(grpo.pass_at_k_array(n, correct, 8).mean()),
+    return {"pass1": float(objectives.pass_at_k_array(n, correct, 1).mean()),
+            "pass8": float(objectives.pass_at_k_array(n, correct, 8).mean()),
             "per_problem_pass1": (correct / n_samples).tolist()}
 
 

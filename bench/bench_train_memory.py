@@ -106,7 +106,7 @@ def child(chunking: str) -> dict:
     def loss_fn(master, mb):
         logp_BT = model.token_logprobs(update.cast_params(master, cfg.jdtype), cfg, mb["tokens_BT"], 1.0)
         loss, _ = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), mb["adv_B"], mb["mask_BT"], gcfg,
-                                   logp_behav_BT=mb["logp_behav_BT"])
+                                   logp_behav_RT=mb["logp_behav_BT"])
         return loss
 
     def analyse(rows, t):

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpo  # noqa: E402
+import objectives  # noqa: E402
 from grpo import GRPOConfig  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")
@@ -97,7 +98,7 @@ def test_zero_variance_groups_and_overlong():
     close(grpo.overlong_penalty(np.array([3, 6, 8, 10, 12]), 10, 4), [0, 0, -0.5, -1.0, -1.0])
     close(grpo.overlong_penalty(np.array([7]), 10, 4, 0.5), [-0.125])
     assert np.asarray(grpo.overlong_mask(np.array([3, 10, 12]), 10)).tolist() == [True, False, False]
-    keep = grpo.overlong_mask(np.array([3, 10, 12]), 10, finished_B=np.array([True, True, False]))
+    keep = grpo.overlong_mask(np.array([3, 10, 12]), 10, finished_R=np.array([True, True, False]))
     assert np.asarray(keep).tolist() == [True, True, False]
     with pytest.raises(ValueError, match="buffer_len"):
         grpo.overlong_penalty(np.array([3]), 10, 11)
@@ -120,7 +121,7 @@ def test_shape_rewards_by_hand():
     r, keep = grpo.shape_rewards(rewards, lengths, finished, cfg_(group_size=2, max_len=10))  # both off
     close(r, rewards)
     assert np.asarray(keep).all()
-    with pytest.raises(ValueError, match="lengths_B"):
+    with pytest.raises(ValueError, match="lengths_R"):
         grpo.shape_rewards(rewards, lengths[:3], None, cfg)
 
 
@@ -289,10 +290,10 @@ def test_kl_term_in_loss_by_hand():
     ref = jnp.array([[-1.5, -1.0, jnp.nan]])
     mask = jnp.array([[1, 1, 0]], jnp.float32)
     cfg = cfg_(kl_beta=0.1, is_correction="none")
-    loss, aux = grpo.policy_loss(logp, logp, jnp.zeros(1), mask, cfg, logp_ref_BT=ref)
+    loss, aux = grpo.policy_loss(logp, logp, jnp.zeros(1), mask, cfg, logp_ref_RT=ref)
     close(loss, 0.041240625)
     close(aux["kl_loss"], 0.41240625)
-    with pytest.raises(ValueError, match="logp_ref_BT"):
+    with pytest.raises(ValueError, match="logp_ref_RT"):
         grpo.policy_loss(logp, logp, jnp.zeros(1), mask, cfg)
 
 
@@ -300,7 +301,7 @@ def test_beta_zero_never_reads_reference():
     logp, logp_old, adv, mask = ppo_case()
     cfg = cfg_()
     loss_none = grpo.policy_loss(logp, logp_old, adv, mask, cfg)[0]
-    loss_nan = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_ref_BT=jnp.full_like(logp, jnp.nan))[0]
+    loss_nan = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_ref_RT=jnp.full_like(logp, jnp.nan))[0]
     assert float(loss_none) == float(loss_nan)
 
 
@@ -339,17 +340,17 @@ IS_CASES = [("none", -1.0, 0.0, 5.0), ("tis", -1.375, 2 / 6, 5.0), ("seq_tis", -
 def test_is_corrections_by_hand(mode, expected, modified, beta):
     logp, logp_old, adv, mask, behav = is_case()
     cfg = cfg_(is_correction=mode, is_cap=2.0, icepop_low=0.5, icepop_high=beta)
-    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=behav)
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_RT=behav)
     close(loss, expected)
     close(aux["is_frac_modified"], modified)
     # w is stop-gradient: d loss / d logp_t = -w_t / (kept tokens) (ratio 1, no clip active); w = 0 where rejected
-    g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
-    w = np.asarray(aux["is_weight_BT"]) * np.asarray(mask)
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, logp_old, adv, mask, cfg, logp_behav_RT=behav)[0])(logp)
+    w = np.asarray(aux["is_weight_RT"]) * np.asarray(mask)
     kept = np.asarray(mask).sum() - np.asarray(grpo.rejected_tokens(logp_old, behav, mask, cfg)).sum()
     close(g, -w / kept)
     # the same when the caller passes the differentiated array itself as pi_old (first step on-policy):
     # neither the ratio's denominator nor the weight rho = pi_old/pi_behav may carry gradient
-    g_same = jax.grad(lambda lp: grpo.policy_loss(lp, lp, adv, mask, cfg, logp_behav_BT=behav)[0])(logp)
+    g_same = jax.grad(lambda lp: grpo.policy_loss(lp, lp, adv, mask, cfg, logp_behav_RT=behav)[0])(logp)
     close(g_same, -w / kept)
 
 
@@ -376,7 +377,7 @@ def test_sequence_rejections_by_hand(kw, expected, rows_rejected):
     adv = jnp.array([1.0, 3.0])
     cfg = cfg_(**kw)
     assert cfg.rejects
-    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=behav)
+    loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_RT=behav)
     close(loss, expected)
     if cfg.loss_agg != "token_mean":
         close(aux["den_rejected"], rows_rejected)
@@ -409,14 +410,14 @@ def test_rejecting_microbatches_reproduce_the_whole_batch(agg):
     cfg = cfg_(loss_agg=agg, max_len=5, is_correction="token_mask", veto_ratio=0.1)
 
     def loss(lp, p):
-        return grpo.policy_loss(lp[p], jax.lax.stop_gradient(lp[p]), adv[p], mask[p], cfg, logp_behav_BT=behav[p])
+        return grpo.policy_loss(lp[p], jax.lax.stop_gradient(lp[p]), adv[p], mask[p], cfg, logp_behav_RT=behav[p])
 
-    whole, g_whole = jax.value_and_grad(lambda lp: loss(lp, slice(None))[0])(logp)
+    whole, g_whole = jax.jit(jax.value_and_grad(lambda lp: loss(lp, slice(None))[0]))(logp)
     pieces = [slice(0, 3), slice(3, 6), slice(6, 7)]
     auxes = [loss(logp, p)[1] for p in pieces]
     den = grpo.kept_denominator(grpo.loss_totals(mask), sum(float(a["den_rejected"]) for a in auxes), cfg)
     acc = jax.value_and_grad(lambda lp: sum(loss(lp, p)[0] * a["den_kept"] for p, a in zip(pieces, auxes)) / den)
-    value, g = acc(logp)
+    value, g = jax.jit(acc)(logp)
     assert sum(float(a["den_rejected"]) for a in auxes) > 0  # the case rejects something
     close(value, whole, 1e-6)
     close(g, g_whole, 1e-6)
@@ -448,35 +449,35 @@ def test_no_behaviour_logprobs_means_no_correction():
     logp, logp_old, adv, mask, _ = is_case()
     loss, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg_(is_correction="tis"))
     close(loss, -1.0)
-    assert np.array_equal(np.asarray(aux["is_weight_BT"]), np.ones((2, 4)))
+    assert np.array_equal(np.asarray(aux["is_weight_RT"]), np.ones((2, 4)))
 
 
 # ----------------------------------------------------------------------------------------------------
 # On-policy identity: clipped loss gradient == REINFORCE gradient (tiny linear softmax policy)
 
-B, T, D, V = 4, 5, 3, 6
+R, T, D, V = 4, 5, 3, 6
 _rng = np.random.default_rng(0)
-X_BTD = jnp.asarray(_rng.normal(size=(B, T, D)), jnp.float32)
+X_RTD = jnp.asarray(_rng.normal(size=(R, T, D)), jnp.float32)
 W_DV = jnp.asarray(_rng.normal(size=(D, V)), jnp.float32)
-TOK_BT = jnp.asarray(_rng.integers(0, V, size=(B, T)))
+TOK_RT = jnp.asarray(_rng.integers(0, V, size=(R, T)))
 LENS = np.array([5, 3, 1, 4])
-MASK_BT = jnp.asarray(np.arange(T)[None, :] < LENS[:, None], jnp.float32)
-ADV_B = jnp.array([1.5, -0.5, 2.0, -1.0])
+MASK_RT = jnp.asarray(np.arange(T)[None, :] < LENS[:, None], jnp.float32)
+ADV_R = jnp.array([1.5, -0.5, 2.0, -1.0])
 
 
-def linear_logp(W_DV, x_BTD=X_BTD, tok_BT=TOK_BT):
-    logits_BTV = jnp.einsum("BTD,DV->BTV", x_BTD, W_DV)
-    return jnp.take_along_axis(jax.nn.log_softmax(logits_BTV, axis=-1), tok_BT[..., None], axis=-1)[..., 0]
+def linear_logp(W_DV, x_RTD=X_RTD, tok_RT=TOK_RT):
+    logits_RTV = jnp.einsum("RTD,DV->RTV", x_RTD, W_DV)
+    return jnp.take_along_axis(jax.nn.log_softmax(logits_RTV, axis=-1), tok_RT[..., None], axis=-1)[..., 0]
 
 
 def reinforce_loss(W_DV, agg):
     """-A * logp aggregated the same way: the REINFORCE (score-function) gradient."""
-    x_BT = -ADV_B[:, None] * linear_logp(W_DV) * MASK_BT
+    x_RT = -ADV_R[:, None] * linear_logp(W_DV) * MASK_RT
     if agg == "token_mean":
-        return x_BT.sum() / MASK_BT.sum()
+        return x_RT.sum() / MASK_RT.sum()
     if agg == "seq_mean_token_mean":
-        return (x_BT.sum(1) / MASK_BT.sum(1)).mean()
-    return x_BT.sum() / (B * 8)
+        return (x_RT.sum(1) / MASK_RT.sum(1)).mean()
+    return x_RT.sum() / (R * 8)
 
 
 @pytest.mark.parametrize("policy_loss,agg", [
@@ -491,17 +492,17 @@ def test_on_policy_gradient_equals_reinforce(policy_loss, agg, caller_stops_grad
 
     def clipped(W):
         logp = linear_logp(W)
-        return grpo.policy_loss(logp, sg(logp), ADV_B, MASK_BT, cfg, logp_behav_BT=sg(logp))
+        return grpo.policy_loss(logp, sg(logp), ADV_R, MASK_RT, cfg, logp_behav_RT=sg(logp))
 
     (loss, aux), g = jax.value_and_grad(clipped, has_aux=True)(W_DV)
-    ratio = np.asarray(aux["ratio_BT"])
+    ratio = np.asarray(aux["ratio_RT"])
     assert np.array_equal(ratio, np.ones_like(ratio))  # exactly 1, every token
     assert float(aux["clip_frac_low"]) == 0.0 and float(aux["clip_frac_high"]) == 0.0
     g_ref = jax.grad(reinforce_loss)(W_DV, agg)
     assert float(jnp.abs(g_ref).max()) > 1e-3  # not a trivially zero gradient
     close(g, g_ref, 1e-6)
     # value: ratio 1 -> loss = -A aggregated
-    close(loss, grpo.aggregate(-ADV_B[:, None] * jnp.ones((B, T)), MASK_BT, cfg))
+    close(loss, grpo.aggregate(-ADV_R[:, None] * jnp.ones((R, T)), MASK_RT, cfg))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -528,7 +529,7 @@ def test_padding_never_changes_loss_or_gradient(cfg):
     adv = jnp.array([1.0, -2.0, 0.5])
 
     def run(lp, o, b, r, m):
-        return grpo.policy_loss(lp, o, adv, m, cfg, logp_behav_BT=b, logp_ref_BT=r)[0]
+        return grpo.policy_loss(lp, o, adv, m, cfg, logp_behav_RT=b, logp_ref_RT=r)[0]
 
     loss, g = jax.value_and_grad(run)(logp, old, behav, ref, mask)
     # same data, two more padded positions per row holding -inf / NaN / huge values,
@@ -549,18 +550,19 @@ def test_padding_never_changes_loss_or_gradient(cfg):
 @pytest.mark.parametrize("cfg", DEGENERATE_CONFIGS,
                          ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}-{c.kl_beta}")
 def test_degenerate_inputs_are_finite(cfg):
-    def everything(lp, o, adv, m, b, r, rewards=None):
+    def everything(lp, o, adv, m, b, r):
         (loss, aux), g = jax.value_and_grad(
-            lambda x: grpo.policy_loss(x, o, adv, m, cfg, logp_behav_BT=b, logp_ref_BT=r), has_aux=True)(lp)
-        met = grpo.step_metrics(lp, o, adv, m, cfg, rewards_BG=rewards, entropy_BT=jnp.ones_like(lp))
+            lambda x: grpo.policy_loss(x, o, adv, m, cfg, logp_behav_RT=b, logp_ref_RT=r), has_aux=True)(lp)
+        rewards = np.zeros((1, len(adv)), np.float32)
+        met = grpo.batch_metrics({k: v for k, v in aux.items() if not k.endswith("_RT")}, rewards, rewards, adv, b, m)
         mm = grpo.mismatch_metrics(b, lp, m)
-        assert all_finite((loss, aux, g, met, mm)), (loss, aux, g, met, mm)
+        cm = grpo.correction_metrics(o, b, m, cfg)
+        assert all_finite((loss, aux, g, met, mm, cm)), (loss, aux, g, met, mm, cm)
         return loss, g
 
     # all-masked batch with -inf everywhere: loss exactly 0, gradient exactly 0
     ninf = jnp.full((2, 3), -jnp.inf)
-    loss, g = everything(ninf, ninf, jnp.array([1.0, -1.0]), jnp.zeros((2, 3)), ninf, ninf,
-                         rewards=jnp.zeros((1, 2)))
+    loss, g = everything(ninf, ninf, jnp.array([1.0, -1.0]), jnp.zeros((2, 3)), ninf, ninf)
     assert float(loss) == 0.0 and np.array_equal(np.asarray(g), np.zeros((2, 3)))
     # very negative log-probs on real tokens, in every direction: -1e4 vs 0
     a = jnp.array([[-1e4, 0.0, -1e4], [0.0, -1e4, -1e4]])
@@ -588,30 +590,30 @@ def test_empty_completion_does_not_dilute_means():
 def test_all_equal_group_gives_zero_loss_and_gradient():
     rewards = jnp.array([[1.0, 1.0]])
     cfg = cfg_(group_size=2, is_correction="none")
-    adv_B = grpo.group_advantages(rewards, cfg).reshape(-1)
+    adv_R = grpo.group_advantages(rewards, cfg).reshape(-1)
     logp = jnp.array([[-1.0, -2.0], [-0.5, -0.1]])
-    loss, g = jax.value_and_grad(lambda x: grpo.policy_loss(x, logp - 0.3, adv_B, jnp.ones((2, 2)), cfg)[0])(logp)
+    loss, g = jax.value_and_grad(lambda x: grpo.policy_loss(x, logp - 0.3, adv_R, jnp.ones((2, 2)), cfg)[0])(logp)
     assert float(loss) == 0.0 and np.array_equal(np.asarray(g), np.zeros((2, 2)))
 
 
 def test_shape_errors():
     logp, logp_old, adv, mask = ppo_case()
     cfg = cfg_()
-    with pytest.raises(ValueError, match="adv_B"):
+    with pytest.raises(ValueError, match="adv_R"):
         grpo.policy_loss(logp, logp_old, adv[:1], mask, cfg)
-    with pytest.raises(ValueError, match="mask_BT"):
+    with pytest.raises(ValueError, match="mask_RT"):
         grpo.policy_loss(logp, logp_old, adv, mask[:, :2], cfg)
-    with pytest.raises(ValueError, match="logp_behav_BT"):
-        grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=logp[:1])
+    with pytest.raises(ValueError, match="logp_behav_RT"):
+        grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_RT=logp[:1])
 
 
 def test_drgrpo_max_len_counts_completion_tokens_not_T():
     # max_len is the generation budget: rows of T = 6 (3 prompt positions, masked, + completions of at
     # most 3 tokens) with max_len = 4 < T. Token losses 1..: row 0 (1, 2, 3), row 1 (4, pad, pad):
     # sum 10 / (B * max_len = 2 * 4) = 1.25. (Dividing by B * T would give 10/12.)
-    loss_BT = jnp.array([[9.0, 9.0, 9.0, 1.0, 2.0, 3.0], [9.0, 9.0, 9.0, 4.0, jnp.nan, 5.0]])
-    mask_BT = jnp.array([[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 0, 0]], jnp.float32)
-    close(grpo.aggregate(loss_BT, mask_BT, cfg_(loss_agg="seq_mean_token_sum_norm", max_len=4)), 1.25)
+    loss_RT = jnp.array([[9.0, 9.0, 9.0, 1.0, 2.0, 3.0], [9.0, 9.0, 9.0, 4.0, jnp.nan, 5.0]])
+    mask_RT = jnp.array([[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 0, 0]], jnp.float32)
+    close(grpo.aggregate(loss_RT, mask_RT, cfg_(loss_agg="seq_mean_token_sum_norm", max_len=4)), 1.25)
 
 
 @pytest.mark.parametrize("agg", grpo.LOSS_AGGS)
@@ -619,14 +621,14 @@ def test_microbatch_weights_reproduce_the_whole_batch(agg):
     # sum over microbatches of weight * aggregate(microbatch) == aggregate(batch); rows of 0..4 tokens,
     # split unevenly (3, 3, 1) so that a weight by row count, token count or live rows would differ
     rng = np.random.default_rng(2)
-    loss_BT = jnp.asarray(rng.normal(size=(7, 5)), jnp.float32)
-    mask_BT = np.asarray(np.arange(5)[None, :] < np.array([3, 0, 4, 1, 2, 0, 4])[:, None], np.float32)
+    loss_RT = jnp.asarray(rng.normal(size=(7, 5)), jnp.float32)
+    mask_RT = np.asarray(np.arange(5)[None, :] < np.array([3, 0, 4, 1, 2, 0, 4])[:, None], np.float32)
     cfg = cfg_(loss_agg=agg, max_len=5)
-    totals = grpo.loss_totals(mask_BT)
+    totals = grpo.loss_totals(mask_RT)
     pieces = [slice(0, 3), slice(3, 6), slice(6, 7)]
-    accumulated = sum(grpo.microbatch_weight(mask_BT[p], totals, cfg) * grpo.aggregate(loss_BT[p], mask_BT[p], cfg)
+    accumulated = sum(grpo.microbatch_weight(mask_RT[p], totals, cfg) * grpo.aggregate(loss_RT[p], mask_RT[p], cfg)
                       for p in pieces)
-    close(accumulated, grpo.aggregate(loss_BT, mask_BT, cfg), 1e-6)
+    close(accumulated, grpo.aggregate(loss_RT, mask_RT, cfg), 1e-6)
 
 
 def test_unknown_loss_agg_raises_everywhere():
@@ -643,42 +645,27 @@ def test_unknown_loss_agg_raises_everywhere():
 def test_policy_loss_jits():
     logp, logp_old, adv, mask = ppo_case()
     cfg = cfg_(kl_beta=0.1)
-    f = jax.jit(lambda *a: grpo.policy_loss(*a, cfg, logp_behav_BT=a[1] - 0.1, logp_ref_BT=a[0] + 0.2))
+    f = jax.jit(lambda *a: grpo.policy_loss(*a, cfg, logp_behav_RT=a[1] - 0.1, logp_ref_RT=a[0] + 0.2))
     loss_j, _ = f(logp, logp_old, adv, mask)
-    loss_e, _ = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_BT=logp_old - 0.1,
-                                 logp_ref_BT=logp + 0.2)
+    loss_e, _ = grpo.policy_loss(logp, logp_old, adv, mask, cfg, logp_behav_RT=logp_old - 0.1,
+                                 logp_ref_RT=logp + 0.2)
     close(loss_j, loss_e, 1e-6)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Metrics
 
-def test_step_metrics_by_hand():
-    # ppo_case: ratios on the 5 real tokens (1.5, 1.0, .9, .5, 1.1): mean 5.0/5 = 1.0, min .5, max 1.5;
-    # outside [.5, 2]: none (.5 is inside) -> 0. approx_kl = mean(r - 1 - ln r):
-    #   1.5: .5 - .4054651 = .0945349; 1.0: 0; .9: -.1 + .1053605 = .0053605; .5: -.5 + .6931472 = .1931472;
-    #   1.1: .1 - .0953102 = .0046898  -> sum .2977324 / 5 = .05954648
-    # entropy: rows (1,2,3 | 4,5,pad 99) -> (1+2+3+4+5)/5 = 3. adv over rows with tokens: (1, -1): mean 0, std 1.
-    # rewards [[1,0],[1,1]]: mean .75, std sqrt(.1875)=.4330127; one of two groups has zero variance -> .5
+def test_loss_aux_reaches_the_step_metrics_by_hand():
+    # ppo_case: ratios on the 5 real tokens (1.5, 1.0, .9, .5, 1.1), A = (1 | -1): the clip is active for
+    # A > 0 at 1.5 > 1.28 (1 of 5 tokens) and for A < 0 at .5 < .8 (1 of 5); policy_loss's aux carries
+    # them, and batch_metrics logs them as policy/* (the trainer's step metrics), beside num_tokens 5
     logp, logp_old, adv, mask = ppo_case()
-    ent = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 99.0]])
-    m = grpo.step_metrics(logp, logp_old, adv, mask, cfg_(), rewards_BG=jnp.array([[1.0, 0.0], [1.0, 1.0]]),
-                          entropy_BT=ent)
-    close(m["ratio_mean"], 1.0)
-    close(m["ratio_min"], 0.5)
-    close(m["ratio_max"], 1.5)
-    close(m["frac_ratio_outside_0.5_2"], 0.0)
-    close(m["approx_kl"], 0.05954648)
-    close(m["clip_frac_low"], 0.2)
-    close(m["clip_frac_high"], 0.2)
-    close(m["entropy"], 3.0)
-    close(m["adv_mean"], 0.0)
-    close(m["adv_std"], 1.0)
-    close(m["reward_mean"], 0.75)
-    close(m["reward_std"], 0.4330127)
-    close(m["frac_zero_var_groups"], 0.5)
-    close(m["num_tokens"], 5)
-    close(m["len_mean"], 2.5)
+    _, aux = grpo.policy_loss(logp, logp_old, adv, mask, cfg_(is_correction="none"))
+    close([aux["clip_frac_low"], aux["clip_frac_high"], aux["num_tokens"]], [0.2, 0.2, 5])
+    rewards = np.array([[1.0, 0.0]], np.float32)
+    m = grpo.batch_metrics({k: v for k, v in aux.items() if not k.endswith("_RT")}, rewards, rewards, adv,
+                           np.asarray(logp), np.asarray(mask))
+    close([m["policy/clip_frac_low"], m["policy/clip_frac_high"], m["policy/num_tokens"]], [0.2, 0.2, 5])
 
 
 def test_mismatch_metrics_by_hand():
@@ -717,14 +704,14 @@ def test_pass_at_k_matches_brute_force():
             for k in range(1, n + 1):
                 subsets = list(itertools.combinations(range(n), k))
                 brute[n, c, k] = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
-                assert abs(grpo.pass_at_k(n, c, k) - brute[n, c, k]) < 1e-12, (n, c, k)
+                assert abs(objectives.pass_at_k(n, c, k) - brute[n, c, k]) < 1e-12, (n, c, k)
     for k in (1, 2, 5):
         keys = [(n, c) for (n, c, kk) in brute if kk == k]
         n_N, c_N = np.array([n for n, _ in keys]), np.array([c for _, c in keys])
-        close(grpo.pass_at_k_array(n_N, c_N, k), [brute[n, c, k] for n, c in keys], 1e-12)
+        close(objectives.pass_at_k_array(n_N, c_N, k), [brute[n, c, k] for n, c in keys], 1e-12)
     # pass@1 = c/n; large n stays finite where C(n, k) would overflow a float
-    assert abs(grpo.pass_at_k(200, 37, 1) - 37 / 200) < 1e-12
-    p = grpo.pass_at_k(2000, 3, 100)
+    assert abs(objectives.pass_at_k(200, 37, 1) - 37 / 200) < 1e-12
+    p = objectives.pass_at_k(2000, 3, 100)
     assert 0 < p < 1 and math.isfinite(p)
     assert abs(p - (1 - math.comb(1997, 100) / math.comb(2000, 100))) < 1e-12
 
@@ -732,11 +719,11 @@ def test_pass_at_k_matches_brute_force():
 def test_pass_at_k_errors():
     for n, c, k in ((3, 4, 1), (3, 1, 4), (3, -1, 1), (3, 1, 0)):
         with pytest.raises(ValueError, match="pass_at_k"):
-            grpo.pass_at_k(n, c, k)
+            objectives.pass_at_k(n, c, k)
     with pytest.raises(ValueError, match="int"):
-        grpo.pass_at_k(3.0, 1, 1)
+        objectives.pass_at_k(3.0, 1, 1)
     with pytest.raises(ValueError, match="pass_at_k_array"):
-        grpo.pass_at_k_array(np.array([3, 2]), np.array([1, 3]), 1)
+        objectives.pass_at_k_array(np.array([3, 2]), np.array([1, 3]), 1)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -817,12 +804,12 @@ def test_passk_advantage_paper_closed_form_by_hand():
     close(grpo.group_advantages(r, cfg_(group_size=8, advantage="passk", pass_k=1)),
           grpo.group_advantages(r, cfg_(group_size=8)))
     one_wrong = np.array([[1, 1, 1, 0, 1, 1, 1, 1]], np.float32)
-    assert np.array_equal(np.asarray(grpo.passk_advantages(one_wrong, 4)), np.zeros((1, 8)))
+    assert np.array_equal(np.asarray(objectives.passk_advantages(one_wrong, 4)), np.zeros((1, 8)))
 
 
 def test_passk_weights_rows_are_distributions():
     for G, k in [(8, 4), (5, 1), (6, 6)]:
-        v, W = grpo.passk_weights(G, k)
+        v, W = objectives.passk_weights(G, k)
         close(v.sum(), 1.0)
         close(W.sum(1), np.ones(G))
         assert np.all(np.tril(W, -1) == 0)  # a subset's max is never below a member
@@ -858,14 +845,14 @@ COV_ADV = jnp.array([1.5, -1.0])
 def test_token_covariance_by_hand():
     # mean logp = (-0.2 - 1 - 3 - 0.4 - 2.2)/5 = -1.36; mean A = (3*1.5 - 2*1)/5 = 0.5
     # row 0 (A - 0.5 = 1): 1.16, 0.36, -1.64; row 1 (A - 0.5 = -1.5): -1.44, 1.26, 0 (padding)
-    cov = grpo.token_covariance(COV_LOGP, COV_ADV, COV_MASK)
+    cov = objectives.token_covariance(COV_LOGP, COV_ADV, COV_MASK)
     close(cov, [[1.16, 0.36, -1.64], [-1.44, 1.26, 0.0]])
 
 
 def test_kl_cov_penalises_the_largest_covariance_tokens_by_hand():
     # k N = 0.4 * 5 = 2 tokens: the two largest Cov, 1.26 (row 1, t 1) and 1.16 (row 0, t 0).
     cfg = cfg_(cov_penalty="kl_cov", cov_kl_frac=0.4, cov_kl_coef=2.0, is_correction="none")
-    sel = grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg)
+    sel = objectives.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg)
     assert np.array_equal(np.asarray(sel), [[True, False, False], [False, True, False]])
     old = COV_LOGP + jnp.array([[0.1, -0.05, 0.0], [0.0, -0.05, 0.0]])   # pi moved from pi_old
     base = cfg_(is_correction="none")
@@ -887,15 +874,15 @@ def test_clip_cov_detaches_random_tokens_inside_the_band():
     # band [1, 1.2]: only Cov 1.16 (row 0, t 0) is inside; r N = 0.2 * 5 = 1 token: that one.
     cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.2, cov_clip_low=1.0, cov_clip_high=1.2, is_correction="none")
     draw = jax.random.uniform(jax.random.PRNGKey(3), COV_MASK.shape)
-    loss, aux = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg, draw_BT=draw)
+    loss, aux = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg, draw_RT=draw)
     loss0, _ = grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg_(is_correction="none"))
     close(loss, loss0)                                  # the value is unchanged: only the gradient goes
     grad = lambda c: jax.grad(lambda lp: grpo.policy_loss(lp, jax.lax.stop_gradient(lp), COV_ADV, COV_MASK, c,  # noqa: E731
-                                                          draw_BT=draw)[0])(COV_LOGP)
+                                                          draw_RT=draw)[0])(COV_LOGP)
     g, g0 = grad(cfg), grad(cfg_(is_correction="none"))
     close(g, np.where([[1, 0, 0], [0, 0, 0]], 0.0, g0))
     close(aux["cov_frac"], 1 / 5)
-    with pytest.raises(ValueError, match="draw_BT"):
+    with pytest.raises(ValueError, match="draw_RT"):
         grpo.policy_loss(COV_LOGP, COV_LOGP, COV_ADV, COV_MASK, cfg)
 
 
@@ -903,14 +890,14 @@ def test_clip_cov_draw_is_uniform_over_the_band_and_capped():
     # band [0, 2]: Cov 1.16, 0.36, 1.26 are inside (3 candidates); one is drawn per key, each about 1/3
     # of the time; a share above the candidates' detaches all of them, never a token outside the band.
     cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.2, cov_clip_low=0.0, cov_clip_high=2.0)
-    draw = jax.jit(lambda key: grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg,
+    draw = jax.jit(lambda key: objectives.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, cfg,
                                                       jax.random.uniform(key, COV_MASK.shape)))
     picks = np.stack([np.asarray(draw(jax.random.PRNGKey(i))) for i in range(300)])
     assert np.all(picks.sum((1, 2)) == 1)
     share = picks.mean(0)
     assert np.all(share[[0, 1], [2, 2]] == 0) and share[1, 0] == 0      # outside the band, or padding
     assert all(0.23 < share[i, j] < 0.44 for i, j in [(0, 0), (0, 1), (1, 1)]), share
-    every = grpo.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, dataclasses.replace(cfg, cov_clip_frac=1.0),
+    every = objectives.covariance_tokens(COV_LOGP, COV_ADV, COV_MASK, dataclasses.replace(cfg, cov_clip_frac=1.0),
                                    jnp.zeros(COV_MASK.shape))
     assert np.array_equal(np.asarray(every), [[True, True, False], [False, True, False]])
 
@@ -924,19 +911,19 @@ def test_token_draws_depend_on_the_row_and_position_only():
     for b, (lo, hi) in enumerate([(3, 9), (3, 5), (4, 12), (2, 3)]):
         mask[b, lo:hi] = 1
     tokens = np.where(np.arange(12) < np.array([9, 5, 12, 3])[:, None], tokens, 258)  # padding: 258
-    u = np.asarray(jax.jit(grpo.token_draws)(tokens, mask))
+    u = np.asarray(jax.jit(objectives.token_draws)(tokens, mask))
     assert u.shape == (4, 12) and u.dtype == np.float32 and np.all((u >= 0) & (u < 1))
     # row 1 (real length 5) alone, cut to 5; then to 8 with other padding after it, behind another row
-    alone = np.asarray(grpo.token_draws(tokens[1:2, :5], mask[1:2, :5]))
+    alone = np.asarray(objectives.token_draws(tokens[1:2, :5], mask[1:2, :5]))
     np.testing.assert_array_equal(alone[0], u[1, :5])
     other = np.concatenate([tokens[3:4, :8], np.concatenate([tokens[1:2, :5], [[7, 7, 7]]], 1)])
-    moved = np.asarray(grpo.token_draws(other, np.concatenate([mask[3:4, :8], mask[1:2, :8]])))
+    moved = np.asarray(objectives.token_draws(other, np.concatenate([mask[3:4, :8], mask[1:2, :8]])))
     np.testing.assert_array_equal(moved[1, :5], u[1, :5])
     np.testing.assert_array_equal(moved[0, :3], u[3, :3])
     # a row whose tokens differ draws differently
     changed = tokens.copy()
     changed[0, 4] += 1
-    assert not np.array_equal(np.asarray(grpo.token_draws(changed, mask))[0], u[0])
+    assert not np.array_equal(np.asarray(objectives.token_draws(changed, mask))[0], u[0])
 
 
 def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
@@ -958,8 +945,8 @@ def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
     cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.1, cov_clip_low=-1e9, cov_clip_high=1e9)
 
     def pick(mb):
-        return np.asarray(grpo.covariance_tokens(mb["logp_BT"], mb["adv_B"], mb["mask_BT"], cfg,
-                                                 grpo.token_draws(mb["tokens_BT"], mb["mask_BT"])))
+        return np.asarray(objectives.covariance_tokens(mb["logp_BT"], mb["adv_B"], mb["mask_BT"], cfg,
+                                                       objectives.token_draws(mb["tokens_BT"], mb["mask_BT"])))
     [[fixed]] = update.split_batch(data, 1, B)
     [[packed]], order = packing.pack_batch(data, 1, lambda T_b: B)
     assert packed["mask_BT"].shape == (B, 16) and not np.array_equal(order, np.arange(B))
@@ -969,17 +956,15 @@ def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
     np.testing.assert_array_equal(sel_packed, sel_fixed)
 
 
-
-
 def test_batch_metrics_by_hand():
     """grpo.batch_metrics, the trainer's per-step scalars about its batch, on numbers worked out by hand:
     two groups of two; the verifier gave [1, 0] and [0.5, 0.5], shaping left them as they were."""
     raw_BG = np.array([[1.0, 0.0], [0.5, 0.5]], np.float32)
-    adv_B = np.array([1.0, -1.0, 0.0, 0.0], np.float32)
-    mask_BT = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], np.float32)
-    logp_behav_BT = np.array([[-1.0, -2.0, -9.0], [-3.0, -9.0, -9.0], [-1.0, -1.0, -1.0], [-9.0, -9.0, -9.0]],
+    adv_R = np.array([1.0, -1.0, 0.0, 0.0], np.float32)
+    mask_RT = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], np.float32)
+    logp_behav_RT = np.array([[-1.0, -2.0, -9.0], [-3.0, -9.0, -9.0], [-1.0, -1.0, -1.0], [-9.0, -9.0, -9.0]],
                              np.float32)
-    m = grpo.batch_metrics({"loss": 0.5, "clip_frac": 0.25}, raw_BG, raw_BG, adv_B, logp_behav_BT, mask_BT)
+    m = grpo.batch_metrics({"loss": 0.5, "clip_frac": 0.25}, raw_BG, raw_BG, adv_R, logp_behav_RT, mask_RT)
     assert m["loss/total"] == 0.5 and m["policy/clip_frac"] == 0.25
     assert m["reward/mean"] == pytest.approx(0.5) and m["reward/std"] == pytest.approx(np.sqrt(0.125))
     assert m["reward/frac_zero_var_groups"] == 0.5       # the second group: both 0.5
