@@ -84,6 +84,7 @@ LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 IS_CORRECTIONS = ("none", "tis", "seq_tis", "token_mask", "seq_mask", "icepop")
 REJECTING_CORRECTIONS = ("token_mask", "seq_mask", "icepop")  # the is_correction choices that reject tokens
+LOSS_TERMS = ("pg_loss", "kl_loss")  # policy_loss's aux entries that are terms of the loss (the rest: fractions)
 
 # exp(20) ~ 4.9e8: far outside any sane ratio, still finite in f32 (and its square is too).
 LOG_RATIO_CLAMP = 20.0
@@ -473,7 +474,7 @@ def aggregate(loss_RT, mask_RT, cfg: GRPOConfig, rows=None):
     if cfg.loss_agg == "seq_mean_token_sum_norm":
         # max_len is the generation budget (completion tokens), not T: the [R, T] rows may also hold
         # prompt positions (masked out), so T > max_len is normal.
-        return jnp.sum(x_RT) / ((x_RT.shape[0] if rows is None else rows) * cfg.max_len)
+        return jnp.sum(x_RT) / ((x_RT.shape[0] if rows is None else jnp.maximum(rows, 1)) * cfg.max_len)
     raise ValueError(f"aggregate: unknown loss_agg {cfg.loss_agg!r}; expected one of {LOSS_AGGS}")
 
 

@@ -71,9 +71,9 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
                     temperature: float, mesh=None):
     """One microbatch's share of the minibatch loss: (loss * weight, (logp_RT, aux * weight)).
     The log-probs (model.token_logprobs on policy_params), pi_old, then grpo.policy_loss.
-    weight None (a rollout correction that rejects tokens, gcfg.rejects): the weight is the
-    microbatch's own kept denominator, known only now; the caller divides the sum by the minibatch's
-    (grpo.kept_denominator). aux keeps den_kept and den_rejected unweighted."""
+    weight None (a rollout correction that rejects tokens, gcfg.rejects): the loss is weighted by the
+    microbatch's own kept denominator, known only now, and aux is left unweighted for the caller
+    (Update.minibatch_step) to weigh. aux also holds den_kept and den_rejected (grpo.policy_loss)."""
     logp_RT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_BT"], temperature)
     # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
     # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
@@ -85,10 +85,10 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
                                  logp_behav_RT=mb["logp_behav_BT"], logp_ref_RT=mb.get("logp_ref_BT"),
                                  draw_RT=draw_RT)
     counts = {k: aux.pop(k) for k in ("den_kept", "den_rejected")}
+    aux = {k: v for k, v in aux.items() if not k.endswith("_RT") and k != "num_tokens"}
     if weight is None:
-        weight = jax.lax.stop_gradient(counts["den_kept"])
-    aux = {k: v * weight for k, v in aux.items() if not k.endswith("_RT") and k != "num_tokens"}
-    return loss * weight, (logp_RT, {**aux, **counts})
+        return loss * jax.lax.stop_gradient(counts["den_kept"]), (logp_RT, {**aux, **counts})
+    return loss * weight, (logp_RT, {**{k: v * weight for k, v in aux.items()}, **counts})
 
 
 def lora_microbatch_grad(adapter, policy, mb: dict, weight, *, mcfg: model.ModelConfig, lcfg: lora.LoraConfig,
@@ -223,14 +223,16 @@ class Update:
             grads = g if grads is None else self.add(grads, g)
             if logp_old is None:
                 logps.append(multihost.to_host(logp_RT)[:n_rows])
-            rejected += float(mb_aux.pop("den_rejected"))
-            del mb_aux["den_kept"]
+            kept, rejected = float(mb_aux.pop("den_kept")), rejected + float(mb_aux.pop("den_rejected"))
+            if weight is None:  # the loss terms are sums to divide once below; the fractions weigh by the mask
+                share = grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
+                mb_aux = {k: v * (kept if k in grpo.LOSS_TERMS else share) for k, v in mb_aux.items()}
             mb_aux["loss"] = loss
             aux = {k: aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
         if self.gcfg.rejects:
             scale = 1.0 / max(float(grpo.kept_denominator(totals, rejected, self.gcfg)), 1.0)
             grads = self.scale(grads, jnp.float32(scale))
-            aux = {k: v * scale for k, v in aux.items()}
+            aux = {k: v * scale if k in grpo.LOSS_TERMS + ("loss",) else v for k, v in aux.items()}
         master, opt_state, grad_norm = self.apply(master, opt_state, grads)
         return master, opt_state, logp_old if logp_old is not None else logps, aux, float(grad_norm)
 

@@ -398,13 +398,14 @@ def test_rejecting_microbatches_reproduce_the_whole_batch(agg):
     # update.py's accumulation when tokens are rejected: each microbatch's loss times its own kept
     # denominator, the sum divided once by kept_denominator(totals of the masks, rejected summed):
     # equal to the whole batch's loss over its kept tokens, value and gradient. Rows of 0..4 tokens split
-    # (3, 3, 1); token_mask rejects single tokens, the veto whole rows (row 4's every token: log rho -3).
+    # (3, 3, 1); token_mask rejects single tokens, the veto whole rows (rows 4 and 6: log rho -3, so the
+    # last microbatch keeps nothing: its loss must be 0, not 0/0).
     rng = np.random.default_rng(3)
     lengths = np.array([3, 0, 4, 1, 2, 4, 4])
     mask = np.asarray(np.arange(5)[None, :] < lengths[:, None], np.float32)
     logp = jnp.asarray(-rng.uniform(0.1, 3.0, (7, 5)), jnp.float32)
     log_rho = rng.normal(0, 0.6, (7, 5))
-    log_rho[4] = -3.0
+    log_rho[[4, 6]] = -3.0
     behav = logp - jnp.asarray(log_rho, jnp.float32)
     adv = jnp.asarray(rng.normal(size=7), jnp.float32)
     cfg = cfg_(loss_agg=agg, max_len=5, is_correction="token_mask", veto_ratio=0.1)
@@ -424,6 +425,49 @@ def test_rejecting_microbatches_reproduce_the_whole_batch(agg):
     # the weights of the masks alone (what a non-rejecting run uses) would not give it
     naive = sum(grpo.microbatch_weight(mask[p], grpo.loss_totals(mask), cfg) * loss(logp, p)[0] for p in pieces)
     assert abs(float(naive) - float(whole)) > 1e-3
+
+
+def test_update_accumulates_rejecting_microbatches_like_one_batch(monkeypatch):
+    """update.py's own accumulation when a correction rejects tokens, on a toy linear softmax policy in
+    place of the model (model.token_logprobs patched; f32, so the comparison is tight): one SGD step on
+    microbatches of 3 rows equals one on the whole batch of 6 and the gradient of the whole batch's
+    policy_loss over its kept tokens (token_mean, and the rows of Dr. GRPO's denominator)."""
+    import types
+
+    import optax
+    import update
+    rng = np.random.default_rng(4)
+    R, T, D, V = 6, 5, 3, 6
+    emb_VD = jnp.asarray(rng.normal(size=(V, D)), jnp.float32)
+
+    def toy_logprobs(params, mcfg, tokens_RT, temperature):
+        logits_RTV = emb_VD[tokens_RT] @ params["W"]
+        return jnp.take_along_axis(jax.nn.log_softmax(logits_RTV, -1), tokens_RT[..., None], -1)[..., 0]
+
+    monkeypatch.setattr(update.model, "token_logprobs", toy_logprobs)
+    master = {"W": jnp.asarray(rng.normal(size=(D, V)), jnp.float32)}
+    tokens = rng.integers(0, V, (R, T)).astype(np.int32)
+    mask = np.asarray(np.arange(T)[None, :] < np.array([3, 0, 4, 1, 2, 5])[:, None], np.float32)
+    log_rho = rng.normal(0, 0.6, (R, T)).astype(np.float32)
+    log_rho[5] = -3.0  # vetoed whole
+    behav = np.asarray(toy_logprobs(master, None, tokens, 1.0)) - log_rho
+    data = {"tokens_BT": tokens, "adv_B": rng.normal(size=R).astype(np.float32), "mask_BT": mask,
+            "logp_behav_BT": behav}
+    opt = optax.sgd(1.0)
+    for agg in ("token_mean", "seq_mean_token_sum_norm"):
+        cfg = cfg_(loss_agg=agg, max_len=5, is_correction="token_mask", veto_ratio=0.1)
+        step = update.make_update(types.SimpleNamespace(jdtype=jnp.float32), cfg, opt, 1.0)
+        whole, whole_aux = step(master, opt.init(master), update.split_batch(data, 1, R))[::3]
+        split, split_aux = step(master, opt.init(master), update.split_batch(data, 1, 3))[::3]
+        g = jax.jit(jax.grad(lambda p: grpo.policy_loss(toy_logprobs(p, None, tokens, 1.0),
+                                                        toy_logprobs(master, None, tokens, 1.0), data["adv_B"],
+                                                        mask, cfg, logp_behav_RT=behav)[0]))(master)
+        close(split["W"], whole["W"], 1e-6)
+        close(whole["W"], master["W"] - g["W"], 1e-6)
+        # the loss terms exactly; the fractions (over sampled tokens, rejected ones too) exactly where the
+        # microbatches weigh by their tokens (token_mean; the other modes weigh fractions by their rows)
+        for k in ("loss", "pg_loss") + (("is_frac_modified", "is_weight_mean") if agg == "token_mean" else ()):
+            close(split_aux[k], whole_aux[k], 1e-6)
 
 
 def test_correction_metrics_by_hand():
