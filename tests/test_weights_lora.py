@@ -192,12 +192,26 @@ def test_late_and_relayed_fetchers_get_the_base_then_the_newest_adapter_also_aft
     wait_until(lambda: fresh.ready is not None and fresh.ready.key == (3, "A"), 30, "the fresh fetcher to hold v3")
     assert fresh.base.stream.tobytes() == base_bytes
     assert fresh.ready.stream.tobytes() == b"".join(a.tobytes() for _, a in adapter(3))
+    fresh.done(fresh.ready)  # without relay the installed base's bytes go (the worker has it on its device) ...
+    fresh.done(fresh.base)
+    assert fresh.base.stream is None
+    held = fresh.base        # ... but it is still known as held: the next adapter comes alone
+    weights.push_weights(client, 4, "A", adapter(4), base=0, lora=LORA)
+    wait_until(lambda: fresh.ready.key == (4, "A"), 30, "the fresh fetcher to hold v4")
+    assert fresh.base is held and fresh.ready.base is held
 
     # A new lineage: its full version replaces every fetcher's base; the old base is no longer served.
     weights.push_weights(client, 0, "B", full(9), chunk_bytes=4096)
     wait_until(lambda: all(f.base.key == (0, "B") for f in (first, child, fresh)), 30, "the new base everywhere")
     with pytest.raises(wire.RemoteError, match="not held"):
         client.call(wire.GetChunk(0, "A", 0))
+    # A relay whose worker installed the full version keeps its bytes while it is the base: a child
+    # still to come fetches it there.
+    wait_until(lambda: first.ready.key == (0, "B"), 30, "the relay to be offered v0 of B")
+    first.done(first.ready)
+    weights.push_weights(client, 1, "B", adapter(1), base=0, lora=LORA)
+    wait_until(lambda: first.ready.key == (1, "B"), 30, "the relay to hold v1 of B")
+    assert first.held(0, "B") is first.base and first.base.stream is not None
 
 
 TINY = model.ModelConfig(vocab_size=64, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=8,
