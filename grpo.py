@@ -589,11 +589,13 @@ def is_weights(logp_old_RT, logp_behav_RT, mask_RT, cfg: GRPOConfig):
     before its band test, so a -1e4 behaviour log-prob still rejects the sequence, and w stays finite.
     """
     m_RT = jnp.asarray(mask_RT).astype(bool)
-    if cfg.is_correction == "none" or logp_behav_RT is None:
+    if logp_behav_RT is None:
         return jnp.ones(m_RT.shape, jnp.float32)
     log_rho_RT = _log_rho(logp_old_RT, logp_behav_RT, m_RT)
     log_C = math.log(cfg.is_cap)
-    if cfg.is_correction in ("tis", "token_mask", "icepop"):
+    if cfg.is_correction == "none":
+        w_RT = jnp.ones(m_RT.shape, jnp.float32)
+    elif cfg.is_correction in ("tis", "token_mask", "icepop"):
         # the masks reject every rho_t above their band, so the cap only bounds exp() there
         cap = log_C if cfg.is_correction != "icepop" else math.log(cfg.icepop_high)
         w_RT = jnp.exp(jnp.clip(log_rho_RT, -LOG_RATIO_CLAMP, cap))
