@@ -129,6 +129,7 @@ def child_bf16() -> dict:
     # A tensor-parallel worker on 4 devices installs those weights and samples
     worker = inference_worker.Worker.__new__(inference_worker.Worker)
     worker.mcfg, worker.mesh, worker.version = cfg, inference_worker.tensor_mesh(4), -1
+    worker.cfg = inference_worker.Config(name="tp")
     names, arrays = [n for n, _ in pushed], [a for _, a in pushed]
     worker.install(0, "lineage", dict(zip(names, arrays)))
     res["worker_q_proj"] = {"spec": list(worker.params["layers"]["q_proj"].sharding.spec),
