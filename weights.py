@@ -893,8 +893,18 @@ class WeightFetcher:
                 self.receiving = None
                 if not buf.complete:
                     self.retire(buf)
+        self.adopt(buf, offer)
+        what = (f"adapter v{manifest.version} (on base v{manifest.base})" if manifest.base is not None
+                else f"v{manifest.version}" + ("" if offer else " (a base)"))
+        self.log(f"fetched weights {what} ({manifest.nbytes / 2**20:.1f} MiB, "
+                 f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
+        return buf
+
+    def adopt(self, buf: VersionBuffer, offer: bool) -> None:
+        """A complete, checked version: a full one becomes our base (the old base's memory goes once
+        installed and not on offer); if `offer`, it replaces the version on offer to the main thread."""
         with self.cond:
-            if manifest.base is None:
+            if buf.manifest.base is None:
                 old_base, self.base = self.base, buf
                 if old_base is not None and old_base is not self.ready and old_base.installed:
                     self.retire(old_base)
@@ -904,11 +914,6 @@ class WeightFetcher:
                 if old is not None and old.installed:
                     self.retire(old)
                 self.cond.notify_all()
-        what = (f"adapter v{manifest.version} (on base v{manifest.base})" if manifest.base is not None
-                else f"v{manifest.version}" + ("" if offer else " (a base)"))
-        self.log(f"fetched weights {what} ({manifest.nbytes / 2**20:.1f} MiB, "
-                 f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
-        return buf
 
     def ask(self, source: str, manifest: Manifest, start: int):
         """The replies to GetChunk for chunks start, start + 1, ... of `manifest` from `source` ("" = the
