@@ -43,12 +43,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
+from bench_weight_sync import expect, free_port, reader, say  # noqa: E402  (the same process plumbing)
 
 LINEAGE = "bench-lora"
-
-
-def say(text: str) -> None:
-    os.write(1, (text + "\n").encode())
 
 
 def model_config(size: str):
@@ -91,28 +88,6 @@ def member(addr: str, size: str) -> None:
         del buf
 
 
-def reader(p, q):
-    for line in p.stdout:
-        parts = line.split()
-        if parts:
-            q.put(parts)
-
-
-def expect(q, word, timeout=600):
-    deadline = time.monotonic() + timeout
-    while True:
-        parts = q.get(timeout=max(0.1, deadline - time.monotonic()))
-        if parts[0] == word:
-            return parts
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def bench_sync(size: str, rank: int, repeats: int, warmup: int, tmp: str) -> dict:
     import hf_io
     import lora
@@ -149,8 +124,8 @@ def bench_sync(size: str, rank: int, repeats: int, warmup: int, tmp: str) -> dic
                     weights.push_weights(client, version, LINEAGE, full)
                 else:
                     weights.push_weights(client, version, LINEAGE, adapter, base=version - 1, lora=lcfg.to_dict())
-                hold = float(expect(mq, "HOLD")[2])
-                installed = float(expect(mq, "INSTALLED")[2])
+                hold = float(expect(mq, "HOLD", 600)[2])
+                installed = float(expect(mq, "INSTALLED", 600)[2])
                 time.sleep(0.3)
                 sent = client.call(wire.GetStats()).info["bytes_sent"] - sent0
                 nbytes[kind] = sum(a.nbytes for _, a in (full if kind == "full" else adapter))
