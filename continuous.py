@@ -1,6 +1,6 @@
 """continuous.py: the sampler's continuous batching, and weight updates between its decode steps.
 
-model.generate() decodes B rows until the slowest is done: a row that ends early keeps its slot idle.
+model.generate() decodes R rows until the slowest is done: a row that ends early keeps its slot idle.
 Here a fixed number of decode slots stays busy instead: when a row ends (eos, its token budget, or a
 full cache) the next waiting row is prefilled into the freed slot. Two ways to drive it:
 
@@ -325,7 +325,7 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
     arrays, one per completion token: the log-prob under the FULL tempered distribution, as generate()),
     prompt_len_R, completion_len_R, and stats (decode_steps: sample+decode steps run; useful_tokens:
     tokens sampled for rows; slot_util = useful_tokens / (slots * decode_steps); host_round_trips;
-    prefill_calls). continuous_to_batch() turns it into generate()'s [B, T] arrays."""
+    prefill_calls). continuous_to_batch() turns it into generate()'s [R, T] arrays."""
     prompts = [np.asarray(p).reshape(-1) for p in prompts]
     R = len(prompts)
     if R == 0:
@@ -353,20 +353,20 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
 
 
 def continuous_to_batch(out: dict, T: int, pad_id: int = 0) -> dict:
-    """generate_continuous()'s result in model.generate()'s layout: tokens_BT (prompt + completion,
-    right-padded with pad_id to T), logp_BT (float32, the completion tokens' log-probs at their
-    positions, 0 elsewhere), mask_BT (1.0 on completion tokens), completion_len_B; B = R rows in input
+    """generate_continuous()'s result in model.generate()'s layout: tokens_RT (prompt + completion,
+    right-padded with pad_id to T), logp_RT (float32, the completion tokens' log-probs at their
+    positions, 0 elsewhere), mask_RT (1.0 on completion tokens), completion_len_R; R rows in input
     order."""
     R = len(out["tokens"])
     lens = [t.size for t in out["tokens"]]
     if max(lens) > T:
         raise ValueError(f"T = {T} is shorter than the longest row ({max(lens)} tokens)")
-    tokens_BT = np.full((R, T), pad_id, np.int32)
-    logp_BT = np.zeros((R, T), np.float32)
-    mask_BT = np.zeros((R, T), np.float32)
+    tokens_RT = np.full((R, T), pad_id, np.int32)
+    logp_RT = np.zeros((R, T), np.float32)
+    mask_RT = np.zeros((R, T), np.float32)
     for r, (t, lp, p) in enumerate(zip(out["tokens"], out["logp_behav"], out["prompt_len_R"])):
-        tokens_BT[r, :t.size] = t
-        logp_BT[r, p:t.size] = lp
-        mask_BT[r, p:t.size] = 1.0
-    return {"tokens_BT": tokens_BT, "logp_behav_BT": logp_BT, "mask_BT": mask_BT,
-            "completion_len_B": np.asarray(out["completion_len_R"], np.int32)}
+        tokens_RT[r, :t.size] = t
+        logp_RT[r, p:t.size] = lp
+        mask_RT[r, p:t.size] = 1.0
+    return {"tokens_RT": tokens_RT, "logp_behav_RT": logp_RT, "mask_RT": mask_RT,
+            "completion_len_R": np.asarray(out["completion_len_R"], np.int32)}

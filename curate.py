@@ -458,11 +458,11 @@ def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, tem
             chunk = [items[i] for i in index[s:s + per_call]]
             stop = tuple(chunk[0].stop)
             eos = inference_worker.eos_for(tok, stop, turn_end)  # the worker's rule
-            prompt_BT, prompt_len_B = inference_worker.build_prompts(chunk, tok, rows, pad)
-            out = model.generate(policy.params, policy.mcfg, prompt_BT, prompt_len_B,
+            prompt_RT, prompt_len_R = inference_worker.build_prompts(chunk, tok, rows, pad)
+            out = model.generate(policy.params, policy.mcfg, prompt_RT, prompt_len_R,
                                  inference_worker.row_keys(seed, chunk, 0, rows), max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_p=chunk[0].top_p, eos_id=eos, pad_id=pad)
-            _, texts, _ = inference_worker.cut_completions(out, prompt_len_B, tok, stop, pad, eos)
+            _, texts, _ = inference_worker.cut_completions(out, prompt_len_R, tok, stop, pad, eos)
             results = verify(inference_worker.verify_jobs(chunk, texts[:len(chunk) * k]))
             for j, i in enumerate(index[s:s + per_call]):
                 verdicts[i] = results[j * k:(j + 1) * k]

@@ -232,10 +232,10 @@ def settings(item: wire.WorkItem) -> tuple:
 
 def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
     """Each item's prompt repeated G times, right-padded to the item's seq_len, then dummy rows up to
-    `rows` (a fixed decode batch: one compilation). Returns (prompt_BT, prompt_len_B)."""
+    `rows` (a fixed decode batch: one compilation). Returns (prompt_RT, prompt_len_R)."""
     T = items[0].seq_len
-    prompt_BT = np.full((rows, T), pad_id, np.int32)
-    prompt_len_B = np.ones(rows, np.int32)
+    prompt_RT = np.full((rows, T), pad_id, np.int32)
+    prompt_len_R = np.ones(rows, np.int32)
     r = 0
     for item in items:
         ids = tokenizer.encode(item.prompt)
@@ -243,23 +243,23 @@ def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
             raise ValueError(f"item {item.item_id}: prompt of {len(ids)} tokens does not fit "
                              f"seq_len {T} with max_new_tokens {item.max_new_tokens}")
         for _ in range(item.group_size):
-            prompt_BT[r, :len(ids)], prompt_len_B[r] = ids, len(ids)
+            prompt_RT[r, :len(ids)], prompt_len_R[r] = ids, len(ids)
             r += 1
-    return prompt_BT, prompt_len_B
+    return prompt_RT, prompt_len_R
 
 
-def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int, eos_id=()):
+def cut_completions(out: dict, prompt_len_R, tokenizer, stop: tuple, pad_id: int, eos_id=()):
     """Cut every completion just after its first stop string: later tokens become padding with mask 0,
     so the trainer learns only from what the verifier saw. Returns (out, texts, finished): finished[b]
     is True when row b ended on a stop string or on one of the ids eos_id (eos_for) rather than at the
     length limit."""
     ends = {int(eos_id)} if np.ndim(eos_id) == 0 and eos_id is not None else set(map(int, eos_id or ()))
-    tokens_BT, logp_behav_BT, mask_BT = out["tokens_BT"].copy(), out["logp_behav_BT"].copy(), out["mask_BT"].copy()
+    tokens_RT, logp_behav_RT, mask_RT = out["tokens_RT"].copy(), out["logp_behav_RT"].copy(), out["mask_RT"].copy()
     texts, finished = [], []
     has_stop = lambda ids: any(s and s in tokenizer.decode(ids) for s in stop)
-    for b in range(tokens_BT.shape[0]):
-        start, n = int(prompt_len_B[b]), int(mask_BT[b].sum())
-        ids, keep = tokens_BT[b, start:start + n].tolist(), n
+    for b in range(tokens_RT.shape[0]):
+        start, n = int(prompt_len_R[b]), int(mask_RT[b].sum())
+        ids, keep = tokens_RT[b, start:start + n].tolist(), n
         stopped = has_stop(ids)
         if stopped:  # the shortest prefix that contains a stop string (containment grows with the prefix)
             lo, hi = 1, n
@@ -269,8 +269,8 @@ def cut_completions(out: dict, prompt_len_B, tokenizer, stop: tuple, pad_id: int
             keep = lo
         texts.append(tokenizer.decode(ids[:keep]))
         finished.append(stopped or (keep > 0 and ids[keep - 1] in ends))
-        tokens_BT[b, start + keep:], logp_behav_BT[b, start + keep:], mask_BT[b, start + keep:] = pad_id, 0.0, 0.0
-    return {"tokens_BT": tokens_BT, "logp_behav_BT": logp_behav_BT, "mask_BT": mask_BT}, texts, finished
+        tokens_RT[b, start + keep:], logp_behav_RT[b, start + keep:], mask_RT[b, start + keep:] = pad_id, 0.0, 0.0
+    return {"tokens_RT": tokens_RT, "logp_behav_RT": logp_behav_RT, "mask_RT": mask_RT}, texts, finished
 
 
 def row_keys(seed: int, items: list, version: int, rows: int):
@@ -593,7 +593,7 @@ class Worker:
             return self.sample_episodes(items)
         seq_len, max_new, temperature, top_p, stop = settings(first)
         rows = cfg.batch_items * max(i.group_size for i in items)
-        prompt_BT, prompt_len_B = build_prompts(items, self.tokenizer, rows, self.pad_id)
+        prompt_RT, prompt_len_R = build_prompts(items, self.tokenizer, rows, self.pad_id)
         eos = self.eos_for(stop)
         t0 = time.monotonic()
         version = self.version
@@ -602,21 +602,21 @@ class Worker:
             if cfg.slots:  # continuous batching over the items' rows (no dummy rows needed)
                 n = sum(i.group_size for i in items)
                 res = continuous.generate_continuous(
-                    self.params, self.mcfg, [prompt_BT[b, :prompt_len_B[b]] for b in range(n)], keys[:n],
+                    self.params, self.mcfg, [prompt_RT[b, :prompt_len_R[b]] for b in range(n)], keys[:n],
                     cache_len=seq_len, max_new_tokens=sum((row_budgets(i, cfg.length_tail) for i in items), []),
                     slots=cfg.slots, temperature=temperature, top_p=top_p, eos_id=eos, pad_id=self.pad_id)
                 out = continuous.continuous_to_batch(res, seq_len, self.pad_id)
                 span["slot_util"] = round(res["stats"]["slot_util"], 4)
                 steps = res["stats"]["decode_steps"]
             else:
-                out = model.generate(self.params, self.mcfg, prompt_BT, prompt_len_B, keys,
+                out = model.generate(self.params, self.mcfg, prompt_RT, prompt_len_R, keys,
                                      max_new_tokens=max_new, temperature=temperature, top_p=top_p,
                                      eos_id=eos, pad_id=self.pad_id)
-                steps = int(out["completion_len_B"].max())
+                steps = int(out["completion_len_R"].max())
             if cfg.token_delay_s:
                 time.sleep(steps * cfg.token_delay_s)
-            span["tokens"] = int(out["mask_BT"].sum())
-        return self.finish(items, out, prompt_len_B, np.full(out["tokens_BT"].shape, version, np.int32),
+            span["tokens"] = int(out["mask_RT"].sum())
+        return self.finish(items, out, prompt_len_R, np.full(out["tokens_RT"].shape, version, np.int32),
                            time.monotonic() - t0)
 
     def sample_episodes(self, items: list) -> int:
@@ -653,32 +653,32 @@ class Worker:
                                          run_code=run_code, observe=observe, decode=self.tokenizer.decode,
                                          eos_id=end_of_turn, stop_ids=eos)
             span["tokens"] = int(sum(sum(e.mask) for e in episodes))
-        out = {"tokens_BT": np.full((len(rows), seq_len), self.pad_id, np.int32),
-               "logp_behav_BT": np.zeros((len(rows), seq_len), np.float32), "mask_BT": np.zeros((len(rows), seq_len), np.float32)}
+        out = {"tokens_RT": np.full((len(rows), seq_len), self.pad_id, np.int32),
+               "logp_behav_RT": np.zeros((len(rows), seq_len), np.float32), "mask_RT": np.zeros((len(rows), seq_len), np.float32)}
         for b, e in enumerate(episodes):
             n = min(len(e.tokens), seq_len)
-            out["tokens_BT"][b, :n], out["logp_behav_BT"][b, :n], out["mask_BT"][b, :n] = e.tokens[:n], e.logp[:n], e.mask[:n]
+            out["tokens_RT"][b, :n], out["logp_behav_RT"][b, :n], out["mask_RT"][b, :n] = e.tokens[:n], e.logp[:n], e.mask[:n]
         env_stats = [{"turns": [e.turns], "tool_calls": [e.tool_calls]} for e in episodes]
         return self.finish(items, out, np.array([r.size for r in rows]), np.full((len(rows), seq_len), version, np.int32),
                            time.monotonic() - t0, texts=[e.final_text for e in episodes],
                            finished=[e.finished for e in episodes], env_stats=env_stats)
 
-    def finish(self, items: list, out: dict, prompt_len_B, versions_BT, sample_s: float, texts=None,
+    def finish(self, items: list, out: dict, prompt_len_R, versions_RT, sample_s: float, texts=None,
                finished=None, env_stats=None) -> int:
         """Cut each completion at its stop string, verify every program, submit one rollout per item.
-        versions_BT: the version that sampled each token (one version for a batch sampled without
+        versions_RT: the version that sampled each token (one version for a batch sampled without
         in-flight updates: the rollout then carries only that). texts/finished given (multi-turn
         episodes): the completions are not cut, those texts are scored; env_stats: per row counts."""
         cfg = self.cfg
         stop = settings(items[0])[4]
         if texts is None:
-            out, texts, finished = cut_completions(out, prompt_len_B, self.tokenizer, stop, self.pad_id,
+            out, texts, finished = cut_completions(out, prompt_len_R, self.tokenizer, stop, self.pad_id,
                                                    self.eos_for(stop))
         if cfg.slow_s:
             time.sleep(cfg.slow_s)
         t1 = time.monotonic()
-        sampled = out["mask_BT"][:len(texts)] > 0
-        versions = sorted(set(versions_BT[:len(texts)][sampled].tolist())) or [self.version]
+        sampled = out["mask_RT"][:len(texts)] > 0
+        versions = sorted(set(versions_RT[:len(texts)][sampled].tolist())) or [self.version]
         with self.timeline.span("verify", version=versions[0], programs=len(texts)):
             verdicts = self.verifiers.verify(verify_jobs(items, texts))
         verify_s = time.monotonic() - t1
@@ -687,13 +687,13 @@ class Worker:
         r = 0
         for item in items:
             rows_G = slice(r, r + item.group_size)
-            mask_GT, versions_GT = out["mask_BT"][rows_G].astype(np.float32), versions_BT[rows_G].astype(np.int32)
+            mask_GT, versions_GT = out["mask_RT"][rows_G].astype(np.float32), versions_RT[rows_G].astype(np.int32)
             per_token = len(versions) > 1 or cfg.inflight != lifecycle.OFF
             rollout = wire.Rollout(
                 item_id=item.item_id, version=lifecycle.rollout_version(versions_GT, mask_GT), lineage=self.lineage,
-                worker=cfg.name, prompt_len=int(prompt_len_B[r]),
-                tokens_GT=out["tokens_BT"][rows_G].astype(np.int32),
-                logp_behav_GT=out["logp_behav_BT"][rows_G].astype(np.float32), mask_GT=mask_GT,
+                worker=cfg.name, prompt_len=int(prompt_len_R[r]),
+                tokens_GT=out["tokens_RT"][rows_G].astype(np.int32),
+                logp_behav_GT=out["logp_behav_RT"][rows_G].astype(np.float32), mask_GT=mask_GT,
                 rewards_G=np.array([v.reward for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),
                 statuses=[v.status for v in verdicts[rows_G]],
@@ -710,7 +710,7 @@ class Worker:
                 log(cfg, f"rollout {item.item_id} was {status}")
             r += item.group_size
         self.timeline.add("submit", t2, time.time(), version=versions[-1])
-        n_tokens = int(out["mask_BT"].sum())
+        n_tokens = int(out["mask_RT"].sum())
         infra = lifecycle.infra_failures([v.status for v in verdicts])
         log(cfg, f"v{'-'.join(map(str, versions[::max(len(versions) - 1, 1)]))}: {len(items)} items, "
                  f"{n_tokens} tokens in {sample_s:.2f}s ({n_tokens / max(sample_s, 1e-9):.0f} tok/s), "

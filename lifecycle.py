@@ -462,15 +462,15 @@ class Collector:
 
 # ----------------------------------------------------------------------------- staleness, measured
 
-def staleness_metrics(staleness_BT, mask_BT, max_staleness: int) -> dict:
+def staleness_metrics(staleness_RT, mask_RT, max_staleness: int) -> dict:
     """staleness/*: trainer version - sampling version over the tokens trained on (a version per token:
     with in-flight weight updates one row holds several). max is the oldest token's (what the bound
     checks), mean the token-weighted age, frac_k the share of tokens k versions old, k <= max_staleness,
     mixed_row_frac the share of rows sampled by more than one version (in-flight weight updates)."""
-    s = np.asarray(staleness_BT)[np.asarray(mask_BT) > 0]
+    s = np.asarray(staleness_RT)[np.asarray(mask_RT) > 0]
     if s.size == 0:
         return {}
-    rows = [np.unique(r[m > 0]) for r, m in zip(np.asarray(staleness_BT), np.asarray(mask_BT))]
+    rows = [np.unique(r[m > 0]) for r, m in zip(np.asarray(staleness_RT), np.asarray(mask_RT))]
     return {"staleness/max": int(s.max()), "staleness/mean": float(s.mean()),
             "staleness/mixed_row_frac": float(np.mean([u.size > 1 for u in rows])),
             **{f"staleness/frac_{k}": float(np.mean(s == k)) for k in range(max_staleness + 1)}}

@@ -42,10 +42,10 @@ from model import ModelConfig
 #   weights cast to cfg.dtype + their gradients there:   a * P_L        (measured 2.0 B/param, bf16)
 #   embedding / unembedding (V x D each):               tied 3.85 a * V*D, untied 0.9 a * V*D
 #   chunked head: float32 weight-gradient accumulator:  tied 4.6, untied 6.5 bytes * V*D     (model._HEAD_COEF)
-#   residual stream kept per layer for the backward:     2 a * L * B*T*D  (measured ~4 B per element, bf16)
-#   head chunk (logits, exp, _row_sum's power-of-two pad, their gradients): 2.5 x float32 [B, C, Vpad]
-#     (unchunked: measured 2.5..3.8 x [B, T, Vpad]; 3.5 is used)                           (model._HEAD_COEF)
-#   attention query chunk: 0.8 x float32 scores [B, N, Cq, T]
+#   residual stream kept per layer for the backward:     2 a * L * R*T*D  (measured ~4 B per element, bf16)
+#   head chunk (logits, exp, _row_sum's power-of-two pad, their gradients): 2.5 x float32 [R, C, Vpad]
+#     (unchunked: measured 2.5..3.8 x [R, T, Vpad]; 3.5 is used)                           (model._HEAD_COEF)
+#   attention query chunk: 0.8 x float32 scores [R, N, Cq, T]
 #   the f32 gradient returned: 4 * (all parameters)
 _MEM_COEF = dict(layer_weights=1.0, embed_tied=3.85, embed_untied=0.9, carry=2.0, scores=0.8)
 
@@ -119,10 +119,10 @@ def measure_train_step_bytes(cfg: ModelConfig, rows: int, T: int, *, chunk_token
     shapes = jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0)))
     master = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.float32), shapes)
 
-    def loss(m, tokens_BT, adv_B):
+    def loss(m, tokens_RT, adv_R):
         p = jax.tree.map(lambda x: x.astype(cfg.jdtype), m)
-        logp_BT = model.token_logprobs(p, cfg, tokens_BT, 1.0, chunk_tokens=chunk_tokens, query_chunk=query_chunk)
-        return jnp.sum(logp_BT * adv_B[:, None])
+        logp_RT = model.token_logprobs(p, cfg, tokens_RT, 1.0, chunk_tokens=chunk_tokens, query_chunk=query_chunk)
+        return jnp.sum(logp_RT * adv_R[:, None])
     compiled = jax.jit(jax.grad(loss)).lower(master, jax.ShapeDtypeStruct((rows, T), jnp.int32),
                                              jax.ShapeDtypeStruct((rows,), jnp.float32)).compile()
     ma = compiled.memory_analysis()

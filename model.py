@@ -20,7 +20,7 @@ before RoPE). References: the transformers modeling_qwen2.py / modeling_llama.py
 code; transformers modeling_rope_utils.py, rope_type "llama3"; see _llama3_inv_freq),
 GQA (Ainslie et al. 2023, arXiv:2305.13245), RMSNorm (Zhang & Sennrich 2019), SwiGLU (Shazeer 2020).
 
-Shape key (names carry their shapes): B batch, T time (sequence), S time of the keys
+Shape key (names carry their shapes): R rows (the batch: one sequence each), T time (sequence), S time of the keys
 (attention source), D model width, N query heads, K kv heads, G query heads per kv head (N = K*G),
 H head dim, F mlp width, V vocab, L layers.
 
@@ -165,14 +165,14 @@ class ModelConfig:
 #   (e) decode runs at least MIN_DECODE_ROWS rows (dummy rows padded in): XLA:CPU matmuls are not
 #       invariant to the row count below that (measured on this CPU);
 #   (f) per-row transcendentals (the RMSNorm 1/sqrt, the log of the softmax sum) sit between
-#       optimization barriers (_per_row below). Measured: XLA:CPU fuses a big [B*T, ...] normalisation
+#       optimization barriers (_per_row below). Measured: XLA:CPU fuses a big [R*T, ...] normalisation
 #       into one YNNPACK kernel whose sqrt/log differ in the last bit from the small decode-sized
 #       ones, so without the barriers a scoring batch of 32 x 128 tokens stopped matching decode;
 #   (g) row sums (RMSNorm mean square, softmax denominators) are a fixed pairwise tree of elementwise
-#       adds (_row_sum), not a reduce op: XLA:CPU reduced a [B*T, D] array in a different order than a
-#       [B, D] one (measured: one RMSNorm output element in ~10^5 flipped its bf16 rounding).
+#       adds (_row_sum), not a reduce op: XLA:CPU reduced a [R*T, D] array in a different order than a
+#       [R, D] one (measured: one RMSNorm output element in ~10^5 flipped its bf16 rounding).
 #   (h) on GPUs, XLA's Triton GEMM emitter autotunes a tiling (and split-K) per matmul SHAPE, so the
-#       decode's [B, D] x [D, F] and the trainer's [B*T, D] x [D, F] add up their products in different
+#       decode's [R, D] x [D, F] and the trainer's [R*T, D] x [D, F] add up their products in different
 #       orders. Measured on an H200 (jax 0.11.2, bench/bench_parity.py): with (a)-(g) alone 0-13% of
 #       tokens were bitwise; with cuBLAS GEMMs (--xla_gpu_enable_triton_gemm=false, set below for every
 #       process that imports this file on a machine with JAX's CUDA plugin, unless XLA_FLAGS already
@@ -189,7 +189,7 @@ class ModelConfig:
 #       batch, at other lengths, beside other rows; negative control: float32 compute, which changes
 #       bits with the layout). Rows are never concatenated into one sequence: a row's keys would then
 #       start at an offset, and the tree would add them in another order.
-#   (j) the two batched attention dots (q.k and p.v, batched over B, K) get at least MIN_ATTN_ROWS rows
+#   (j) the two batched attention dots (q.k and p.v, batched over R, K) get at least MIN_ATTN_ROWS rows
 #       (G * T query rows per kv head): decode has only G = N / K of them, so zero query heads are padded
 #       into each group there (their outputs are dropped). XLA:CPU runs these dots in YNNPACK, whose
 #       cost model picks a kernel per dot shape (m, n, k): the kernels it picks for m <= 2 (up to m = 6
@@ -424,42 +424,42 @@ def _rope_table(cfg: ModelConfig, T: int):
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
-def _rope(cfg: ModelConfig, x_BTXH, cos_BTh, sin_BTh):
+def _rope(cfg: ModelConfig, x_RTXH, cos_BTh, sin_BTh):
     """Rotate-half RoPE as in HF (pairs (i, i + H/2)), in f32, cast once."""
-    x = x_BTXH.astype(jnp.float32)
+    x = x_RTXH.astype(jnp.float32)
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
     c, s = cos_BTh[:, :, None, :], sin_BTh[:, :, None, :]
     return _to_act(cfg, jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1))
 
 
-def _attention(cfg: ModelConfig, q_BTNH, k_BKSH, v_BKSH, mask_BTS):
+def _attention(cfg: ModelConfig, q_RTNH, k_RKSH, v_RKSH, mask_RTS):
     """GQA attention over S key positions; masked scores are -inf (PRECISION POLICY (d)).
     Scores and softmax in f32; probabilities cast to the activation dtype for the PV matmul (as HF)."""
-    B, T, N, H = q_BTNH.shape
+    R, T, N, H = q_RTNH.shape
     K = cfg.num_kv_heads
     G = N // K
-    q_BTKGH = q_BTNH.reshape(B, T, K, G, H)
+    q_RTKGH = q_RTNH.reshape(R, T, K, G, H)
     # PRECISION POLICY (j): at least MIN_ATTN_ROWS rows (G * T) per dot; zero query heads padded in, dropped below
     g_pad = max(G, -(-MIN_ATTN_ROWS // T)) - G if cfg.bf16_fix else 0
     if g_pad:
-        q_BTKGH = jnp.pad(q_BTKGH, ((0, 0), (0, 0), (0, 0), (0, g_pad), (0, 0)))
-    s_BKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_BTKGH, k_BKSH, preferred_element_type=jnp.float32,
+        q_RTKGH = jnp.pad(q_RTKGH, ((0, 0), (0, 0), (0, 0), (0, g_pad), (0, 0)))
+    s_RKGTS = jnp.einsum("BTKGH,BKSH->BKGTS", q_RTKGH, k_RKSH, preferred_element_type=jnp.float32,
                          precision=_precision(cfg))
-    s_BKGTS = s_BKGTS * np.float32(1.0 / math.sqrt(H))
-    s_BKGTS = jnp.where(mask_BTS[:, None, None, :, :], s_BKGTS, -jnp.inf)
-    s_BKGTS = s_BKGTS - jax.lax.stop_gradient(jnp.max(s_BKGTS, axis=-1, keepdims=True))
-    p_BKGTS = jnp.exp(s_BKGTS)
-    p_BKGTS = _to_act(cfg, p_BKGTS / _row_sum(cfg, p_BKGTS))
+    s_RKGTS = s_RKGTS * np.float32(1.0 / math.sqrt(H))
+    s_RKGTS = jnp.where(mask_RTS[:, None, None, :, :], s_RKGTS, -jnp.inf)
+    s_RKGTS = s_RKGTS - jax.lax.stop_gradient(jnp.max(s_RKGTS, axis=-1, keepdims=True))
+    p_RKGTS = jnp.exp(s_RKGTS)
+    p_RKGTS = _to_act(cfg, p_RKGTS / _row_sum(cfg, p_RKGTS))
     # output head-major then transposed (exact): XLA:CPU has no bf16 x bf16 -> f32 kernel for the
     # BTKGH output layout (UNIMPLEMENTED in DotThunk) and this one is its fast path
-    o_BKGTH = _einsum(cfg, "BKGTS,BKSH->BKGTH", p_BKGTS, v_BKSH)[:, :, :G]
-    return o_BKGTH.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
+    o_RKGTH = _einsum(cfg, "BKGTS,BKSH->BKGTH", p_RKGTS, v_RKSH)[:, :, :G]
+    return o_RKGTH.transpose(0, 3, 1, 2, 4).reshape(R, T, N, H)
 
 
 # ---------------------------- memory: the full-sequence graphs in chunks along T ----------------------------
-# Without chunks the trainer's graph holds float32 attention scores [B, K, G, T, T] (quadratic in T) and
-# float32 head logits [B, T, V] (and their log-softmax, and the gradients of both): at T = 1024 and
+# Without chunks the trainer's graph holds float32 attention scores [R, K, G, T, T] (quadratic in T) and
+# float32 head logits [R, T, V] (and their log-softmax, and the gradients of both): at T = 1024 and
 # Qwen2.5's V = 151,936 that is 0.6 GB per [T, V] buffer per row. Both are now computed over chunks of
 # positions (lax.map / lax.scan), each chunk a function of its own rows only, so every row runs the same
 # ops on the same inputs as before and the bits are unchanged (tests/test_memory.py):
@@ -476,11 +476,11 @@ def _attention(cfg: ModelConfig, q_BTNH, k_BKSH, v_BKSH, mask_BTS):
 # multiple of 8, the last zero-padded (fewer than 8n padded positions, dropped again).
 
 HEAD_CHUNK_BYTES = 128 << 20
-"""Byte target of one head chunk's float32 logits [B, C, V]; 0 = the whole [B, T, V] at once."""
+"""Byte target of one head chunk's float32 logits [R, C, V]; 0 = the whole [R, T, V] at once."""
 ATTN_CHUNK_BYTES = 32 << 20
-"""Byte target of one query chunk's float32 attention scores [B, N, C, T]; 0 = all queries at once."""
+"""Byte target of one query chunk's float32 attention scores [R, N, C, T]; 0 = all queries at once."""
 MIN_CHUNK = 16
-"""The fewest positions in a chunk (see _chunk_len); also MIN_DECODE_ROWS rows of a head chunk at B = 1."""
+"""The fewest positions in a chunk (see _chunk_len); also MIN_DECODE_ROWS rows of a head chunk at R = 1."""
 
 
 def _chunk_len(T: int, bytes_per_position: int, budget: int, chunk: int | None) -> int:
@@ -505,25 +505,25 @@ def _chunk_len(T: int, bytes_per_position: int, budget: int, chunk: int | None) 
 
 
 def _split_chunks(x, c: int):
-    """[B, T, ...] -> [n, B, c, ...] with n = ceil(T / c); positions past T are zeros."""
-    B, T = x.shape[:2]
+    """[R, T, ...] -> [n, R, c, ...] with n = ceil(T / c); positions past T are zeros."""
+    R, T = x.shape[:2]
     n = -(-T // c)
     x = jnp.pad(x, [(0, 0), (0, n * c - T)] + [(0, 0)] * (x.ndim - 2))
-    return jnp.moveaxis(x.reshape((B, n, c) + x.shape[2:]), 1, 0)
+    return jnp.moveaxis(x.reshape((R, n, c) + x.shape[2:]), 1, 0)
 
 
 def _join_chunks(y, T: int):
-    """Inverse of _split_chunks: [n, B, c, ...] -> [B, T, ...] (the padded positions dropped)."""
-    n, B, c = y.shape[:3]
-    return jnp.moveaxis(y, 0, 1).reshape((B, n * c) + y.shape[3:])[:, :T]
+    """Inverse of _split_chunks: [n, R, c, ...] -> [R, T, ...] (the padded positions dropped)."""
+    n, R, c = y.shape[:3]
+    return jnp.moveaxis(y, 0, 1).reshape((R, n * c) + y.shape[3:])[:, :T]
 
 
-def _query_chunk_len(cfg: ModelConfig, B: int, T: int, query_chunk: int | None) -> int:
-    """Queries per attention chunk (_chunk_len on ATTN_CHUNK_BYTES of float32 [B, N, C, T] scores);
+def _query_chunk_len(cfg: ModelConfig, R: int, T: int, query_chunk: int | None) -> int:
+    """Queries per attention chunk (_chunk_len on ATTN_CHUNK_BYTES of float32 [R, N, C, T] scores);
     by default no chunking for a float32 config (see _default_chunking)."""
     if query_chunk is None and not _default_chunking(cfg):
         return T
-    return _chunk_len(T, 4 * B * cfg.num_heads * T, ATTN_CHUNK_BYTES, query_chunk)
+    return _chunk_len(T, 4 * R * cfg.num_heads * T, ATTN_CHUNK_BYTES, query_chunk)
 
 
 def _default_chunking(cfg: ModelConfig) -> bool:
@@ -536,100 +536,100 @@ def _default_chunking(cfg: ModelConfig) -> bool:
     return cfg.dtype != "float32"
 
 
-def _causal_attention(cfg: ModelConfig, q_BTNH, k_BKTH, v_BKTH, c: int):
+def _causal_attention(cfg: ModelConfig, q_RTNH, k_RKTH, v_RKTH, c: int):
     """Causal self-attention of T positions, queries in chunks of c (c >= T: all at once, the plain
     _attention). Each chunk attends over all T keys with where(key <= query, s, -inf): the same
     reductions, of the same length, in the same order as unchunked, and as decode's (PRECISION POLICY (d)).
     Each chunk is remat'ed, so the backward keeps only q, k, v and recomputes one chunk's scores at a time.
     k and v enter the loop as float32 (exact: they hold bf16 values, cast back inside), so that their
     gradients, one partial per chunk, are summed over the chunks in float32 rather than bf16."""
-    B, T = q_BTNH.shape[:2]
+    R, T = q_RTNH.shape[:2]
     if c >= T:
-        mask_BTS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
-        return _attention(cfg, q_BTNH, k_BKTH, v_BKTH, mask_BTS)
+        mask_RTS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (R, T, T))
+        return _attention(cfg, q_RTNH, k_RKTH, v_RKTH, mask_RTS)
     n = -(-T // c)
     pos_nC = jnp.arange(n * c).reshape(n, c)  # padded queries sit past T: they see every key, no NaN
 
     @partial(jax.checkpoint, policy=jax.checkpoint_policies.nothing_saveable)
-    def chunk(k32, v32, q_BCNH, pos_C):
-        mask_BCS = jnp.broadcast_to((pos_C[:, None] >= jnp.arange(T)[None, :])[None], (B, c, T))
-        return _attention(cfg, q_BCNH, k32.astype(k_BKTH.dtype), v32.astype(v_BKTH.dtype), mask_BCS)
+    def chunk(k32, v32, q_RCNH, pos_C):
+        mask_RCS = jnp.broadcast_to((pos_C[:, None] >= jnp.arange(T)[None, :])[None], (R, c, T))
+        return _attention(cfg, q_RCNH, k32.astype(k_RKTH.dtype), v32.astype(v_RKTH.dtype), mask_RCS)
 
-    k32, v32 = k_BKTH.astype(jnp.float32), v_BKTH.astype(jnp.float32)
-    o_nBCNH = jax.lax.map(lambda qp: chunk(k32, v32, *qp), (_split_chunks(q_BTNH, c), pos_nC))
+    k32, v32 = k_RKTH.astype(jnp.float32), v_RKTH.astype(jnp.float32)
+    o_nBCNH = jax.lax.map(lambda qp: chunk(k32, v32, *qp), (_split_chunks(q_RTNH, c), pos_nC))
     return _join_chunks(o_nBCNH, T)
 
 
-def _qkv(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh):
+def _qkv(cfg: ModelConfig, lp: dict, x_RTD, cos_BTh, sin_BTh):
     """Input RMSNorm, q/k/v projections, Qwen3's QK-norm (per head, over H, before RoPE), RoPE on q and k.
     The QK-norm is _rms_norm itself (PRECISION POLICY (b), (f), (g): f32, per-row barriers, fixed-tree
-    row sum over H, one rounding), so decode's [B, 1, ., H] rows and forward's [B, T, ., H] rows get the
+    row sum over H, one rounding), so decode's [R, 1, ., H] rows and forward's [R, T, ., H] rows get the
     same bits."""
-    h_BTD = _rms_norm(cfg, x_BTD, lp["input_norm"])
-    q_BTNH = _einsum(cfg, "BTD,DNH->BTNH", h_BTD, lp["q_proj"], lp.get("q_bias"))
-    k_BTKH = _einsum(cfg, "BTD,DKH->BTKH", h_BTD, lp["k_proj"], lp.get("k_bias"))
-    v_BTKH = _einsum(cfg, "BTD,DKH->BTKH", h_BTD, lp["v_proj"], lp.get("v_bias"))
+    h_RTD = _rms_norm(cfg, x_RTD, lp["input_norm"])
+    q_RTNH = _einsum(cfg, "BTD,DNH->BTNH", h_RTD, lp["q_proj"], lp.get("q_bias"))
+    k_RTKH = _einsum(cfg, "BTD,DKH->BTKH", h_RTD, lp["k_proj"], lp.get("k_bias"))
+    v_RTKH = _einsum(cfg, "BTD,DKH->BTKH", h_RTD, lp["v_proj"], lp.get("v_bias"))
     if cfg.qk_norm:
-        q_BTNH = _rms_norm(cfg, q_BTNH, lp["q_norm"])
-        k_BTKH = _rms_norm(cfg, k_BTKH, lp["k_norm"])
-    return _rope(cfg, q_BTNH, cos_BTh, sin_BTh), _rope(cfg, k_BTKH, cos_BTh, sin_BTh), v_BTKH
+        q_RTNH = _rms_norm(cfg, q_RTNH, lp["q_norm"])
+        k_RTKH = _rms_norm(cfg, k_RTKH, lp["k_norm"])
+    return _rope(cfg, q_RTNH, cos_BTh, sin_BTh), _rope(cfg, k_RTKH, cos_BTh, sin_BTh), v_RTKH
 
 
-def _block_out(cfg: ModelConfig, lp: dict, x_BTD, o_BTNH):
+def _block_out(cfg: ModelConfig, lp: dict, x_RTD, o_RTNH):
     """Attention output projection, residual, then the SwiGLU MLP and its residual."""
-    x_BTD = _add(cfg, x_BTD, _einsum(cfg, "BTNH,NHD->BTD", o_BTNH, lp["o_proj"]))
-    h_BTD = _rms_norm(cfg, x_BTD, lp["post_norm"])
-    gate_BTF = _einsum(cfg, "BTD,DF->BTF", h_BTD, lp["gate_proj"])
-    up_BTF = _einsum(cfg, "BTD,DF->BTF", h_BTD, lp["up_proj"])
+    x_RTD = _add(cfg, x_RTD, _einsum(cfg, "BTNH,NHD->BTD", o_RTNH, lp["o_proj"]))
+    h_RTD = _rms_norm(cfg, x_RTD, lp["post_norm"])
+    gate_RTF = _einsum(cfg, "BTD,DF->BTF", h_RTD, lp["gate_proj"])
+    up_RTF = _einsum(cfg, "BTD,DF->BTF", h_RTD, lp["up_proj"])
     if cfg.bf16_fix or cfg.dtype == "float32":
-        act_BTF = _to_act(cfg, jax.nn.silu(gate_BTF.astype(jnp.float32)) * up_BTF.astype(jnp.float32))
+        act_RTF = _to_act(cfg, jax.nn.silu(gate_RTF.astype(jnp.float32)) * up_RTF.astype(jnp.float32))
     else:
-        act_BTF = jax.nn.silu(gate_BTF) * up_BTF
-    return _add(cfg, x_BTD, _einsum(cfg, "BTF,FD->BTD", act_BTF, lp["down_proj"]))
+        act_RTF = jax.nn.silu(gate_RTF) * up_RTF
+    return _add(cfg, x_RTD, _einsum(cfg, "BTF,FD->BTD", act_RTF, lp["down_proj"]))
 
 
-def _layer(cfg: ModelConfig, lp: dict, x_BTD, cos_BTh, sin_BTh, query_chunk: int):
+def _layer(cfg: ModelConfig, lp: dict, x_RTD, cos_BTh, sin_BTh, query_chunk: int):
     """One full-sequence causal decoder block, attention queries in chunks of query_chunk positions
     (_causal_attention); also returns its K/V (the prefill's cache entries)."""
-    q_BTNH, k_BTKH, v_BTKH = _qkv(cfg, lp, x_BTD, cos_BTh, sin_BTh)
-    # K/V kept head-major [B, K, T, H], the cache layout: measured 2-4x faster batched attention
-    # matmuls in decode than [B, T, K, H], and no per-step transpose of the cache
-    k_BKTH, v_BKTH = k_BTKH.transpose(0, 2, 1, 3), v_BTKH.transpose(0, 2, 1, 3)
-    o_BTNH = _causal_attention(cfg, q_BTNH, k_BKTH, v_BKTH, query_chunk)
-    return _block_out(cfg, lp, x_BTD, o_BTNH), (k_BKTH, v_BKTH)
+    q_RTNH, k_RTKH, v_RTKH = _qkv(cfg, lp, x_RTD, cos_BTh, sin_BTh)
+    # K/V kept head-major [R, K, T, H], the cache layout: measured 2-4x faster batched attention
+    # matmuls in decode than [R, T, K, H], and no per-step transpose of the cache
+    k_RKTH, v_RKTH = k_RTKH.transpose(0, 2, 1, 3), v_RTKH.transpose(0, 2, 1, 3)
+    o_RTNH = _causal_attention(cfg, q_RTNH, k_RKTH, v_RKTH, query_chunk)
+    return _block_out(cfg, lp, x_RTD, o_RTNH), (k_RKTH, v_RKTH)
 
 
-def _check_tokens(cfg: ModelConfig, tokens_BT):
-    if tokens_BT.ndim != 2:
-        raise ValueError(f"tokens must have shape [batch, time], got shape {tokens_BT.shape}")
-    if tokens_BT.shape[1] > cfg.max_seq_len:
-        raise ValueError(f"sequence length {tokens_BT.shape[1]} exceeds the model's max_seq_len {cfg.max_seq_len}")
-    if not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
-        raise ValueError(f"tokens must be integers, got dtype {tokens_BT.dtype}")
-    if not isinstance(tokens_BT, jax.core.Tracer):  # concrete input: check the id range here, readably
-        t = np.asarray(tokens_BT)
+def _check_tokens(cfg: ModelConfig, tokens_RT):
+    if tokens_RT.ndim != 2:
+        raise ValueError(f"tokens must have shape [batch, time], got shape {tokens_RT.shape}")
+    if tokens_RT.shape[1] > cfg.max_seq_len:
+        raise ValueError(f"sequence length {tokens_RT.shape[1]} exceeds the model's max_seq_len {cfg.max_seq_len}")
+    if not jnp.issubdtype(tokens_RT.dtype, jnp.integer):
+        raise ValueError(f"tokens must be integers, got dtype {tokens_RT.dtype}")
+    if not isinstance(tokens_RT, jax.core.Tracer):  # concrete input: check the id range here, readably
+        t = np.asarray(tokens_RT)
         if t.size and (t.min() < 0 or t.max() >= cfg.vocab_size):
             bad = t[(t < 0) | (t >= cfg.vocab_size)]
             raise ValueError(f"token id {int(bad[0])} out of range [0, {cfg.vocab_size}) "
                              f"({bad.size} such ids in the input)")
 
 
-def _hidden(params: dict, cfg: ModelConfig, tokens_BT, return_kv: bool = False, query_chunk: int | None = None):
-    """Embedding + the layer stack (lax.scan over L, each layer remat'ed): final residual x_BTD and,
-    if asked, the stacked K/V [L, B, K, T, H] (the prefill cache). query_chunk: see _chunk_len."""
-    B, T = tokens_BT.shape
+def _hidden(params: dict, cfg: ModelConfig, tokens_RT, return_kv: bool = False, query_chunk: int | None = None):
+    """Embedding + the layer stack (lax.scan over L, each layer remat'ed): final residual x_RTD and,
+    if asked, the stacked K/V [L, R, K, T, H] (the prefill cache). query_chunk: see _chunk_len."""
+    R, T = tokens_RT.shape
     cos, sin = _rope_table(cfg, T)
-    cos_BTh = jnp.broadcast_to(cos[None], (B,) + cos.shape)
-    sin_BTh = jnp.broadcast_to(sin[None], (B,) + sin.shape)
-    x_BTD = jnp.take(params["embed"], tokens_BT, axis=0).astype(cfg.jdtype)
-    layer = _remat(cfg, partial(_layer, cfg, query_chunk=_query_chunk_len(cfg, B, T, query_chunk)))
+    cos_BTh = jnp.broadcast_to(cos[None], (R,) + cos.shape)
+    sin_BTh = jnp.broadcast_to(sin[None], (R,) + sin.shape)
+    x_RTD = jnp.take(params["embed"], tokens_RT, axis=0).astype(cfg.jdtype)
+    layer = _remat(cfg, partial(_layer, cfg, query_chunk=_query_chunk_len(cfg, R, T, query_chunk)))
 
-    def step(x_BTD, lp):
-        x_BTD, kv = layer(lp, x_BTD, cos_BTh, sin_BTh)
-        return x_BTD, (kv if return_kv else None)
+    def step(x_RTD, lp):
+        x_RTD, kv = layer(lp, x_RTD, cos_BTh, sin_BTh)
+        return x_RTD, (kv if return_kv else None)
 
-    x_BTD, kv = jax.lax.scan(step, x_BTD, params["layers"])
-    return x_BTD, kv
+    x_RTD, kv = jax.lax.scan(step, x_RTD, params["layers"])
+    return x_RTD, kv
 
 
 def _unembed_matrix(params: dict, cfg: ModelConfig):
@@ -642,7 +642,7 @@ def _head_logits(cfg: ModelConfig, final_norm, w, x_XD):
     """Output head in f32 (PRECISION POLICY (c)): final RMSNorm, unembedding -> float32 logits.
     w is embed [V, D] (tied) or lm_head [D, V]. The tied case contracts embed's D axis directly
     ("...D,VD->...V"): measured on XLA:CPU, a dot against embed.T folded the transpose into the
-    dot and summed a 16-row decode batch in another order than a [B*T]-row forward (about 5 tokens
+    dot and summed a 16-row decode batch in another order than a [R*T]-row forward (about 5 tokens
     in 1000 differed); contracting the stored layout is row-count invariant."""
     spec = "...D,VD->...V" if cfg.tie_embeddings else "...D,DV->...V"
     x32 = _rms_scale(cfg, x_XD.astype(jnp.float32))
@@ -667,36 +667,36 @@ def _log_softmax(cfg: ModelConfig, logits_XV, temperature):
     return z - _per_row(cfg, jnp.log, _row_sum(cfg, jnp.exp(z)))
 
 
-def forward(params: dict, cfg: ModelConfig, tokens_BT, *, query_chunk: int | None = None) -> jax.Array:
-    """float32 logits [B, T, V] for positions 0..T-1 with a causal mask (scoring and tests; the trainer
-    uses token_logprobs, which never holds [B, T, V]). query_chunk: attention chunks, see _chunk_len."""
-    _check_tokens(cfg, tokens_BT)
-    x_BTD, _ = _hidden(params, cfg, tokens_BT, query_chunk=query_chunk)
+def forward(params: dict, cfg: ModelConfig, tokens_RT, *, query_chunk: int | None = None) -> jax.Array:
+    """float32 logits [R, T, V] for positions 0..T-1 with a causal mask (scoring and tests; the trainer
+    uses token_logprobs, which never holds [R, T, V]). query_chunk: attention chunks, see _chunk_len."""
+    _check_tokens(cfg, tokens_RT)
+    x_RTD, _ = _hidden(params, cfg, tokens_RT, query_chunk=query_chunk)
     head = _remat(cfg, partial(_head_logits, cfg))
-    return head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD)
+    return head(params["final_norm"], _unembed_matrix(params, cfg), x_RTD)
 
 
-def _head_token_logp(cfg: ModelConfig, final_norm, w, x_BTD, next_BT, temperature):
+def _head_token_logp(cfg: ModelConfig, final_norm, w, x_RTD, next_RT, temperature):
     """log softmax(head(x) / temperature)[next] per position: the rows' math of generate()'s reported
     log-probs (_head_logits, _log_softmax, one gather)."""
-    logits_BTV = _head_logits(cfg, final_norm, w, x_BTD)
-    logp_BTV = _log_softmax(cfg, logits_BTV, temperature)
-    return jnp.take_along_axis(logp_BTV, next_BT[..., None], axis=-1)[..., 0]
+    logits_RTV = _head_logits(cfg, final_norm, w, x_RTD)
+    logp_RTV = _log_softmax(cfg, logits_RTV, temperature)
+    return jnp.take_along_axis(logp_RTV, next_RT[..., None], axis=-1)[..., 0]
 
 
-def _head_chunk_len(cfg: ModelConfig, B: int, T: int, chunk_tokens: int | None) -> int:
-    """Positions per head chunk (_chunk_len on HEAD_CHUNK_BYTES of float32 [B, C, V] logits). A chunk
+def _head_chunk_len(cfg: ModelConfig, R: int, T: int, chunk_tokens: int | None) -> int:
+    """Positions per head chunk (_chunk_len on HEAD_CHUNK_BYTES of float32 [R, C, V] logits). A chunk
     of >= MIN_CHUNK positions has >= MIN_DECODE_ROWS rows, the row counts decode and the unchunked
     trainer run the unembedding dot at (measured row-count invariant from 2 rows on: _head_logits).
     By default (chunk_tokens None) the head is chunked only where that saves memory by the head terms
     of the trainer's memory estimate (_head_bytes): the chunked backward's float32 gradient accumulator
     costs 4.6..6.5 bytes per unembedding entry (V x D), which for a wide model and few tokens outweighs
-    the [B, T, V] logits it avoids (Qwen2.5-7B's at 1 x 1024 tokens: 3.5 GB either way); the bits are
+    the [R, T, V] logits it avoids (Qwen2.5-7B's at 1 x 1024 tokens: 3.5 GB either way); the bits are
     the same both ways."""
     if chunk_tokens is None and not _default_chunking(cfg):
         return T
-    c = _chunk_len(T, 4 * B * cfg.vocab_size, HEAD_CHUNK_BYTES, chunk_tokens)
-    if chunk_tokens is None and c < T and _head_bytes(cfg, B, T, c) >= _head_bytes(cfg, B, T, T):
+    c = _chunk_len(T, 4 * R * cfg.vocab_size, HEAD_CHUNK_BYTES, chunk_tokens)
+    if chunk_tokens is None and c < T and _head_bytes(cfg, R, T, c) >= _head_bytes(cfg, R, T, T):
         return T
     return c
 
@@ -704,76 +704,76 @@ def _head_chunk_len(cfg: ModelConfig, B: int, T: int, chunk_tokens: int | None) 
 # The output head's terms of the trainer's memory estimate (memory.py, whose comment gives every term
 # and its calibration): they live here because the default head chunking (_head_chunk_len) compares
 # them. Bytes: chunked, the float32 weight-gradient accumulator (tied 4.6, untied 6.5 bytes * V*D) plus
-# 2.5 x float32 [B, C, Vpad] per chunk (logits, exp, _row_sum's power-of-two pad, their gradients);
-# unchunked, 3.5 x float32 [B, T, Vpad] (measured 2.5..3.8).
+# 2.5 x float32 [R, C, Vpad] per chunk (logits, exp, _row_sum's power-of-two pad, their gradients);
+# unchunked, 3.5 x float32 [R, T, Vpad] (measured 2.5..3.8).
 _HEAD_COEF = dict(acc_tied=4.6, acc_untied=6.5, head_chunk=2.5, head_whole=3.5)
 
 
-def _head_bytes(cfg: ModelConfig, B: int, T: int, c: int) -> float:
-    """The head's bytes in memory.train_step_bytes for B x T positions in chunks of c (c >= T: unchunked)."""
+def _head_bytes(cfg: ModelConfig, R: int, T: int, c: int) -> float:
+    """The head's bytes in memory.train_step_bytes for R x T positions in chunks of c (c >= T: unchunked)."""
     k = _HEAD_COEF
     v_pad = 1 << (cfg.vocab_size - 1).bit_length() if cfg.bf16_fix else cfg.vocab_size
     if c >= T:
-        return k["head_whole"] * 4 * B * T * v_pad
+        return k["head_whole"] * 4 * R * T * v_pad
     acc = k["acc_tied"] if cfg.tie_embeddings else k["acc_untied"]
-    return k["head_chunk"] * 4 * B * c * v_pad + acc * cfg.vocab_size * cfg.hidden_size
+    return k["head_chunk"] * 4 * R * c * v_pad + acc * cfg.vocab_size * cfg.hidden_size
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _chunked_head_token_logp(cfg: ModelConfig, c: int, final_norm, w, x_BTD, next_BT, temperature):
-    """_head_token_logp over chunks of c positions (lax.map): the float32 [B, c, V] logits of one chunk
+def _chunked_head_token_logp(cfg: ModelConfig, c: int, final_norm, w, x_RTD, next_RT, temperature):
+    """_head_token_logp over chunks of c positions (lax.map): the float32 [R, c, V] logits of one chunk
     at a time. The backward (below) is a custom rule so that the weight gradients, one partial per
     chunk, are summed in float32: autodiff of a loop sums a closed-over weight's cotangent in the
     weight's dtype, which for bf16 loses the small partials once the sum is 2^8 times larger."""
     logp_nBC = jax.lax.map(lambda xn: _head_token_logp(cfg, final_norm, w, xn[0], xn[1], temperature),
-                           (_split_chunks(x_BTD, c), _split_chunks(next_BT, c)))
-    return _join_chunks(logp_nBC, x_BTD.shape[1])
+                           (_split_chunks(x_RTD, c), _split_chunks(next_RT, c)))
+    return _join_chunks(logp_nBC, x_RTD.shape[1])
 
 
-def _chunked_head_fwd(cfg, c, final_norm, w, x_BTD, next_BT, temperature):
+def _chunked_head_fwd(cfg, c, final_norm, w, x_RTD, next_RT, temperature):
     # Residuals: the inputs only (no logits); the backward recomputes each chunk.
-    return (_chunked_head_token_logp(cfg, c, final_norm, w, x_BTD, next_BT, temperature),
-            (final_norm, w, x_BTD, next_BT, temperature))
+    return (_chunked_head_token_logp(cfg, c, final_norm, w, x_RTD, next_RT, temperature),
+            (final_norm, w, x_RTD, next_RT, temperature))
 
 
-def _chunked_head_bwd(cfg, c, res, g_BT):
+def _chunked_head_bwd(cfg, c, res, g_RT):
     """Per chunk: recompute and differentiate that chunk (jax.vjp of _head_token_logp, the same rule
     autodiff applies unchunked), x's cotangent per chunk, final_norm's and w's summed in float32 and
     cast once. No cotangent for the token ids or the temperature (treated as constants)."""
-    final_norm, w, x_BTD, next_BT, temperature = res
+    final_norm, w, x_RTD, next_RT, temperature = res
 
     def body(acc, xs):
-        x_BCD, next_BC, g_BC = xs
-        _, vjp = jax.vjp(lambda fn, w, x: _head_token_logp(cfg, fn, w, x, next_BC, temperature), final_norm, w, x_BCD)
-        d_norm, d_w, d_x = vjp(g_BC)
+        x_RCD, next_RC, g_RC = xs
+        _, vjp = jax.vjp(lambda fn, w, x: _head_token_logp(cfg, fn, w, x, next_RC, temperature), final_norm, w, x_RCD)
+        d_norm, d_w, d_x = vjp(g_RC)
         return (acc[0] + d_norm.astype(jnp.float32), acc[1] + d_w.astype(jnp.float32)), d_x
 
     zeros = (jnp.zeros(final_norm.shape, jnp.float32), jnp.zeros(w.shape, jnp.float32))
-    (d_norm, d_w), d_x = jax.lax.scan(body, zeros, (_split_chunks(x_BTD, c), _split_chunks(next_BT, c),
-                                                    _split_chunks(g_BT.astype(jnp.float32), c)))
-    return d_norm.astype(final_norm.dtype), d_w.astype(w.dtype), _join_chunks(d_x, x_BTD.shape[1]), None, None
+    (d_norm, d_w), d_x = jax.lax.scan(body, zeros, (_split_chunks(x_RTD, c), _split_chunks(next_RT, c),
+                                                    _split_chunks(g_RT.astype(jnp.float32), c)))
+    return d_norm.astype(final_norm.dtype), d_w.astype(w.dtype), _join_chunks(d_x, x_RTD.shape[1]), None, None
 
 
 _chunked_head_token_logp.defvjp(_chunked_head_fwd, _chunked_head_bwd)
 
 
-def token_logprobs(params: dict, cfg: ModelConfig, tokens_BT, temperature=1.0, *, chunk_tokens: int | None = None,
+def token_logprobs(params: dict, cfg: ModelConfig, tokens_RT, temperature=1.0, *, chunk_tokens: int | None = None,
                    query_chunk: int | None = None) -> jax.Array:
-    """THE log-prob function of sampler scoring and trainer: float32 [B, T] with
-    logp_BT[:, t] = log softmax(logits[:, t-1] / temperature)[tokens[:, t]] and logp_BT[:, 0] = 0.
+    """THE log-prob function of sampler scoring and trainer: float32 [R, T] with
+    logp_RT[:, t] = log softmax(logits[:, t-1] / temperature)[tokens[:, t]] and logp_RT[:, 0] = 0.
     Differentiable w.r.t. params; jit it with cfg (and the chunk keywords) static. generate() reports
     the same bits. chunk_tokens: positions per output-head chunk, query_chunk: queries per attention
     chunk; 0: no chunking; None (the default): for a bf16 model sized from HEAD_CHUNK_BYTES /
     ATTN_CHUNK_BYTES (_head_chunk_len, _query_chunk_len), for a float32 model none. In bf16 the chunk
     sizes do not change the log-probs' bits (measured; tests/test_memory.py), only where the gradients'
     float32 sums are split; a chunked float32 model agrees within float32 rounding."""
-    _check_tokens(cfg, tokens_BT)
-    x_BTD, _ = _hidden(params, cfg, tokens_BT, query_chunk=query_chunk)
-    B, T = tokens_BT.shape
-    c = _head_chunk_len(cfg, B, T - 1, chunk_tokens)
+    _check_tokens(cfg, tokens_RT)
+    x_RTD, _ = _hidden(params, cfg, tokens_RT, query_chunk=query_chunk)
+    R, T = tokens_RT.shape
+    c = _head_chunk_len(cfg, R, T - 1, chunk_tokens)
     head = (_remat(cfg, partial(_head_token_logp, cfg)) if c >= T - 1
             else partial(_chunked_head_token_logp, cfg, c))
-    logp_BT1 = head(params["final_norm"], _unembed_matrix(params, cfg), x_BTD[:, :-1], tokens_BT[:, 1:], temperature)
+    logp_BT1 = head(params["final_norm"], _unembed_matrix(params, cfg), x_RTD[:, :-1], tokens_RT[:, 1:], temperature)
     return jnp.concatenate([jnp.zeros_like(logp_BT1[:, :1]), logp_BT1], axis=1)
 
 
@@ -785,110 +785,110 @@ def _as_bits(x):
     return jax.lax.bitcast_convert_type(x, jnp.uint16) if x.dtype == jnp.bfloat16 else x
 
 
-def _write_slot(cache_BKSH, rows_B, pos_B, new_BKH):
-    """cache[b, :, pos_B[b]] = new[b], in place. A bf16 cache lives in the while loop as uint16 bits:
+def _write_slot(cache_RKSH, rows_R, pos_R, new_RKH):
+    """cache[b, :, pos_R[b]] = new[b], in place. A bf16 cache lives in the while loop as uint16 bits:
     XLA:CPU has no bf16 scatter and otherwise converts the whole cache to f32 and back around it, every
     layer, every step (measured: that conversion was most of a decode step)."""
-    return cache_BKSH.at[rows_B, :, pos_B].set(_as_bits(new_BKH))
+    return cache_RKSH.at[rows_R, :, pos_R].set(_as_bits(new_RKH))
 
 
-def _decode_step(params: dict, cfg: ModelConfig, cache, tok_B, pos_B):
-    """One token per row at per-row position pos_B: scatters its K/V into the full-length cache (a tuple
-    of L arrays [B, K, T, H] each, updated in place inside the while loop) and attends over all T slots
+def _decode_step(params: dict, cfg: ModelConfig, cache, tok_R, pos_R):
+    """One token per row at per-row position pos_R: scatters its K/V into the full-length cache (a tuple
+    of L arrays [R, K, T, H] each, updated in place inside the while loop) and attends over all T slots
     with slots > pos masked out (PRECISION POLICY (d)). The layers are unrolled here (no scan): that
-    lets XLA update each cache buffer in place. Returns (cache, x_BD), x_BD the final residual."""
+    lets XLA update each cache buffer in place. Returns (cache, x_RD), x_RD the final residual."""
     k_cache, v_cache = cache
-    B, T = k_cache[0].shape[0], k_cache[0].shape[2]
-    rows_B = jnp.arange(B)
+    R, T = k_cache[0].shape[0], k_cache[0].shape[2]
+    rows_R = jnp.arange(R)
     cos, sin = _rope_table(cfg, T)
-    cos_B1h, sin_B1h = jnp.asarray(cos)[pos_B][:, None], jnp.asarray(sin)[pos_B][:, None]
-    mask_B1S = (jnp.arange(T)[None, :] <= pos_B[:, None])[:, None, :]
-    x_B1D = jnp.take(params["embed"], tok_B[:, None], axis=0).astype(cfg.jdtype)
+    cos_B1h, sin_B1h = jnp.asarray(cos)[pos_R][:, None], jnp.asarray(sin)[pos_R][:, None]
+    mask_B1S = (jnp.arange(T)[None, :] <= pos_R[:, None])[:, None, :]
+    x_B1D = jnp.take(params["embed"], tok_R[:, None], axis=0).astype(cfg.jdtype)
     k_out, v_out = [], []
     for layer in range(cfg.num_layers):
         lp = jax.tree.map(lambda w: w[layer], params["layers"])
         q_B1NH, k_B1KH, v_B1KH = _qkv(cfg, lp, x_B1D, cos_B1h, sin_B1h)
-        k_BKSH = _write_slot(k_cache[layer], rows_B, pos_B, k_B1KH[:, 0])
-        v_BKSH = _write_slot(v_cache[layer], rows_B, pos_B, v_B1KH[:, 0])
+        k_RKSH = _write_slot(k_cache[layer], rows_R, pos_R, k_B1KH[:, 0])
+        v_RKSH = _write_slot(v_cache[layer], rows_R, pos_R, v_B1KH[:, 0])
         as_act = lambda c: jax.lax.bitcast_convert_type(c, cfg.jdtype) if c.dtype == jnp.uint16 else c
-        o_B1NH = _attention(cfg, q_B1NH, as_act(k_BKSH), as_act(v_BKSH), mask_B1S)
+        o_B1NH = _attention(cfg, q_B1NH, as_act(k_RKSH), as_act(v_RKSH), mask_B1S)
         x_B1D = _block_out(cfg, lp, x_B1D, o_B1NH)
-        k_out.append(k_BKSH)
-        v_out.append(v_BKSH)
+        k_out.append(k_RKSH)
+        v_out.append(v_RKSH)
     return (tuple(k_out), tuple(v_out)), x_B1D[:, 0]
 
 
-def _sample(u_B, logp_BV, top_p, greedy: bool, use_top_p: bool):
-    """Draw one token per row from exp(logp_BV), restricted to the nucleus when use_top_p: the smallest
+def _sample(u_R, logp_RV, top_p, greedy: bool, use_top_p: bool):
+    """Draw one token per row from exp(logp_RV), restricted to the nucleus when use_top_p: the smallest
     set of most-likely tokens whose probability reaches top_p (Holtzman et al. 2019, arXiv:1904.09751).
     Inverse-CDF sampling (one uniform per row against the running sum of probabilities) instead of
-    jax.random.categorical's Gumbel-max: it needs B random numbers instead of B*V, which measured
+    jax.random.categorical's Gumbel-max: it needs R random numbers instead of R*V, which measured
     about 3x faster per step at V = 32000 on this CPU. Masked tokens have probability 0 and are never hit.
-    u_B: one uniform in [0, 1) per row. Because the token is a monotone function of u given the
+    u_R: one uniform in [0, 1) per row. Because the token is a monotone function of u given the
     probabilities, two policies that differ a little mostly draw the same token from the same u."""
     if greedy:
-        return jnp.argmax(logp_BV, axis=-1).astype(jnp.int32)
+        return jnp.argmax(logp_RV, axis=-1).astype(jnp.int32)
     if use_top_p:
-        sorted_BV = jnp.sort(logp_BV, axis=-1)[:, ::-1]
-        cum_BV = jnp.cumsum(jnp.exp(sorted_BV), axis=-1)
+        sorted_RV = jnp.sort(logp_RV, axis=-1)[:, ::-1]
+        cum_RV = jnp.cumsum(jnp.exp(sorted_RV), axis=-1)
         # the cut: the smallest logp still inside the nucleus (the first sorted token always is)
-        n_keep_B = jnp.sum((cum_BV - jnp.exp(sorted_BV)) < top_p, axis=-1)
-        cut_B = jnp.take_along_axis(sorted_BV, jnp.maximum(n_keep_B - 1, 0)[:, None], axis=-1)
-        logp_BV = jnp.where(logp_BV >= cut_B, logp_BV, -jnp.inf)
-    cdf_BV = jnp.cumsum(jnp.exp(logp_BV - jnp.max(logp_BV, axis=-1, keepdims=True)), axis=-1)
-    u_B1 = u_B[:, None] * cdf_BV[:, -1:]
-    tok_B = jnp.sum(cdf_BV <= u_B1, axis=-1)
-    return jnp.minimum(tok_B, logp_BV.shape[-1] - 1).astype(jnp.int32)
+        n_keep_R = jnp.sum((cum_RV - jnp.exp(sorted_RV)) < top_p, axis=-1)
+        cut_R = jnp.take_along_axis(sorted_RV, jnp.maximum(n_keep_R - 1, 0)[:, None], axis=-1)
+        logp_RV = jnp.where(logp_RV >= cut_R, logp_RV, -jnp.inf)
+    cdf_RV = jnp.cumsum(jnp.exp(logp_RV - jnp.max(logp_RV, axis=-1, keepdims=True)), axis=-1)
+    u_B1 = u_R[:, None] * cdf_RV[:, -1:]
+    tok_R = jnp.sum(cdf_RV <= u_B1, axis=-1)
+    return jnp.minimum(tok_R, logp_RV.shape[-1] - 1).astype(jnp.int32)
 
 
 @partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p", "prefill_len"))
-def _generate_jit(params, cfg, prompt_BT, prompt_len_B, keys_B, temperature, top_p, eos_K, pad_id, *,
+def _generate_jit(params, cfg, prompt_RT, prompt_len_R, keys_R, temperature, top_p, eos_K, pad_id, *,
                   max_new_tokens: int, greedy: bool, use_top_p: bool, prefill_len: int):
-    B, T = prompt_BT.shape
-    rows_B = jnp.arange(B)
+    R, T = prompt_RT.shape
+    rows_R = jnp.arange(R)
     # Prefill IS the forward's layer stack, over the first prefill_len positions (the prompts): its K/V
-    # are forward's K/V (PRECISION POLICY (i): the same bits as over the full [B, T]); the cache
+    # are forward's K/V (PRECISION POLICY (i): the same bits as over the full [R, T]); the cache
     # positions after it start as zeros, each written by decode before any query attends to it.
-    x_BTD, (k_cache, v_cache) = _hidden(params, cfg, prompt_BT[:, :prefill_len], return_kv=True)
-    grow = [(0, 0)] * 3 + [(0, T - prefill_len), (0, 0)]  # [L, B, K, P, H] -> [L, B, K, T, H]
+    x_RTD, (k_cache, v_cache) = _hidden(params, cfg, prompt_RT[:, :prefill_len], return_kv=True)
+    grow = [(0, 0)] * 3 + [(0, T - prefill_len), (0, 0)]  # [L, R, K, P, H] -> [L, R, K, T, H]
     k_cache, v_cache = jnp.pad(k_cache, grow), jnp.pad(v_cache, grow)
     head = _remat(cfg, partial(_head_logits, cfg))
     w = _unembed_matrix(params, cfg)
-    x_BD = x_BTD[rows_B, prompt_len_B - 1]
+    x_RD = x_RTD[rows_R, prompt_len_R - 1]
 
-    def sample_into(state, x_BD, i):
-        tokens_BT, logp_BT, mask_BT, done_B = state
-        # row b's i-th token uses uniform(fold_in(keys_B[b], i)): a row's draws never depend on its batch
-        u_B = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(keys_B)
-        logp_BV = _log_softmax(cfg, head(params["final_norm"], w, x_BD), temperature)
-        tok_B = _sample(u_B, logp_BV, top_p, greedy, use_top_p)
-        tok_logp_B = jnp.take_along_axis(logp_BV, tok_B[:, None], axis=-1)[:, 0]
-        pos_B = prompt_len_B + i
-        live_B = ~done_B
-        write_BT = (jnp.arange(T)[None, :] == pos_B[:, None]) & live_B[:, None]
-        tokens_BT = jnp.where(write_BT, tok_B[:, None], tokens_BT)
-        logp_BT = jnp.where(write_BT, tok_logp_B[:, None], logp_BT)
-        mask_BT = jnp.where(write_BT, 1.0, mask_BT)
-        done_B = done_B | ends_row(tok_B, eos_K)
-        return (tokens_BT, logp_BT, mask_BT, done_B), tok_B
+    def sample_into(state, x_RD, i):
+        tokens_RT, logp_RT, mask_RT, done_R = state
+        # row b's i-th token uses uniform(fold_in(keys_R[b], i)): a row's draws never depend on its batch
+        u_R = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(keys_R)
+        logp_RV = _log_softmax(cfg, head(params["final_norm"], w, x_RD), temperature)
+        tok_R = _sample(u_R, logp_RV, top_p, greedy, use_top_p)
+        tok_logp_R = jnp.take_along_axis(logp_RV, tok_R[:, None], axis=-1)[:, 0]
+        pos_R = prompt_len_R + i
+        live_R = ~done_R
+        write_RT = (jnp.arange(T)[None, :] == pos_R[:, None]) & live_R[:, None]
+        tokens_RT = jnp.where(write_RT, tok_R[:, None], tokens_RT)
+        logp_RT = jnp.where(write_RT, tok_logp_R[:, None], logp_RT)
+        mask_RT = jnp.where(write_RT, 1.0, mask_RT)
+        done_R = done_R | ends_row(tok_R, eos_K)
+        return (tokens_RT, logp_RT, mask_RT, done_R), tok_R
 
-    state = (prompt_BT, jnp.zeros((B, T), jnp.float32), jnp.zeros((B, T), jnp.float32), jnp.zeros((B,), bool))
-    state, tok_B = sample_into(state, x_BD, 0)
+    state = (prompt_RT, jnp.zeros((R, T), jnp.float32), jnp.zeros((R, T), jnp.float32), jnp.zeros((R,), bool))
+    state, tok_R = sample_into(state, x_RD, 0)
 
     def cond(carry):
         i, state, _, _ = carry
         return (i < max_new_tokens) & ~jnp.all(state[3])
 
     def body(carry):
-        i, state, cache, tok_B = carry
-        cache, x_BD = _decode_step(params, cfg, cache, tok_B, prompt_len_B + i - 1)
-        state, tok_B = sample_into(state, x_BD, i)
-        return i + 1, state, cache, tok_B
+        i, state, cache, tok_R = carry
+        cache, x_RD = _decode_step(params, cfg, cache, tok_R, prompt_len_R + i - 1)
+        state, tok_R = sample_into(state, x_RD, i)
+        return i + 1, state, cache, tok_R
 
-    cache = (tuple(map(_as_bits, k_cache)), tuple(map(_as_bits, v_cache)))  # [L, B, K, T, H] -> L arrays [B, K, T, H]
-    _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_B))
-    tokens_BT, logp_BT, mask_BT, _ = state
-    return tokens_BT, logp_BT, mask_BT, jnp.sum(mask_BT, axis=1).astype(jnp.int32)
+    cache = (tuple(map(_as_bits, k_cache)), tuple(map(_as_bits, v_cache)))  # [L, R, K, T, H] -> L arrays [R, K, T, H]
+    _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_R))
+    tokens_RT, logp_RT, mask_RT, _ = state
+    return tokens_RT, logp_RT, mask_RT, jnp.sum(mask_RT, axis=1).astype(jnp.int32)
 
 
 MAX_STOP_IDS = 8
@@ -907,19 +907,19 @@ def stop_ids(eos_id, pad_id: int, vocab_size: int):
     return jnp.asarray(ids + [-1] * (MAX_STOP_IDS - len(ids)), jnp.int32)
 
 
-def ends_row(tok_B, eos_K):
+def ends_row(tok_R, eos_K):
     """True where a sampled token is one of the stop ids (eos_K from stop_ids)."""
-    return jnp.any(tok_B[:, None] == eos_K[None, :], axis=-1)
+    return jnp.any(tok_R[:, None] == eos_K[None, :], axis=-1)
 
 
-def _row_keys(key, B: int):
-    """B per-row keys from one key (split) or a batch of B keys (as given); typed or raw uint32 keys."""
+def _row_keys(key, R: int):
+    """R per-row keys from one key (split) or a batch of R keys (as given); typed or raw uint32 keys."""
     key = jnp.asarray(key)
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     if key.ndim == (0 if typed else 1):
-        return jax.random.split(key, B)
-    if key.shape[0] != B or key.ndim != (1 if typed else 2):
-        raise ValueError(f"key must be one PRNG key or {B} of them (one per row); got shape {key.shape}")
+        return jax.random.split(key, R)
+    if key.shape[0] != R or key.ndim != (1 if typed else 2):
+        raise ValueError(f"key must be one PRNG key or {R} of them (one per row); got shape {key.shape}")
     return key
 
 
@@ -936,23 +936,23 @@ def _fit_len(n: int, cap: int) -> int:
     return fitted if fitted <= (1 - FIT_MIN_SAVING) * cap else cap
 
 
-def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, max_new_tokens: int,
+def generate(params: dict, cfg: ModelConfig, prompt_RT, prompt_len_R, key, *, max_new_tokens: int,
              temperature: float = 1.0, top_p: float = 1.0, eos_id=None, pad_id: int = 0,
              fit: bool = True) -> dict:
     """Sample completions with a full-length KV cache.
 
-    prompt_BT: int32 [B, T], each row's prompt right-padded with pad_id to the fixed length T (the cache
-    length, and the length the trainer runs forward() on); prompt_len_B + max_new_tokens <= T.
-    Returns numpy arrays: tokens_BT (prompt + completion + pad), logp_behav_BT (f32, the behaviour
+    prompt_RT: int32 [R, T], each row's prompt right-padded with pad_id to the fixed length T (the cache
+    length, and the length the trainer runs forward() on); prompt_len_R + max_new_tokens <= T.
+    Returns numpy arrays: tokens_RT (prompt + completion + pad), logp_behav_RT (f32, the behaviour
     policy's log-prob of each sampled completion token under the FULL tempered distribution
     softmax(logits / temperature), not the top_p renormalised one, so it equals token_logprobs(params,
-    cfg, tokens_BT, temperature) bit for bit on the reference CPU configuration; 0 elsewhere), mask_BT
-    (1.0 on completion tokens, eos included), completion_len_B. eos_id: the token id, or the ids (at
+    cfg, tokens_RT, temperature) bit for bit on the reference CPU configuration; 0 elsewhere), mask_RT
+    (1.0 on completion tokens, eos included), completion_len_R. eos_id: the token id, or the ids (at
     most MAX_STOP_IDS), that end a row (a chat checkpoint has several: every eos of its
     generation_config and its template's end-of-turn; the row keeps the one it sampled, mask 1); None:
     rows end only at max_new_tokens. temperature=0 is greedy and reports the untempered (temperature 1)
     log-probs.
-    key: one PRNG key for the batch, or a batch of B keys, one per row. With per-row keys a row's
+    key: one PRNG key for the batch, or a batch of R keys, one per row. With per-row keys a row's
     completion depends only on its prompt, its key and the weights, not on the other rows: the same
     keys give common random numbers across evaluations (inference_worker.py: row_keys).
     Fewer than MIN_DECODE_ROWS rows are padded with dummy rows internally (PRECISION POLICY (e)).
@@ -961,35 +961,35 @@ def generate(params: dict, cfg: ModelConfig, prompt_BT, prompt_len_B, key, *, ma
     (and left at full length where that saves under FIT_MIN_SAVING); the outputs are padded back to T. By PRECISION POLICY (i) this
     changes no bit of the result (tests/test_packing.py); fit=False runs everything at T.
     """
-    prompt_BT = np.asarray(prompt_BT)
-    prompt_len_B = np.asarray(prompt_len_B)
-    _check_tokens(cfg, prompt_BT)
-    B, T = prompt_BT.shape
-    if prompt_len_B.shape != (B,):
-        raise ValueError(f"prompt_len_B must have shape ({B},), got {prompt_len_B.shape}")
+    prompt_RT = np.asarray(prompt_RT)
+    prompt_len_R = np.asarray(prompt_len_R)
+    _check_tokens(cfg, prompt_RT)
+    R, T = prompt_RT.shape
+    if prompt_len_R.shape != (R,):
+        raise ValueError(f"prompt_len_R must have shape ({R},), got {prompt_len_R.shape}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if prompt_len_B.min() < 1 or prompt_len_B.max() + max_new_tokens > T:
+    if prompt_len_R.min() < 1 or prompt_len_R.max() + max_new_tokens > T:
         raise ValueError(f"need 1 <= prompt_len and prompt_len + max_new_tokens <= T = {T}; got prompt lengths "
-                         f"in [{prompt_len_B.min()}, {prompt_len_B.max()}] and max_new_tokens={max_new_tokens}")
+                         f"in [{prompt_len_R.min()}, {prompt_len_R.max()}] and max_new_tokens={max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
     eos_K = stop_ids(eos_id, pad_id, cfg.vocab_size)
-    keys_B = _row_keys(key, B)
-    n_rows = max(B, MIN_DECODE_ROWS)
-    if n_rows > B:  # dummy rows: a 1-token prompt, results dropped
-        prompt_BT = np.concatenate([prompt_BT, np.full((n_rows - B, T), pad_id, prompt_BT.dtype)])
-        prompt_len_B = np.concatenate([prompt_len_B, np.ones(n_rows - B, prompt_len_B.dtype)])
-        keys_B = jnp.concatenate([keys_B, jax.random.split(keys_B[0], n_rows - B)])
-    longest = int(prompt_len_B.max())
+    keys_R = _row_keys(key, R)
+    n_rows = max(R, MIN_DECODE_ROWS)
+    if n_rows > R:  # dummy rows: a 1-token prompt, results dropped
+        prompt_RT = np.concatenate([prompt_RT, np.full((n_rows - R, T), pad_id, prompt_RT.dtype)])
+        prompt_len_R = np.concatenate([prompt_len_R, np.ones(n_rows - R, prompt_len_R.dtype)])
+        keys_R = jnp.concatenate([keys_R, jax.random.split(keys_R[0], n_rows - R)])
+    longest = int(prompt_len_R.max())
     C = _fit_len(longest + max_new_tokens, T) if fit else T  # the cache length
     P = min(_fit_len(longest, T), C) if fit else T            # the prefill length
-    tokens_BT, logp_BT, mask_BT, n_B = _generate_jit(
-        params, cfg, jnp.asarray(prompt_BT[:, :C], jnp.int32), jnp.asarray(prompt_len_B, jnp.int32), keys_B,
+    tokens_RT, logp_RT, mask_RT, n_R = _generate_jit(
+        params, cfg, jnp.asarray(prompt_RT[:, :C], jnp.int32), jnp.asarray(prompt_len_R, jnp.int32), keys_R,
         jnp.float32(temperature), jnp.float32(top_p), eos_K, jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1,
         prefill_len=P)
-    grow = ((0, 0), (0, T - C))  # back to [B, T]: pad tokens, log-prob 0, mask 0
-    out = {"tokens_BT": np.pad(np.asarray(tokens_BT), grow, constant_values=pad_id),
-           "logp_behav_BT": np.pad(np.asarray(logp_BT), grow), "mask_BT": np.pad(np.asarray(mask_BT), grow),
-           "completion_len_B": np.asarray(n_B)}
-    return {k: v[:B] for k, v in out.items()}
+    grow = ((0, 0), (0, T - C))  # back to [R, T]: pad tokens, log-prob 0, mask 0
+    out = {"tokens_RT": np.pad(np.asarray(tokens_RT), grow, constant_values=pad_id),
+           "logp_behav_RT": np.pad(np.asarray(logp_RT), grow), "mask_RT": np.pad(np.asarray(mask_RT), grow),
+           "completion_len_R": np.asarray(n_R)}
+    return {k: v[:R] for k, v in out.items()}

@@ -51,10 +51,10 @@ def bucket_len(n: int, cap: int | None = None) -> int:
     return out if cap is None else min(out, cap)
 
 
-def real_lengths(mask_BT) -> np.ndarray:
+def real_lengths(mask_RT) -> np.ndarray:
     """Tokens per row that matter: the position after the last completion token (mask > 0); 1 for a
     row with none (it carries no loss and no gradient)."""
-    m = np.asarray(mask_BT) > 0
+    m = np.asarray(mask_RT) > 0
     last = m.shape[1] - np.argmax(m[:, ::-1], axis=1)
     return np.where(m.any(axis=1), last, 1).astype(np.int64)
 
@@ -79,17 +79,17 @@ def plan(lengths, rows_for, cap: int) -> list[tuple[np.ndarray, int]]:
 
 
 def pack_batch(data: dict, minibatches: int, rows_for, cap: int | None = None) -> tuple[list[list[dict]], np.ndarray]:
-    """The rows of `data` (tokens_BT, mask_BT, logp_behav_BT, adv_B, ...: [B, T] or [B] arrays) as
-    [minibatch][microbatch] dicts (the layout update.Update takes), each microbatch's [B, T] arrays cut
+    """The rows of `data` (tokens_RT, mask_RT, logp_behav_RT, adv_R, ...: [R, T] or [R] arrays) as
+    [minibatch][microbatch] dicts (the layout update.Update takes), each microbatch's [R, T] arrays cut
     to its bucket length. Minibatches are the same contiguous row ranges as update.split_batch's.
     Returns (minibatches, order): order[j] is the original row of the j-th row of the microbatches
     taken in sequence (see unpack)."""
-    n = len(data["mask_BT"])
-    T = data["mask_BT"].shape[1]
+    n = len(data["mask_RT"])
+    T = data["mask_RT"].shape[1]
     cap = T if cap is None else cap
     if not 1 <= minibatches <= n:
         raise ValueError(f"pack_batch needs 1 <= minibatches <= rows; got minibatches={minibatches}, rows={n}")
-    lengths = real_lengths(data["mask_BT"])
+    lengths = real_lengths(data["mask_RT"])
     sizes = [n // minibatches + (j < n % minibatches) for j in range(minibatches)]
     bounds = np.cumsum([0] + sizes)
     out, order = [], []
@@ -118,6 +118,6 @@ def padding_frac(minibatches: list) -> float:
     total = real = 0
     for mini in minibatches:
         for mb in mini:
-            total += mb["mask_BT"].size
-            real += int(real_lengths(mb["mask_BT"]).sum())
+            total += mb["mask_RT"].size
+            real += int(real_lengths(mb["mask_RT"]).sum())
     return 1.0 - real / max(total, 1)

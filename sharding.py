@@ -61,8 +61,8 @@ _PARAM_SPECS = {  # our name -> spec without the stacked L axis
     "o_proj": P("tensor", None, "data"),
     "gate_proj": P("data", "tensor"), "up_proj": P("data", "tensor"), "down_proj": P("tensor", "data"),
 }
-ACTIVATION_SPECS = {"tokens_BT": P("data", None), "x_BTD": P("data", None, None),
-                    "logits_BTV": P("data", None, "tensor"), "logp_BT": P("data", None)}
+ACTIVATION_SPECS = {"tokens_RT": P("data", None), "x_RTD": P("data", None, None),
+                    "logits_RTV": P("data", None, "tensor"), "logp_RT": P("data", None)}
 
 
 def make_mesh(data: int | None = None, tensor: int = 1, devices=None) -> Mesh:
@@ -145,7 +145,7 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def row_sharding(mesh: Mesh) -> NamedSharding:
-    """Arrays with rows first (tokens_BT, adv_B, mask_BT, logp_BT): rows over "data", the rest whole."""
+    """Arrays with rows first (tokens_RT, adv_R, mask_RT, logp_RT): rows over "data", the rest whole."""
     return NamedSharding(mesh, P("data"))
 
 

@@ -96,14 +96,14 @@ def verifier_failure_text(statuses: list) -> str:
 
 
 def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
-    """(rewards_BG, keep_B) of a batch of rollouts after DAPO's overlong punishment (added to the
-    rewards) and overlong filter (keep_B), as gcfg configures them (grpo.shape_rewards). A row's length
+    """(rewards_BG, keep_R) of a batch of rollouts after DAPO's overlong punishment (added to the
+    rewards) and overlong filter (keep_R), as gcfg configures them (grpo.shape_rewards). A row's length
     is its longest model turn (grpo.turn_lengths): max_len, like --max-new-tokens, budgets each turn of
     a multi-turn episode, and a one-turn row's only turn is its completion."""
     rewards_BG = np.stack([r.rewards_G for r in batch])
-    lengths_B = grpo.turn_lengths(np.concatenate([r.mask_GT for r in batch]))
-    finished_B = np.concatenate([r.finished_G for r in batch])
-    return tuple(np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_B, finished_B, gcfg))
+    lengths_R = grpo.turn_lengths(np.concatenate([r.mask_GT for r in batch]))
+    finished_R = np.concatenate([r.finished_G for r in batch])
+    return tuple(np.asarray(x) for x in grpo.shape_rewards(rewards_BG, lengths_R, finished_R, gcfg))
 
 
 class Trainer:
@@ -261,8 +261,8 @@ class Trainer:
         self.ref_logprobs = jax.jit(lambda p, t: model.token_logprobs(ref_policy(p), self.mcfg, t, cfg.temperature))
         if self.mesh is not None:  # pi_ref's rows split over "data" (padded) like the update's
             ref_jit = self.ref_logprobs
-            put = lambda tokens_BT: sharding.shard_rows({"tokens_BT": tokens_BT}, self.mesh)["tokens_BT"]  # noqa: E731
-            self.ref_logprobs = lambda p, tokens_BT: multihost.to_host(ref_jit(p, put(tokens_BT)))[:len(tokens_BT)]
+            put = lambda tokens_RT: sharding.shard_rows({"tokens_RT": tokens_RT}, self.mesh)["tokens_RT"]  # noqa: E731
+            self.ref_logprobs = lambda p, tokens_RT: multihost.to_host(ref_jit(p, put(tokens_RT)))[:len(tokens_RT)]
 
     def initial_adapter(self) -> tuple:
         """(LoraConfig, --lora-init's adapter or None). --lora-init: the PEFT folder's rank, alpha and
@@ -327,10 +327,10 @@ class Trainer:
         (packing.pack_batch), when that saves at least --pack-min-saving of the positions; else every
         row at the run's T (split_batch: one shape, compiled once)."""
         packed, order = packing.pack_batch(data, self.cfg.minibatches, self.rows_for)
-        positions = sum(mb["mask_BT"].size for mini in packed for mb in mini)
-        if positions <= (1.0 - self.cfg.pack_min_saving) * data["mask_BT"].size:
+        positions = sum(mb["mask_RT"].size for mini in packed for mb in mini)
+        if positions <= (1.0 - self.cfg.pack_min_saving) * data["mask_RT"].size:
             return packed, order, True
-        return update.split_batch(data, self.cfg.minibatches, self.microbatch), np.arange(len(data["mask_BT"])), False
+        return update.split_batch(data, self.cfg.minibatches, self.microbatch), np.arange(len(data["mask_RT"])), False
 
     def rows_for(self, T_b: int) -> int:
         """Rows per microbatch of bucket length T_b (packing.plan): --microbatch if given, else the most
@@ -422,10 +422,10 @@ class Trainer:
         minibatches = payload["minibatches"]
         if self.ref_params is not None:
             for mb in (mb for minibatch in minibatches for mb in minibatch):
-                mb["logp_ref_BT"] = self.ref_logprobs(self.ref_params, mb["tokens_BT"])
-        self.master, self.opt_state, logp_BT, aux = self.update(self.master, self.opt_state, minibatches,
+                mb["logp_ref_RT"] = self.ref_logprobs(self.ref_params, mb["tokens_RT"])
+        self.master, self.opt_state, logp_RT, aux = self.update(self.master, self.opt_state, minibatches,
                                                                 epochs=payload["epochs"])
-        return logp_BT, aux
+        return logp_RT, aux
 
     def do_push(self, payload: dict) -> None:
         """Each tensor is cut from the (sharded) master and cast on the devices, then gathered to the host
@@ -634,26 +634,26 @@ class Trainer:
         """Step 3: GRPO update on the books' batch of B groups; returns the step's metrics."""
         batch = self.collector.batch()  # THE STALENESS BOUND, asserted again
         version = self.step_n  # the version this batch is trained at
-        tokens_BT = np.concatenate([r.tokens_GT for r in batch])
-        logp_behav_BT = np.concatenate([r.logp_behav_GT for r in batch])
-        mask_BT = sampled_BT = np.concatenate([r.mask_GT for r in batch])
+        tokens_RT = np.concatenate([r.tokens_GT for r in batch])
+        logp_behav_RT = np.concatenate([r.logp_behav_GT for r in batch])
+        mask_RT = sampled_RT = np.concatenate([r.mask_GT for r in batch])
         raw_BG = np.stack([r.rewards_G for r in batch])  # as the verifier gave them (before shaping)
         # A version per token (in-flight weight updates: a row's tokens may come from several versions)
-        versions_BT = np.concatenate([r.token_versions() for r in batch])
-        exact_BT = np.concatenate([lifecycle.exact_tokens(r.token_versions(), r.mask_GT, version, r.inflight)
+        versions_RT = np.concatenate([r.token_versions() for r in batch])
+        exact_RT = np.concatenate([lifecycle.exact_tokens(r.token_versions(), r.mask_GT, version, r.inflight)
                                    for r in batch])
-        rewards_BG, keep_B = shaped_rewards(batch, self.gcfg)  # DAPO's overlong punishment and filter
-        mask_BT = mask_BT * keep_B[:, None]
-        adv_B = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
-        data = {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": logp_behav_BT}
+        rewards_BG, keep_R = shaped_rewards(batch, self.gcfg)  # DAPO's overlong punishment and filter
+        mask_RT = mask_RT * keep_R[:, None]
+        adv_R = np.asarray(grpo.group_advantages(rewards_BG, self.gcfg)).reshape(-1)
+        data = {"tokens_RT": tokens_RT, "adv_R": adv_R, "mask_RT": mask_RT, "logp_behav_RT": logp_behav_RT}
         t0 = time.monotonic()
         minibatches, order, packed = self.layout(data)  # [minibatch][microbatch]
         logp_RT, aux = self.collective("update", {"minibatches": minibatches, "epochs": self.cfg.ppo_epochs})
-        logp_BT = packing.unpack(logp_RT, order, tokens_BT.shape)  # back to row order and length T
+        logp_RT = packing.unpack(logp_RT, order, tokens_RT.shape)  # back to row order and length T
         train_s = time.monotonic() - t0
         self.collector.trained()  # step_n + 1; each prompt's fate: trained at it
-        metrics = grpo.batch_metrics(aux, raw_BG, rewards_BG, adv_B, logp_behav_BT, mask_BT)
-        metrics.update({**lifecycle.staleness_metrics(lifecycle.token_staleness(versions_BT, version), sampled_BT,
+        metrics = grpo.batch_metrics(aux, raw_BG, rewards_BG, adv_R, logp_behav_RT, mask_RT)
+        metrics.update({**lifecycle.staleness_metrics(lifecycle.token_staleness(versions_RT, version), sampled_RT,
                                                       self.cfg.max_staleness),
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
                         **{f"curation/passed_over_{k}": n for k, n in self.problem.passed_over.items()
@@ -668,19 +668,19 @@ class Trainer:
         # from inputs our weights computed (lifecycle.exact_tokens: same weights, same inputs).
         # How off-policy the stale tokens are (offpolicy/*): the same statistics between the policies that
         # sampled them and ours (policy drift over their staleness, plus any numerical mismatch).
-        exact_BT &= mask_BT > 0
-        metrics.update(grpo.mismatch_report(logp_behav_BT, logp_BT, exact_BT, (mask_BT > 0) & (versions_BT < version)))
-        metrics.update(grpo.correction_metrics(logp_BT, logp_behav_BT, mask_BT, self.gcfg))  # logp_BT: pi_old
-        if exact_BT.any():
-            self.write_mismatch_histogram(logp_BT - logp_behav_BT, exact_BT)
+        exact_RT &= mask_RT > 0
+        metrics.update(grpo.mismatch_report(logp_behav_RT, logp_RT, exact_RT, (mask_RT > 0) & (versions_RT < version)))
+        metrics.update(grpo.correction_metrics(logp_RT, logp_behav_RT, mask_RT, self.gcfg))  # logp_RT: pi_old
+        if exact_RT.any():
+            self.write_mismatch_histogram(logp_RT - logp_behav_RT, exact_RT)
         return metrics
 
     MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats
 
-    def write_mismatch_histogram(self, delta_BT: np.ndarray, mask_BT: np.ndarray) -> None:
+    def write_mismatch_histogram(self, delta_RT: np.ndarray, mask_RT: np.ndarray) -> None:
         """$RUN_DIR/mismatch.jsonl, one line per step: on-policy tokens whose trainer log-prob is exactly
         the sampler's ("zero") and a histogram of log10 |difference| of the others (plot.py draws it)."""
-        delta = np.abs(delta_BT[mask_BT]).astype(np.float64)
+        delta = np.abs(delta_RT[mask_RT]).astype(np.float64)
         nonzero = delta[delta > 0]
         counts = np.histogram(np.log10(np.clip(nonzero, 1e-10, 10.0)), bins=self.MISMATCH_EDGES)[0]
         with open(os.path.join(self.cfg.run_dir, "mismatch.jsonl"), "a") as f:

@@ -74,15 +74,15 @@ def microbatch_loss(master, mb: dict, weight, *, mcfg: model.ModelConfig, gcfg: 
     weight None (a rollout correction that rejects tokens, gcfg.rejects): the loss is weighted by the
     microbatch's own kept denominator, known only now, and aux is left unweighted for the caller
     (Update.minibatch_step) to weigh. aux also holds den_kept and den_rejected (grpo.policy_loss)."""
-    logp_RT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_BT"], temperature)
+    logp_RT = model.token_logprobs(policy_params(master, mcfg, mesh), mcfg, mb["tokens_RT"], temperature)
     # pi_old: given (taken before the batch's first optimizer step), or, in that first step, the
     # current policy itself: then the ratio pi/pi_old is exactly 1 and only the behaviour
     # correction (pi_old/pi_behav) acts.
-    logp_old_RT = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp_RT)
+    logp_old_RT = mb["logp_old_RT"] if "logp_old_RT" in mb else jax.lax.stop_gradient(logp_RT)
     # Clip-Cov's draw: per token, from its row and position only, so packed and fixed layouts draw alike
-    draw_RT = objectives.token_draws(mb["tokens_BT"], mb["mask_BT"]) if gcfg.cov_penalty == "clip_cov" else None
-    loss, aux = grpo.policy_loss(logp_RT, logp_old_RT, mb["adv_B"], mb["mask_BT"], gcfg,
-                                 logp_behav_RT=mb["logp_behav_BT"], logp_ref_RT=mb.get("logp_ref_BT"),
+    draw_RT = objectives.token_draws(mb["tokens_RT"], mb["mask_RT"]) if gcfg.cov_penalty == "clip_cov" else None
+    loss, aux = grpo.policy_loss(logp_RT, logp_old_RT, mb["adv_R"], mb["mask_RT"], gcfg,
+                                 logp_behav_RT=mb["logp_behav_RT"], logp_ref_RT=mb.get("logp_ref_RT"),
                                  draw_RT=draw_RT)
     counts = {k: aux.pop(k) for k in ("den_kept", "den_rejected")}
     aux = {k: v for k, v in aux.items() if not k.endswith("_RT") and k != "num_tokens"}
@@ -123,8 +123,8 @@ class Update:
     """The GRPO (PPO-style) update on one batch of rollouts, built once per run (make_update):
         update(master, opt_state, minibatches, epochs=1) -> (master, opt_state, logp_RT, aux)
 
-    minibatches: [minibatch][microbatch] dicts (`split_batch`) of tokens_BT, adv_B, mask_BT, logp_behav_BT
-    and, with kl_beta > 0, logp_ref_BT (the trainer's batch keys, whose B counts rows). Each minibatch is
+    minibatches: [minibatch][microbatch] dicts (`split_batch`) of tokens_RT, adv_R, mask_RT, logp_behav_RT
+    and, with kl_beta > 0, logp_ref_RT (the trainer's batch keys). Each minibatch is
     one optimizer step (`minibatch_step`): every microbatch is one jitted forward + backward of
     `microbatch_loss` (the trainer's graph), the gradients are summed with grpo.microbatch_weight so that
     the step equals one on the whole minibatch, then one `optimizer_step`. `epochs` passes go over the
@@ -157,7 +157,7 @@ class Update:
     no gradient) to a multiple of the data axis and split over it; their log-probs are dropped. (With
     loss_agg=seq_mean_token_sum_norm the empty rows count in the row share that weights each
     microbatch's clip and IS fractions, which then read up to padding/rows high; loss and gradient
-    are exact, since aggregate's B * max_len counts the same rows.)
+    are exact, since aggregate's R * max_len counts the same rows.)
     Across hosts (multihost.py) every trainer process calls update with the same minibatches; the
     log-probs come back to every host (an all-gather), the state stays in its shards."""
 
@@ -203,8 +203,8 @@ class Update:
     def old_logprobs(self, master, mini: list) -> list:
         """pi_old of one minibatch's rows at the starting weights, one array per microbatch."""
         policy = self.policy(master)
-        return [multihost.to_host(self.logp_fn(policy, self.place({"tokens_BT": mb["tokens_BT"]})["tokens_BT"]))
-                [:len(mb["tokens_BT"])] for mb in mini]
+        return [multihost.to_host(self.logp_fn(policy, self.place({"tokens_RT": mb["tokens_RT"]})["tokens_RT"]))
+                [:len(mb["tokens_RT"])] for mb in mini]
 
     def minibatch_step(self, master, opt_state, mini: list, logp_old: list | None, totals):
         """One optimizer step on one minibatch: the summed microbatch gradients, then optimizer_step.
@@ -216,16 +216,16 @@ class Update:
         policy = self.policy(master)
         for i, mb in enumerate(mini):
             if logp_old is not None:
-                mb = {**mb, "logp_old_BT": logp_old[i]}
-            n_rows, mb = len(mb["tokens_BT"]), self.place(mb)
-            weight = None if self.gcfg.rejects else grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
+                mb = {**mb, "logp_old_RT": logp_old[i]}
+            n_rows, mb = len(mb["tokens_RT"]), self.place(mb)
+            weight = None if self.gcfg.rejects else grpo.microbatch_weight(mb["mask_RT"], totals, self.gcfg)
             (loss, (logp_RT, mb_aux)), g = self.grads(master, policy, mb, weight)
             grads = g if grads is None else self.add(grads, g)
             if logp_old is None:
                 logps.append(multihost.to_host(logp_RT)[:n_rows])
             kept, rejected = float(mb_aux.pop("den_kept")), rejected + float(mb_aux.pop("den_rejected"))
             if weight is None:  # the loss terms are sums to divide once below; the fractions weigh by the mask
-                share = grpo.microbatch_weight(mb["mask_BT"], totals, self.gcfg)
+                share = grpo.microbatch_weight(mb["mask_RT"], totals, self.gcfg)
                 mb_aux = {k: v * (kept if k in grpo.LOSS_TERMS else share) for k, v in mb_aux.items()}
             mb_aux["loss"] = loss
             aux = {k: aux.get(k, 0.0) + float(v) for k, v in mb_aux.items()}
@@ -239,7 +239,7 @@ class Update:
     def __call__(self, master, opt_state, minibatches: list, epochs: int = 1):
         _check_update_args(minibatches, epochs)
         # each minibatch's loss denominators, summed over its microbatches (which may differ in length)
-        totals = [tuple(map(sum, zip(*(grpo.loss_totals(mb["mask_BT"]) for mb in mini)))) for mini in minibatches]
+        totals = [tuple(map(sum, zip(*(grpo.loss_totals(mb["mask_RT"]) for mb in mini)))) for mini in minibatches]
         # pi_old of every row, at the starting weights: minibatch 0's comes from its first step
         logp_old = [None] + [self.old_logprobs(master, mini) for mini in minibatches[1:]]
         aux, grad_norms = {}, []

@@ -131,7 +131,7 @@ class WarmupConfig:
 # ----------------------------------------------------------------------------- batching (pure)
 
 def encode_prompts(tok, problems: list, prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt bytes, right-padded with pad_id to prompt_len: (prompt_BT int32, prompt_len_B int32).
+    """Prompt bytes, right-padded with pad_id to prompt_len: (prompt_RT int32, prompt_len_R int32).
 
     No BOS: inference_worker.py encodes prompts as tokenizer.encode(prompt), as Qwen2 does, and the
     cold-start policy must see exactly what the workers will feed it.
@@ -141,29 +141,29 @@ def encode_prompts(tok, problems: list, prompt_len: int) -> tuple[np.ndarray, np
     if too_long:
         raise ValueError(f"{len(too_long)} prompt(s) longer than prompt_len={prompt_len} tokens, "
                          f"e.g. {too_long[0]!r}")
-    prompt_BT = np.full((len(rows), prompt_len), tok.pad_id, np.int32)
+    prompt_RT = np.full((len(rows), prompt_len), tok.pad_id, np.int32)
     for b, r in enumerate(rows):
-        prompt_BT[b, :len(r)] = r
-    return prompt_BT, np.array([len(r) for r in rows], np.int32)
+        prompt_RT[b, :len(r)] = r
+    return prompt_RT, np.array([len(r) for r in rows], np.int32)
 
 
 def sft_batch(tok, problems: list, seq_len: int, prompt_loss_weight: float):
-    """Teacher-forcing batch: tokens_BT = prompt + solution, padded; weight_BT on each target byte.
+    """Teacher-forcing batch: tokens_RT = prompt + solution, padded; weight_RT on each target byte.
 
-    weight_BT[b, t] weights the loss of predicting tokens_BT[b, t] from tokens_BT[b, :t] (the same
+    weight_RT[b, t] weights the loss of predicting tokens_RT[b, t] from tokens_RT[b, :t] (the same
     indexing as model.token_logprobs): 1 on solution bytes, prompt_loss_weight on prompt bytes after
     the first, 0 on padding.
     """
-    tokens_BT = np.full((len(problems), seq_len), tok.pad_id, np.int32)
-    weight_BT = np.zeros((len(problems), seq_len), np.float32)
+    tokens_RT = np.full((len(problems), seq_len), tok.pad_id, np.int32)
+    weight_RT = np.zeros((len(problems), seq_len), np.float32)
     for b, p in enumerate(problems):
         prompt, sol = tok.encode(p.prompt), tok.encode(p.solution)
         if len(prompt) + len(sol) > seq_len:
             raise ValueError(f"problem {p.item_id!r} needs {len(prompt) + len(sol)} tokens > {seq_len}")
-        tokens_BT[b, :len(prompt) + len(sol)] = prompt + sol
-        weight_BT[b, 1:len(prompt)] = prompt_loss_weight
-        weight_BT[b, len(prompt):len(prompt) + len(sol)] = 1.0
-    return tokens_BT, weight_BT
+        tokens_RT[b, :len(prompt) + len(sol)] = prompt + sol
+        weight_RT[b, 1:len(prompt)] = prompt_loss_weight
+        weight_RT[b, len(prompt):len(prompt) + len(sol)] = 1.0
+    return tokens_RT, weight_RT
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -239,14 +239,14 @@ def sample(params, mcfg, tok, problems: list, key, n: int, prompt_len: int, max_
     for s in range(0, len(rows), chunk):
         part = rows[s:s + chunk]
         # generate() wants prompts padded to the full cache length T = prompt_len + max_new_tokens
-        prompt_BT, len_B = encode_prompts(tok, part + part[-1:] * (chunk - len(part)),
+        prompt_RT, len_R = encode_prompts(tok, part + part[-1:] * (chunk - len(part)),
                                           prompt_len + max_new_tokens)
         key, sub = jax.random.split(key)
-        res = model.generate(params, mcfg, jnp.asarray(prompt_BT), jnp.asarray(len_B), sub,
+        res = model.generate(params, mcfg, jnp.asarray(prompt_RT), jnp.asarray(len_R), sub,
                              max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0,
                              eos_id=tok.encode("\n")[0], pad_id=tok.pad_id)
-        toks_BT, mask_BT = np.asarray(res["tokens_BT"]), np.asarray(res["mask_BT"]) > 0
-        out += [tok.decode(t[m].tolist()) for t, m in zip(toks_BT[:len(part)], mask_BT[:len(part)])]
+        toks_RT, mask_RT = np.asarray(res["tokens_RT"]), np.asarray(res["mask_RT"]) > 0
+        out += [tok.decode(t[m].tolist()) for t, m in zip(toks_RT[:len(part)], mask_RT[:len(part)])]
     return out
 
 
@@ -320,14 +320,14 @@ def make_train_step(mcfg, opt):
     run_dtype = jnp.dtype(mcfg.dtype)
     mcfg = dataclasses.replace(mcfg, bf16_fix=False)
 
-    def loss_fn(master, tokens_BT, weight_BT):
+    def loss_fn(master, tokens_RT, weight_RT):
         params = jax.tree.map(lambda a: a.astype(run_dtype), master)
-        logp_BT = model.token_logprobs(params, mcfg, tokens_BT, 1.0)
-        return -(logp_BT * weight_BT).sum() / weight_BT.sum()
+        logp_RT = model.token_logprobs(params, mcfg, tokens_RT, 1.0)
+        return -(logp_RT * weight_RT).sum() / weight_RT.sum()
 
     @jax.jit
-    def step(master, opt_state, tokens_BT, weight_BT):
-        loss, grads = jax.value_and_grad(loss_fn)(master, tokens_BT, weight_BT)
+    def step(master, opt_state, tokens_RT, weight_RT):
+        loss, grads = jax.value_and_grad(loss_fn)(master, tokens_RT, weight_RT)
         updates, opt_state = opt.update(grads, opt_state, master)
         return optax.apply_updates(master, updates), opt_state, loss
     return step
@@ -361,8 +361,8 @@ def main(cfg: WarmupConfig) -> dict:
     t0 = time.time()
     for i in range(cfg.steps):
         problems = stream.batch(cfg.first_problem + i * cfg.batch_size, cfg.batch_size)
-        tokens_BT, weight_BT = sft_batch(tok, problems, seq_len, cfg.prompt_loss_weight)
-        master, opt_state, loss = step(master, opt_state, jnp.asarray(tokens_BT), jnp.asarray(weight_BT))
+        tokens_RT, weight_RT = sft_batch(tok, problems, seq_len, cfg.prompt_loss_weight)
+        master, opt_state, loss = step(master, opt_state, jnp.asarray(tokens_RT), jnp.asarray(weight_RT))
         if i % 50 == 0 or i == cfg.steps - 1:
             print(f"step {i:4d}  loss {float(loss):.4f}  {time.time() - t0:6.1f}s", flush=True)
     train_s = time.time() - t0

@@ -141,13 +141,13 @@ def evaluate(cfg, params, n_problems: int, n_samples: int = 8, seed: int = 0) ->
     T = 1 << (max(map(len, ids)) + L - 1).bit_length()
     T = min(max(T, 64), cfg.max_seq_len)
     rows = [(j, i) for j, i in enumerate(ids) for _ in range(n_samples)]
-    prompt_BT = np.full((len(rows), T), tok.pad_id, np.int32)
+    prompt_RT = np.full((len(rows), T), tok.pad_id, np.int32)
     plen = np.zeros(len(rows), np.int32)
     for r, (_, i) in enumerate(rows):
-        prompt_BT[r, :len(i)], plen[r] = i, len(i)
+        prompt_RT[r, :len(i)], plen[r] = i, len(i)
     out = {}
     for lo in range(0, len(rows), 256):
-        o = __import__("model").generate(params, cfg, prompt_BT[lo:lo + 256], plen[lo:lo + 256],
+        o = __import__("model").generate(params, cfg, prompt_RT[lo:lo + 256], plen[lo:lo + 256],
                                          jax.random.key(seed + lo), max_new_tokens=L, eos_id=10, pad_id=tok.pad_id)
         for k, v in o.items():
             out.setdefault(k, []).append(v)
@@ -155,7 +155,7 @@ def evaluate(cfg, params, n_problems: int, n_samples: int = 8, seed: int = 0) ->
     jobs = []
     for r, (j, _) in enumerate(rows):
         p = probs[j]
-        comp = out["tokens_BT"][r][plen[r]:plen[r] + int(out["completion_len_B"][r])]
+        comp = out["tokens_RT"][r][plen[r]:plen[r] + int(out["completion_len_R"][r])]
         text = tok.decode(comp)
         jobs.append({"kind": "assert", "program": prompts.assemble_program(
             "completion", prompts.program_prefix(p, "completion"), text, tuple(prompts.stop_strings(p, "completion"))),

@@ -74,15 +74,15 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
                             bf16_fix=dtype == "bfloat16")
     params = model.init_params(cfg, jax.random.key(0))
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
-    prompts_BP = np.random.RandomState(0).randint(0, cfg.vocab_size, (B, prompt_len)).astype(np.int32)
-    prompt_BT = np.zeros((B, T), np.int32)
-    prompt_BT[:, :prompt_len] = prompts_BP
-    prompt_len_B = np.full(B, prompt_len)
+    prompts_RP = np.random.RandomState(0).randint(0, cfg.vocab_size, (B, prompt_len)).astype(np.int32)
+    prompt_RT = np.zeros((B, T), np.int32)
+    prompt_RT[:, :prompt_len] = prompts_RP
+    prompt_len_R = np.full(B, prompt_len)
     keys = iter(jax.random.split(jax.random.key(1), repeats + 1))
 
     def ours():
-        out = model.generate(params, cfg, prompt_BT, prompt_len_B, next(keys), max_new_tokens=new_tokens)
-        assert out["mask_BT"].sum() == B * new_tokens
+        out = model.generate(params, cfg, prompt_RT, prompt_len_R, next(keys), max_new_tokens=new_tokens)
+        assert out["mask_RT"].sum() == B * new_tokens
 
     torch.set_num_threads(NPROC)
     tdt = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
@@ -92,7 +92,7 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
         dts = [(dtype, tdt)] + ([("f32 copy", torch.float32)] if torch_f32 and dtype != "float32" else [])
         for name, dt in dts:
             hf = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=dt).eval().to(torch_device)
-            inp = torch.tensor(prompts_BP, dtype=torch.long, device=torch_device)
+            inp = torch.tensor(prompts_RP, dtype=torch.long, device=torch_device)
 
             def theirs(hf=hf, inp=inp):
                 with torch.no_grad():

@@ -77,8 +77,8 @@ def rollout_batch(tok, template, problems, T, group, max_new, rng) -> dict:
             tokens[b, :len(ids)] = ids
             tokens[b, len(ids):len(ids) + n] = rng.integers(10, 4000, n)
             mask[b, len(ids):len(ids) + n] = 1.0
-    return {"tokens_BT": tokens, "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": mask,
-            "logp_behav_BT": np.zeros((B, T), np.float32)}
+    return {"tokens_RT": tokens, "adv_R": rng.standard_normal(B).astype(np.float32), "mask_RT": mask,
+            "logp_behav_RT": np.zeros((B, T), np.float32)}
 
 
 def trainer_stage(args) -> dict:
@@ -100,10 +100,10 @@ def trainer_stage(args) -> dict:
     rows_for = lambda T_b: rows_at.setdefault(T_b, update.fit_microbatch(mcfg, T_b, args.memory_budget_gb))  # noqa: E731
     fixed = update.split_batch(data, 1, rows_for(T))
     packed, order = packing.pack_batch(data, 1, rows_for)
-    real = int(packing.real_lengths(data["mask_BT"]).sum())
-    print(f"T {T}; {len(data['mask_BT'])} rows, {real} real tokens; fixed: {len(fixed[0])} microbatches of "
+    real = int(packing.real_lengths(data["mask_RT"]).sum())
+    print(f"T {T}; {len(data['mask_RT'])} rows, {real} real tokens; fixed: {len(fixed[0])} microbatches of "
           f"<= {rows_for(T)} rows, padding {packing.padding_frac(fixed):.3f}; packed: {len(packed[0])} "
-          f"microbatches {[tuple(mb['tokens_BT'].shape) for mb in packed[0]]}, padding {packing.padding_frac(packed):.3f}",
+          f"microbatches {[tuple(mb['tokens_RT'].shape) for mb in packed[0]]}, padding {packing.padding_frac(packed):.3f}",
           flush=True)
 
     def run(layout):
@@ -114,8 +114,8 @@ def trainer_stage(args) -> dict:
 
     _, logp_fixed = run(fixed)  # warm-up: compiles
     _, logp_packed = run(packed)
-    m = data["mask_BT"] > 0
-    bitwise = np.array_equal(packing.unpack(logp_packed, order, data["mask_BT"].shape)[m], logp_fixed[m])
+    m = data["mask_RT"] > 0
+    bitwise = np.array_equal(packing.unpack(logp_packed, order, data["mask_RT"].shape)[m], logp_fixed[m])
     print(f"log-probs of the two layouts bitwise equal on every completion token: {bitwise}", flush=True)
     times = {"fixed": [], "packed": []}
     for r in range(args.repeats):

@@ -171,8 +171,8 @@ def bench_step(size: str, rank: int, repeats: int) -> dict:
     params = random_params(mcfg)  # in the compute dtype (bf16): LoRA's frozen base
     data = batch_data(mcfg, BATCH[size])
     rng = np.random.default_rng(1)
-    data["logp_behav_BT"] = (-rng.uniform(0.1, 8.0, data["mask_BT"].shape) * data["mask_BT"]).astype(np.float32)
-    batch = update.split_batch(data, 1, len(data["tokens_BT"]))
+    data["logp_behav_RT"] = (-rng.uniform(0.1, 8.0, data["mask_RT"].shape) * data["mask_RT"]).astype(np.float32)
+    batch = update.split_batch(data, 1, len(data["tokens_RT"]))
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-6))  # bench_train_step's
     sides = {}
     master, opt = update.init_state(params, mcfg, optimizer)

@@ -68,23 +68,23 @@ def main():
     host = jax.tree_util.tree_map(np.asarray, params)
     wire_tensors = hf_io.to_hf_tensors(params, cfg)
     rng = np.random.default_rng(0)
-    prompt_len_B = rng.integers(args.prompt_len // 2, args.prompt_len + 1, args.rows).astype(np.int32)
-    prompt_BT = np.zeros((args.rows, T), np.int32)
+    prompt_len_R = rng.integers(args.prompt_len // 2, args.prompt_len + 1, args.rows).astype(np.int32)
+    prompt_RT = np.zeros((args.rows, T), np.int32)
     for b in range(args.rows):
-        prompt_BT[b, :prompt_len_B[b]] = rng.integers(0, cfg.vocab_size, prompt_len_B[b])
+        prompt_RT[b, :prompt_len_R[b]] = rng.integers(0, cfg.vocab_size, prompt_len_R[b])
 
     samples = {}
     for t in args.samplers:
         mesh = inference_worker.tensor_mesh(t)
         p = jax.device_put(params, jax.devices()[0]) if mesh is None else sharding.shard_params(
             hf_io.from_hf_tensors(wire_tensors, cfg, host=True), cfg, mesh)
-        samples["1" if t == 1 else f"tp{t}"] = model.generate(p, cfg, prompt_BT, prompt_len_B, jax.random.PRNGKey(1),
+        samples["1" if t == 1 else f"tp{t}"] = model.generate(p, cfg, prompt_RT, prompt_len_R, jax.random.PRNGKey(1),
                                                                 max_new_tokens=args.new_tokens)
         print(f"sampled on tensor degree {t}", flush=True)
     names = list(samples)
     cat = lambda k: np.concatenate([samples[n][k] for n in names])
-    data = {"tokens_BT": cat("tokens_BT"), "mask_BT": cat("mask_BT"), "logp_behav_BT": cat("logp_behav_BT"),
-            "adv_B": rng.standard_normal(len(names) * args.rows).astype(np.float32)}
+    data = {"tokens_RT": cat("tokens_RT"), "mask_RT": cat("mask_RT"), "logp_behav_RT": cat("logp_behav_RT"),
+            "adv_R": rng.standard_normal(len(names) * args.rows).astype(np.float32)}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
     gcfg = grpo.GRPOConfig(max_len=args.new_tokens)
     lines = []
@@ -92,12 +92,12 @@ def main():
         d, t = map(int, layout.split("x"))
         mesh = None if d * t == 1 else sharding.make_mesh(d, t, jax.devices()[:d * t])
         master, opt_state = update.init_state(host, cfg, optimizer, mesh)
-        _, _, logp_BT, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
+        _, _, logp_RT, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
             master, opt_state, update.split_batch(data, 1, args.microbatch))
         for i, n in enumerate(names):
             rows = slice(i * args.rows, (i + 1) * args.rows)
-            m = samples[n]["mask_BT"] > 0
-            diff = np.abs(logp_BT[rows][m].astype(np.float64) - samples[n]["logp_behav_BT"][m])
+            m = samples[n]["mask_RT"] > 0
+            diff = np.abs(logp_RT[rows][m].astype(np.float64) - samples[n]["logp_behav_RT"][m])
             lines.append(f"RESULT name=mesh_parity trainer={layout} sampler={n} bitwise_frac={np.mean(diff == 0):.4f} "
                          f"max_abs={diff.max():.3g} tokens={int(m.sum())}")
             print(lines[-1], flush=True)

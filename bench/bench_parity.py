@@ -43,12 +43,12 @@ def measure(size: str, bf16_fix: bool, n_rows: int, score_batches, prompt_len: i
                             tie_embeddings=False, model_type="qwen2", dtype="bfloat16", bf16_fix=bf16_fix)
     params = model.init_params(cfg, jax.random.key(0))
     rs = np.random.RandomState(n_rows)
-    prompt_len_B = rs.randint(prompt_len // 2, prompt_len + 1, n_rows)
-    prompt_BT = rs.randint(1, cfg.vocab_size, (n_rows, T)).astype(np.int32)
-    prompt_BT[np.arange(T)[None] >= prompt_len_B[:, None]] = 0
-    out = model.generate(params, cfg, prompt_BT, prompt_len_B, jax.random.key(1), max_new_tokens=new_tokens,
+    prompt_len_R = rs.randint(prompt_len // 2, prompt_len + 1, n_rows)
+    prompt_RT = rs.randint(1, cfg.vocab_size, (n_rows, T)).astype(np.int32)
+    prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
+    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=new_tokens,
                          temperature=temperature)
-    tokens_BT, mask_BT = out["tokens_BT"], out["mask_BT"]
+    tokens_RT, mask_RT = out["tokens_RT"], out["mask_RT"]
 
     def loss(p, toks, m):  # the trainer's graph: log-probs under value_and_grad (remat under the policy)
         lp = model.token_logprobs(p, cfg, toks, temperature)
@@ -58,8 +58,8 @@ def measure(size: str, bf16_fix: bool, n_rows: int, score_batches, prompt_len: i
     rows = []
     for sb in score_batches:
         reps = -(-sb // n_rows)  # scoring batches bigger than the decode batch repeat its rows
-        toks = np.concatenate([tokens_BT] * reps)
-        msk = np.concatenate([mask_BT] * reps)
+        toks = np.concatenate([tokens_RT] * reps)
+        msk = np.concatenate([mask_RT] * reps)
         parts = []
         for i in range(0, n_rows, sb):
             j = min(i + sb, len(toks))
@@ -70,7 +70,7 @@ def measure(size: str, bf16_fix: bool, n_rows: int, score_batches, prompt_len: i
             (_, lp), _ = score(params, jnp.asarray(chunk), jnp.asarray(cmask))
             parts.append(np.asarray(lp)[:j - i])
         logp_trainer = np.concatenate(parts)[:n_rows]
-        mm = {k: float(v) for k, v in grpo.mismatch_metrics(out["logp_behav_BT"], logp_trainer, mask_BT).items()}
+        mm = {k: float(v) for k, v in grpo.mismatch_metrics(out["logp_behav_RT"], logp_trainer, mask_RT).items()}
         rows.append({"size": size, "bf16_fix": bf16_fix, "decode_rows": n_rows, "score_batch": sb, **mm})
     return rows
 

@@ -56,16 +56,16 @@ def bench(size: str, rows: int, prompt_len: int, new_tokens: int, repeats: int) 
     T = prompt_len + new_tokens
     qparams = quant.quantise_params(params, "int8")
     rng = np.random.RandomState(0)
-    prompt_BT = np.zeros((rows, T), np.int32)
-    prompt_BT[:, :prompt_len] = rng.randint(0, cfg.vocab_size, (rows, prompt_len))
-    prompt_len_B = np.full(rows, prompt_len)
+    prompt_RT = np.zeros((rows, T), np.int32)
+    prompt_RT[:, :prompt_len] = rng.randint(0, cfg.vocab_size, (rows, prompt_len))
+    prompt_len_R = np.full(rows, prompt_len)
     keys = iter(jax.random.split(jax.random.key(1), 2 * repeats + 2))
     outs = {"bf16": [], "int8": []}
 
     def side(name, p):
         def call():
-            out = model.generate(p, cfg, prompt_BT, prompt_len_B, next(keys), max_new_tokens=new_tokens)
-            assert out["mask_BT"].sum() == rows * new_tokens
+            out = model.generate(p, cfg, prompt_RT, prompt_len_R, next(keys), max_new_tokens=new_tokens)
+            assert out["mask_RT"].sum() == rows * new_tokens
             outs[name].append(out)
         return call
 
@@ -88,9 +88,9 @@ def bench(size: str, rows: int, prompt_len: int, new_tokens: int, repeats: int) 
     score = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t))
     mm = {}
     for name in sides:
-        behav = np.concatenate([o["logp_behav_BT"] for o in outs[name]])
-        tokens = np.concatenate([o["tokens_BT"] for o in outs[name]])
-        mask = np.concatenate([o["mask_BT"] for o in outs[name]])
+        behav = np.concatenate([o["logp_behav_RT"] for o in outs[name]])
+        tokens = np.concatenate([o["tokens_RT"] for o in outs[name]])
+        mask = np.concatenate([o["mask_RT"] for o in outs[name]])
         trainer = np.concatenate([np.asarray(score(params, jnp.asarray(tokens[i:i + rows])))
                                   for i in range(0, len(tokens), rows)])
         mm[name] = {k: float(v) for k, v in grpo.mismatch_metrics(behav, trainer, mask).items()}

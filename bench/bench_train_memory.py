@@ -96,17 +96,17 @@ def child(chunking: str) -> dict:
     master, opt_state = update.init_state(params, cfg, optimizer)
     del params
     gcfg = grpo.GRPOConfig(max_len=T // 2)
-    tokens_BT = rng.integers(0, cfg.vocab_size, (ROWS, T)).astype(np.int32)
-    mask_BT = np.zeros((ROWS, T), np.float32)
-    mask_BT[:, T // 2:] = 1.0
-    mb = {"tokens_BT": tokens_BT, "adv_B": np.ones(ROWS, np.float32), "mask_BT": mask_BT,
-          "logp_behav_BT": np.full((ROWS, T), -12.0, np.float32)}
+    tokens_RT = rng.integers(0, cfg.vocab_size, (ROWS, T)).astype(np.int32)
+    mask_RT = np.zeros((ROWS, T), np.float32)
+    mask_RT[:, T // 2:] = 1.0
+    mb = {"tokens_RT": tokens_RT, "adv_R": np.ones(ROWS, np.float32), "mask_RT": mask_RT,
+          "logp_behav_RT": np.full((ROWS, T), -12.0, np.float32)}
 
     # XLA's numbers for the graphs make_update jits (mirrored: the same loss on the same cast weights)
     def loss_fn(master, mb):
-        logp_BT = model.token_logprobs(update.cast_params(master, cfg.jdtype), cfg, mb["tokens_BT"], 1.0)
-        loss, _ = grpo.policy_loss(logp_BT, jax.lax.stop_gradient(logp_BT), mb["adv_B"], mb["mask_BT"], gcfg,
-                                   logp_behav_RT=mb["logp_behav_BT"])
+        logp_RT = model.token_logprobs(update.cast_params(master, cfg.jdtype), cfg, mb["tokens_RT"], 1.0)
+        loss, _ = grpo.policy_loss(logp_RT, jax.lax.stop_gradient(logp_RT), mb["adv_R"], mb["mask_RT"], gcfg,
+                                   logp_behav_RT=mb["logp_behav_RT"])
         return loss
 
     def analyse(rows, t):
@@ -142,7 +142,7 @@ def child(chunking: str) -> dict:
     res["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     # 2) update.make_update's whole update (grad_fn + Adam apply), once (compiles, runs)
     update = update.make_update(cfg, gcfg, optimizer, 1.0)
-    m2, o2, logp_BT, aux = update(master, opt_state, update.split_batch(mb, 1, ROWS))
+    m2, o2, logp_RT, aux = update(master, opt_state, update.split_batch(mb, 1, ROWS))
     jax.block_until_ready((m2, o2))
     res["update_peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     res["loss_finite"] = bool(np.isfinite(aux["loss"]))
@@ -150,10 +150,10 @@ def child(chunking: str) -> dict:
 
     if chunking == "on":  # the bits: chunked log-probs (default) == unchunked, on this model's shapes
         policy = update.cast_params(master, cfg.jdtype)
-        on = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t, 1.0))(policy, tokens_BT)
-        off = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t, 1.0, chunk_tokens=0, query_chunk=0))(policy, tokens_BT)
+        on = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t, 1.0))(policy, tokens_RT)
+        off = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t, 1.0, chunk_tokens=0, query_chunk=0))(policy, tokens_RT)
         res["chunked_bitwise_unchunked"] = bool(np.array_equal(np.asarray(on), np.asarray(off)))
-        res["step_logp_bitwise_unchunked"] = bool(np.array_equal(np.asarray(logp_BT), np.asarray(off)))
+        res["step_logp_bitwise_unchunked"] = bool(np.array_equal(np.asarray(logp_RT), np.asarray(off)))
     return res
 
 

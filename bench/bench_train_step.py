@@ -70,17 +70,17 @@ def batch_data(cfg, B: int, seed: int = 0) -> dict:
     mask = np.zeros((B, SEQ), np.float32)
     mask[:, PROMPT:] = 1.0
     adv = rng.standard_normal(B).astype(np.float32)
-    return {"tokens_BT": tokens, "mask_BT": mask, "adv_B": adv}
+    return {"tokens_RT": tokens, "mask_RT": mask, "adv_R": adv}
 
 
 def ours_step(cfg, params, data):
-    """A callable doing one real update (state carried between calls). data["logp_behav_BT"]: the
+    """A callable doing one real update (state carried between calls). data["logp_behav_RT"]: the
     sampler's log-probs (here the f32 torch model's; only their values' order of magnitude matters)."""
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(LR))
     update_fn = update.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
     master, opt_state = update.init_state(params, cfg, optimizer)
-    d = {**data, "logp_behav_BT": data["logp_behav_BT"] * data["mask_BT"]}
-    B = len(d["tokens_BT"])
+    d = {**data, "logp_behav_RT": data["logp_behav_RT"] * data["mask_RT"]}
+    B = len(d["tokens_RT"])
     state = {"master": master, "opt": opt_state}
 
     def step():
@@ -96,13 +96,13 @@ def torch_step(hf_dir, data, autocast: bool):
     import transformers
     m = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).train()
     opt = torch.optim.Adam(m.parameters(), lr=LR)
-    tokens = torch.tensor(data["tokens_BT"], dtype=torch.long)
-    mask = torch.tensor(data["mask_BT"][:, 1:])
-    adv = torch.tensor(data["adv_B"])[:, None]
+    tokens = torch.tensor(data["tokens_RT"], dtype=torch.long)
+    mask = torch.tensor(data["mask_RT"][:, 1:])
+    adv = torch.tensor(data["adv_R"])[:, None]
     with torch.no_grad():
         logits = m(tokens).logits[:, :-1].float()
         behav = torch.log_softmax(logits, -1).gather(-1, tokens[:, 1:, None])[..., 0]
-    data["logp_behav_BT"] = np.concatenate([np.zeros((len(tokens), 1), np.float32), behav.numpy()], 1)
+    data["logp_behav_RT"] = np.concatenate([np.zeros((len(tokens), 1), np.float32), behav.numpy()], 1)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -138,7 +138,7 @@ def bench(size: str, repeats: int, peak: float, with_nofix: bool, with_autocast:
     sides = {}
     with tempfile.TemporaryDirectory() as tmp:
         hf_io.save_hf(tmp, cfg, params)
-        sides["torch_f32"], tp = torch_step(tmp, data, autocast=False)  # sets data["logp_behav_BT"]
+        sides["torch_f32"], tp = torch_step(tmp, data, autocast=False)  # sets data["logp_behav_RT"]
         if with_autocast:
             sides["torch_bf16_autocast"], _ = torch_step(tmp, data, autocast=True)
     sides["ours_fix"] = ours_step(cfg, params, data)

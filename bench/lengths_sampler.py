@@ -67,11 +67,11 @@ def run_static(params, cfg, prompts, keys, budget, T, slots):
     t0 = time.perf_counter()
     for b0 in range(0, len(prompts), slots):
         rows = range(b0, min(b0 + slots, len(prompts)))
-        prompt_BT = np.zeros((len(rows), T), np.int32)
+        prompt_RT = np.zeros((len(rows), T), np.int32)
         for j, r in enumerate(rows):
-            prompt_BT[j, :prompts[r].size] = prompts[r]
+            prompt_RT[j, :prompts[r].size] = prompts[r]
         n = int(budget[list(rows)].max())
-        out = model.generate(params, cfg, prompt_BT, np.array([prompts[r].size for r in rows]), keys[b0:rows.stop],
+        out = model.generate(params, cfg, prompt_RT, np.array([prompts[r].size for r in rows]), keys[b0:rows.stop],
                              max_new_tokens=n)
         outs += [{k: v[j] for k, v in out.items()} for j in range(len(rows))]
         steps += n
@@ -125,8 +125,8 @@ def main(argv=None) -> dict:
     bitwise = True
     for r, o in enumerate(outs):
         p, n = prompts[r].size, int(budget[r])
-        bitwise &= (cont["completion_len_R"][r] == n and np.array_equal(cont["tokens"][r], o["tokens_BT"][:p + n])
-                    and np.array_equal(cont["logp_behav"][r], o["logp_behav_BT"][p:p + n]))
+        bitwise &= (cont["completion_len_R"][r] == n and np.array_equal(cont["tokens"][r], o["tokens_RT"][:p + n])
+                    and np.array_equal(cont["logp_behav"][r], o["logp_behav_RT"][p:p + n]))
     util_static = useful / (args.slots * steps_static)
     st = cont["stats"]
     print(f"warm-up (compiles): static {t_s:.1f} s, continuous {t_c:.1f} s; continuous rows bitwise equal to "

@@ -78,17 +78,17 @@ def program(kind: str, args):
     tokens = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
     what = f"{kind} {'coldstart' if args.coldstart else args.size} B={B} T={T} {args.dtype}"
     if kind == "generate":
-        prompt_BT = np.where(np.arange(T)[None] < prompt, tokens, 0).astype(np.int32)
+        prompt_RT = np.where(np.arange(T)[None] < prompt, tokens, 0).astype(np.int32)
         keys = iter(jax.random.split(jax.random.key(1), 10_000))
 
         def run():
-            out = model.generate(params, cfg, prompt_BT, np.full(B, prompt), next(keys), max_new_tokens=T - prompt)
-            jax.block_until_ready(out["tokens_BT"])
+            out = model.generate(params, cfg, prompt_RT, np.full(B, prompt), next(keys), max_new_tokens=T - prompt)
+            jax.block_until_ready(out["tokens_RT"])
         return run, what
     mask = np.zeros((B, T), np.float32)
     mask[:, prompt:] = 1
-    data = {"tokens_BT": tokens, "mask_BT": mask, "adv_B": rng.standard_normal(B).astype(np.float32),
-            "logp_behav_BT": np.full((B, T), -3.0, np.float32) * mask}
+    data = {"tokens_RT": tokens, "mask_RT": mask, "adv_R": rng.standard_normal(B).astype(np.float32),
+            "logp_behav_RT": np.full((B, T), -3.0, np.float32) * mask}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-6))
     update = update.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
     state = list(update.init_state(params, cfg, optimizer))

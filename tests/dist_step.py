@@ -38,14 +38,14 @@ rng = np.random.default_rng(0)
 B, T, V = 16, t.T, t.mcfg.vocab_size
 mask = np.zeros((B, T), np.float32)
 mask[:, T // 2:] = rng.random((B, T - T // 2)) < 0.9
-data = {"tokens_BT": rng.integers(0, V, (B, T)).astype(np.int32), "adv_B": rng.normal(size=B).astype(np.float32),
-        "mask_BT": mask, "logp_behav_BT": (-rng.random((B, T)) * 3).astype(np.float32)}
-logp_BT, aux = t.collective("update", {"minibatches": update.split_batch(data, cfg.minibatches, cfg.microbatch),
+data = {"tokens_RT": rng.integers(0, V, (B, T)).astype(np.int32), "adv_R": rng.normal(size=B).astype(np.float32),
+        "mask_RT": mask, "logp_behav_RT": (-rng.random((B, T)) * 3).astype(np.float32)}
+logp_RT, aux = t.collective("update", {"minibatches": update.split_batch(data, cfg.minibatches, cfg.microbatch),
                                        "epochs": cfg.ppo_epochs})
 t.collective("checkpoint", {"step": 1, "meta": {"cursor": 0}})
 t.collective("restore")
 t.collective("checkpoint", {"step": 2, "meta": {"cursor": 0}})
 t.release_followers(0)
-np.savez(os.path.join(out, "result.npz"), logp_BT=logp_BT, processes=n_proc, devices=len(t.mesh.devices.flat),
+np.savez(os.path.join(out, "result.npz"), logp_RT=logp_RT, processes=n_proc, devices=len(t.mesh.devices.flat),
          **{f"aux/{k}": v for k, v in aux.items()})
 print(f"dist_step: process 0 of {n_proc}, mesh {dict(t.mesh.shape)}: done", flush=True)

@@ -49,11 +49,11 @@ def setup():
     prompts = [rs.randint(1, CFG.vocab_size, n).astype(np.int32) for n in plen]
     keys = jax.random.split(jax.random.key(7), R)
     # eos: the most frequent token in a 16-row batch sampled without eos (same compiled program as below)
-    prompt_BT = np.zeros((16, T), np.int32)
+    prompt_RT = np.zeros((16, T), np.int32)
     for i in range(16):
-        prompt_BT[i, :plen[i]] = prompts[i]
-    out = model.generate(params, CFG, prompt_BT, plen[:16], keys[:16], max_new_tokens=M, temperature=TEMP)
-    eos_id = int(np.argmax(np.bincount(out["tokens_BT"][out["mask_BT"] > 0], minlength=CFG.vocab_size)))
+        prompt_RT[i, :plen[i]] = prompts[i]
+    out = model.generate(params, CFG, prompt_RT, plen[:16], keys[:16], max_new_tokens=M, temperature=TEMP)
+    eos_id = int(np.argmax(np.bincount(out["tokens_RT"][out["mask_RT"] > 0], minlength=CFG.vocab_size)))
     cont = continuous.generate_continuous(params, CFG, prompts, keys, slots=SLOTS, cache_len=T, max_new_tokens=M,
                                      temperature=TEMP, eos_id=eos_id)
     return dict(params=params, prompts=prompts, keys=keys, eos_id=eos_id, cont=cont,
@@ -62,11 +62,11 @@ def setup():
 
 def _assert_rows_equal(cont, refs, rows):
     for r, ref in zip(rows, refs):
-        p, n = cont["prompt_len_R"][r], ref["completion_len_B"]
+        p, n = cont["prompt_len_R"][r], ref["completion_len_R"]
         assert cont["completion_len_R"][r] == n, r
-        assert np.array_equal(cont["tokens"][r], ref["tokens_BT"][:p + n]), r
+        assert np.array_equal(cont["tokens"][r], ref["tokens_RT"][:p + n]), r
         assert cont["logp_behav"][r].dtype == np.float32
-        assert np.array_equal(cont["logp_behav"][r], ref["logp_behav_BT"][p:p + n]), r
+        assert np.array_equal(cont["logp_behav"][r], ref["logp_behav_RT"][p:p + n]), r
 
 
 def test_continuous_equals_generate_row_by_row(setup):
@@ -82,18 +82,18 @@ def test_continuous_equals_generate_row_by_row(setup):
     # the batch layout helper gives generate()'s arrays
     batch = continuous.continuous_to_batch(cont, T)
     for r, ref in enumerate(refs):
-        for k in ("tokens_BT", "logp_behav_BT", "mask_BT"):
+        for k in ("tokens_RT", "logp_behav_RT", "mask_RT"):
             assert np.array_equal(batch[k][r], ref[k]), (r, k)
-    assert np.array_equal(batch["completion_len_B"], n_R)
+    assert np.array_equal(batch["completion_len_R"], n_R)
 
 
 def test_logprobs_equal_token_logprobs(setup):
     """The reported log-probs == token_logprobs (the trainer's function) on the completion tokens, bitwise."""
     batch = continuous.continuous_to_batch(setup["cont"], T)
-    lp = np.asarray(SCORE(setup["params"], CFG, jnp.asarray(batch["tokens_BT"]), TEMP))
-    m = batch["mask_BT"] > 0
+    lp = np.asarray(SCORE(setup["params"], CFG, jnp.asarray(batch["tokens_RT"]), TEMP))
+    m = batch["mask_RT"] > 0
     assert m.sum() == setup["cont"]["completion_len_R"].sum()
-    assert np.array_equal(lp[m], batch["logp_behav_BT"][m])
+    assert np.array_equal(lp[m], batch["logp_behav_RT"][m])
 
 
 def test_admission_order_and_slot_do_not_change_rows(setup):
@@ -170,7 +170,7 @@ def _score(params, rows):
            "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
            "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}
     batch = continuous.continuous_to_batch(out, T)
-    return batch, np.asarray(SCORE(params, CFG, jnp.asarray(batch["tokens_BT"]), TEMP))
+    return batch, np.asarray(SCORE(params, CFG, jnp.asarray(batch["tokens_RT"]), TEMP))
 
 
 def test_a_row_started_at_v_and_finished_at_v_plus_1_recompute(setup):
@@ -231,9 +231,9 @@ def test_drop_removes_waiting_and_running_rows(setup):
     by_tag = {r.tag: r for r in ended}
     for t in kept:
         ref, p = setup["refs"][t], by_tag[t].prompt.size
-        n = ref["completion_len_B"]
-        assert np.array_equal(by_tag[t].tokens, ref["tokens_BT"][:p + n]), t
-        assert np.array_equal(by_tag[t].logp, ref["logp_behav_BT"][p:p + n]), t
+        n = ref["completion_len_R"]
+        assert np.array_equal(by_tag[t].tokens, ref["tokens_RT"][:p + n]), t
+        assert np.array_equal(by_tag[t].logp, ref["logp_behav_RT"][p:p + n]), t
 
 
 def test_a_two_turn_row_scores_bitwise_on_the_model_tokens(setup):

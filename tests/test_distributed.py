@@ -57,7 +57,7 @@ def test_two_processes_make_the_one_process_step(tmp_path, tiny):  # noqa: F811
 
     a, b = np.load(one / "result.npz"), np.load(two / "result.npz")
     assert int(b["processes"]) == 2 and int(a["devices"]) == int(b["devices"]) == 2
-    assert a["logp_BT"].shape == (16, 96) and np.array_equal(a["logp_BT"], b["logp_BT"])  # bitwise
+    assert a["logp_RT"].shape == (16, 96) and np.array_equal(a["logp_RT"], b["logp_RT"])  # bitwise
     for k in (k for k in a.files if k.startswith("aux/")):
         np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7, err_msg=k)
 

@@ -451,8 +451,8 @@ def test_update_accumulates_rejecting_microbatches_like_one_batch(monkeypatch):
     log_rho = rng.normal(0, 0.6, (R, T)).astype(np.float32)
     log_rho[5] = -3.0  # vetoed whole
     behav = np.asarray(toy_logprobs(master, None, tokens, 1.0)) - log_rho
-    data = {"tokens_BT": tokens, "adv_B": rng.normal(size=R).astype(np.float32), "mask_BT": mask,
-            "logp_behav_BT": behav}
+    data = {"tokens_RT": tokens, "adv_R": rng.normal(size=R).astype(np.float32), "mask_RT": mask,
+            "logp_behav_RT": behav}
     opt = optax.sgd(1.0)
     for agg in ("token_mean", "seq_mean_token_sum_norm"):
         cfg = cfg_(loss_agg=agg, max_len=5, is_correction="token_mask", veto_ratio=0.1)
@@ -460,7 +460,7 @@ def test_update_accumulates_rejecting_microbatches_like_one_batch(monkeypatch):
         whole, whole_aux = step(master, opt.init(master), update.split_batch(data, 1, R))[::3]
         split, split_aux = step(master, opt.init(master), update.split_batch(data, 1, 3))[::3]
         g = jax.jit(jax.grad(lambda p: grpo.policy_loss(toy_logprobs(p, None, tokens, 1.0),
-                                                        toy_logprobs(master, None, tokens, 1.0), data["adv_B"],
+                                                        toy_logprobs(master, None, tokens, 1.0), data["adv_R"],
                                                         mask, cfg, logp_behav_RT=behav)[0]))(master)
         close(split["W"], whole["W"], 1e-6)
         close(whole["W"], master["W"] - g["W"], 1e-6)
@@ -983,17 +983,17 @@ def test_clip_cov_picks_the_same_tokens_in_packed_and_fixed_layouts():
     mask = np.zeros((B, T), np.float32)
     for b, n in enumerate(lengths):
         mask[b, 4:n] = 1
-    data = {"tokens_BT": rng.integers(0, 259, (B, T)).astype(np.int32), "mask_BT": mask,
-            "adv_B": rng.standard_normal(B).astype(np.float32),
-            "logp_BT": np.where(mask > 0, -rng.exponential(1.0, (B, T)), 0.0).astype(np.float32)}
+    data = {"tokens_RT": rng.integers(0, 259, (B, T)).astype(np.int32), "mask_RT": mask,
+            "adv_R": rng.standard_normal(B).astype(np.float32),
+            "logp_RT": np.where(mask > 0, -rng.exponential(1.0, (B, T)), 0.0).astype(np.float32)}
     cfg = cfg_(cov_penalty="clip_cov", cov_clip_frac=0.1, cov_clip_low=-1e9, cov_clip_high=1e9)
 
     def pick(mb):
-        return np.asarray(objectives.covariance_tokens(mb["logp_BT"], mb["adv_B"], mb["mask_BT"], cfg,
-                                                       objectives.token_draws(mb["tokens_BT"], mb["mask_BT"])))
+        return np.asarray(objectives.covariance_tokens(mb["logp_RT"], mb["adv_R"], mb["mask_RT"], cfg,
+                                                       objectives.token_draws(mb["tokens_RT"], mb["mask_RT"])))
     [[fixed]] = update.split_batch(data, 1, B)
     [[packed]], order = packing.pack_batch(data, 1, lambda T_b: B)
-    assert packed["mask_BT"].shape == (B, 16) and not np.array_equal(order, np.arange(B))
+    assert packed["mask_RT"].shape == (B, 16) and not np.array_equal(order, np.arange(B))
     n = int(np.floor(0.1 * mask.sum()))  # every masked token is a candidate: exactly n are detached
     sel_fixed, sel_packed = pick(fixed), packing.unpack(pick(packed), order, (B, T))
     assert sel_fixed.sum() == n == 9

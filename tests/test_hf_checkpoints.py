@@ -53,9 +53,9 @@ def _make_hf(kind: str, path, tie: bool):
     return m
 
 
-def _hf_logits(m, tokens_BT):
+def _hf_logits(m, tokens_RT):
     with torch.no_grad():
-        return m(torch.tensor(np.asarray(tokens_BT), dtype=torch.long)).logits.float().numpy()
+        return m(torch.tensor(np.asarray(tokens_RT), dtype=torch.long)).logits.float().numpy()
 
 
 # ------------------------------------------------ the RoPE table ------------------------------------------------
@@ -109,17 +109,17 @@ def test_checkpoint_loads_generates_and_saves_like_transformers(tmp_path, kind, 
         assert np.abs(_hf_logits(plain.float().eval(), TOKENS) - ref).max() > 1e-3
 
     if not tie:  # greedy decoding, 32 new tokens, rows with different prompt lengths (right-padded to T)
-        prompt_len_B = np.array([5, 9, 7])
-        prompt_BT = np.zeros((3, 48), np.int32)
-        for b, n in enumerate(prompt_len_B):
-            prompt_BT[b, :n] = TOKENS[b, :n]
-        out = model.generate(params, cfg, prompt_BT, prompt_len_B, jax.random.key(0), max_new_tokens=32,
+        prompt_len_R = np.array([5, 9, 7])
+        prompt_RT = np.zeros((3, 48), np.int32)
+        for b, n in enumerate(prompt_len_R):
+            prompt_RT[b, :n] = TOKENS[b, :n]
+        out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(0), max_new_tokens=32,
                              temperature=0.0)
-        for b, n in enumerate(prompt_len_B):
+        for b, n in enumerate(prompt_len_R):
             with torch.no_grad():
                 hf_out = hf.generate(torch.tensor(TOKENS[b:b + 1, :n], dtype=torch.long), max_new_tokens=32,
                                      do_sample=False, eos_token_id=None, pad_token_id=0)
-            assert np.array_equal(out["tokens_BT"][b, n:n + 32], hf_out[0, n:].numpy())
+            assert np.array_equal(out["tokens_RT"][b, n:n + 32], hf_out[0, n:].numpy())
 
     # save_hf -> transformers: the same architecture, RoPE and logits; and back to the same cfg and bits
     hf_io.save_hf(str(tmp_path / "out"), cfg, params)
@@ -156,23 +156,23 @@ def test_decode_logprobs_bitwise_equal_forward():
         params["layers"][name] = jnp.asarray(1 + 0.2 * rs.randn(*w.shape), cfg.jdtype)
     n_rows, T, max_new, temperature = 4, 64, 32, 0.8
     rs = np.random.RandomState(0)
-    prompt_len_B = rs.randint(3, 20, n_rows)
-    prompt_BT = rs.randint(0, 256, (n_rows, T)).astype(np.int32)
-    prompt_BT[np.arange(T)[None] >= prompt_len_B[:, None]] = 0
-    out = model.generate(params, cfg, prompt_BT, prompt_len_B, jax.random.key(1), max_new_tokens=max_new,
+    prompt_len_R = rs.randint(3, 20, n_rows)
+    prompt_RT = rs.randint(0, 256, (n_rows, T)).astype(np.int32)
+    prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
+    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=max_new,
                          temperature=temperature)
-    m = out["mask_BT"]
-    assert m.sum() == n_rows * max_new and (out["logp_behav_BT"][m > 0] < 0).all()
-    toks = np.concatenate([out["tokens_BT"]] * 4)  # 16 rows
-    logp_BT = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, toks, temperature))
+    m = out["mask_RT"]
+    assert m.sum() == n_rows * max_new and (out["logp_behav_RT"][m > 0] < 0).all()
+    toks = np.concatenate([out["tokens_RT"]] * 4)  # 16 rows
+    logp_RT = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, toks, temperature))
     for i in range(4):
-        assert np.array_equal(logp_BT[i * n_rows:(i + 1) * n_rows] * m, out["logp_behav_BT"] * m), i
+        assert np.array_equal(logp_RT[i * n_rows:(i + 1) * n_rows] * m, out["logp_behav_RT"] * m), i
 
     def loss(p, toks):
         lp = model.token_logprobs(p, cfg, toks, temperature)
         return jnp.sum(lp * m), lp
-    (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_BT"])
-    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_behav_BT"] * m)
+    (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_RT"])
+    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_behav_RT"] * m)
     for name in ("q_norm", "k_norm"):
         g = np.asarray(grads["layers"][name], np.float32)
         assert np.isfinite(g).all() and np.abs(g).max() > 0, name

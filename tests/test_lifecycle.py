@@ -1067,9 +1067,9 @@ def test_random_lifecycles_with_a_bound_that_moves():
 
 def test_staleness_metrics_by_hand():
     """Per token: row 0 sampled by two versions (ages 0 and 1), row 1 by one (age 2), masked tokens out."""
-    staleness_BT = np.array([[0, 1, 5], [2, 2, 7]])
-    mask_BT = np.array([[1, 1, 0], [1, 1, 0]], np.float32)
-    m = lc.staleness_metrics(staleness_BT, mask_BT, max_staleness=2)
+    staleness_RT = np.array([[0, 1, 5], [2, 2, 7]])
+    mask_RT = np.array([[1, 1, 0], [1, 1, 0]], np.float32)
+    m = lc.staleness_metrics(staleness_RT, mask_RT, max_staleness=2)
     assert m == {"staleness/max": 2, "staleness/mean": 1.25, "staleness/mixed_row_frac": 0.5,
                  "staleness/frac_0": 0.25, "staleness/frac_1": 0.25, "staleness/frac_2": 0.5}
-    assert lc.staleness_metrics(staleness_BT, np.zeros_like(mask_BT), 2) == {}
+    assert lc.staleness_metrics(staleness_RT, np.zeros_like(mask_RT), 2) == {}

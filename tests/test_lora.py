@@ -319,7 +319,7 @@ def mesh_check():
     B, T = 8, 24
     tokens = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
     sampler = np.asarray(model.token_logprobs(m1, cfg, jnp.asarray(tokens), 1.0))
-    data = {"tokens_BT": tokens, "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": np.ones((B, T), np.float32), "logp_behav_BT": sampler}
+    data = {"tokens_RT": tokens, "adv_R": rng.standard_normal(B).astype(np.float32), "mask_RT": np.ones((B, T), np.float32), "logp_behav_RT": sampler}
     res = {}
     for name, mesh_, base in (("one", None, base1), ("mesh", mesh, baseM)):
         a, st = update.init_lora_state(adapter, opt, mesh_)

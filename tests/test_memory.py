@@ -54,24 +54,24 @@ def test_generate_logprobs_bitwise_equal_chunked_token_logprobs(monkeypatch):
     assert model._query_chunk_len(cfg, model.MIN_DECODE_ROWS, T, None) == 32
     rs = np.random.RandomState(1)
     n_rows = 5
-    prompt_len_B = rs.randint(3, 20, n_rows)
-    prompt_BT = rs.randint(0, cfg.vocab_size, (n_rows, T)).astype(np.int32)
-    prompt_BT[np.arange(T)[None] >= prompt_len_B[:, None]] = 0
-    out = model.generate(params, cfg, prompt_BT, prompt_len_B, jax.random.key(2), max_new_tokens=60,
+    prompt_len_R = rs.randint(3, 20, n_rows)
+    prompt_RT = rs.randint(0, cfg.vocab_size, (n_rows, T)).astype(np.int32)
+    prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
+    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(2), max_new_tokens=60,
                          temperature=0.9)
-    m = out["mask_BT"]
+    m = out["mask_RT"]
     assert m.sum() == n_rows * 60
     chunks = dict(chunk_tokens=16, query_chunk=24)
     # scoring, one row at a time (head chunks of 16 rows)
-    logp_BT = np.concatenate([np.asarray(SCORE(params, cfg, out["tokens_BT"][i:i + 1], 0.9, **chunks))
+    logp_RT = np.concatenate([np.asarray(SCORE(params, cfg, out["tokens_RT"][i:i + 1], 0.9, **chunks))
                               for i in range(n_rows)])
-    assert np.array_equal(logp_BT * m, out["logp_behav_BT"] * m)
+    assert np.array_equal(logp_RT * m, out["logp_behav_RT"] * m)
 
     def loss(p, toks):  # the trainer's graph, all 5 rows: the same function under value_and_grad
         lp = model.token_logprobs(p, cfg, toks, 0.9, **chunks)
         return jnp.sum(lp * m), lp
-    (_, lp), _ = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_BT"])
-    assert np.array_equal(np.asarray(lp) * m, out["logp_behav_BT"] * m)
+    (_, lp), _ = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_RT"])
+    assert np.array_equal(np.asarray(lp) * m, out["logp_behav_RT"] * m)
 
 
 def test_float32_is_not_chunked_by_default():

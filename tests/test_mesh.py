@@ -63,17 +63,17 @@ def _host_params(cfg):
 
 def _prompts():
     rng = np.random.default_rng(0)
-    prompt_len_B = rng.integers(3, 10, ROWS).astype(np.int32)
-    prompt_BT = np.zeros((ROWS, T), np.int32)
+    prompt_len_R = rng.integers(3, 10, ROWS).astype(np.int32)
+    prompt_RT = np.zeros((ROWS, T), np.int32)
     for b in range(ROWS):
-        prompt_BT[b, :prompt_len_B[b]] = rng.integers(0, TINY["vocab_size"], prompt_len_B[b])
-    return prompt_BT, prompt_len_B
+        prompt_RT[b, :prompt_len_R[b]] = rng.integers(0, TINY["vocab_size"], prompt_len_R[b])
+    return prompt_RT, prompt_len_R
 
 
-def _parity(logp_a_BT, logp_b_BT, mask_BT) -> dict:
+def _parity(logp_a_RT, logp_b_RT, mask_RT) -> dict:
     """Per completion token: the fraction bitwise equal and the largest |delta logp|."""
-    m = mask_BT > 0
-    d = np.abs(logp_a_BT[m].astype(np.float64) - logp_b_BT[m])
+    m = mask_RT > 0
+    d = np.abs(logp_a_RT[m].astype(np.float64) - logp_b_RT[m])
     return {"bitwise_frac": float(np.mean(d == 0)), "max_abs": float(d.max()), "tokens": int(m.sum())}
 
 
@@ -90,9 +90,9 @@ def _layout(tree, shardings) -> dict:
     return {"ok": bool(ok), "devices": len(devices), "device0_frac": on_first / total}
 
 
-def _grpo_batch(tokens_BT, mask_BT, logp_BT):
-    adv_B = np.random.default_rng(1).standard_normal(len(tokens_BT)).astype(np.float32)
-    return {"tokens_BT": tokens_BT, "adv_B": adv_B, "mask_BT": mask_BT, "logp_behav_BT": logp_BT}
+def _grpo_batch(tokens_RT, mask_RT, logp_RT):
+    adv_R = np.random.default_rng(1).standard_normal(len(tokens_RT)).astype(np.float32)
+    return {"tokens_RT": tokens_RT, "adv_R": adv_R, "mask_RT": mask_RT, "logp_behav_RT": logp_RT}
 
 
 def child_bf16() -> dict:
@@ -102,13 +102,13 @@ def child_bf16() -> dict:
     cfg = model.ModelConfig(**TINY)
     host_params = _host_params(cfg)
     params = jax.device_put(host_params, jax.devices()[0])
-    prompt_BT, prompt_len_B = _prompts()
+    prompt_RT, prompt_len_R = _prompts()
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))  # as the Trainer's
     gcfg = grpo.GRPOConfig(max_len=NEW)
     res = {}
 
     # Sampler on one device (what an inference worker without --tensor-parallel runs)
-    one = model.generate(params, cfg, prompt_BT, prompt_len_B,
+    one = model.generate(params, cfg, prompt_RT, prompt_len_R,
                          jax.random.PRNGKey(1), max_new_tokens=NEW)
 
     # The trainer on 8 x 1 (FSDP): state laid out as sharding.py says
@@ -135,16 +135,16 @@ def child_bf16() -> dict:
     res["worker_q_proj"] = {"spec": list(worker.params["layers"]["q_proj"].sharding.spec),
                             "devices": len(worker.params["layers"]["q_proj"].sharding.device_set),
                             "shard_shape": list(worker.params["layers"]["q_proj"].addressable_shards[0].data.shape)}
-    tp = model.generate(worker.params, cfg, prompt_BT, prompt_len_B, jax.random.PRNGKey(1), max_new_tokens=NEW)
+    tp = model.generate(worker.params, cfg, prompt_RT, prompt_len_R, jax.random.PRNGKey(1), max_new_tokens=NEW)
 
     # Both samplers' rows in one batch: rows [0, 12) sampled on one device, [12, 24) on the TP mesh
-    tokens_BT = np.concatenate([one["tokens_BT"], tp["tokens_BT"]])
-    logp_BT = np.concatenate([one["logp_behav_BT"], tp["logp_behav_BT"]])
-    mask_BT = np.concatenate([one["mask_BT"], tp["mask_BT"]])
-    data = _grpo_batch(tokens_BT, mask_BT, logp_BT)
+    tokens_RT = np.concatenate([one["tokens_RT"], tp["tokens_RT"]])
+    logp_RT = np.concatenate([one["logp_behav_RT"], tp["logp_behav_RT"]])
+    mask_RT = np.concatenate([one["mask_RT"], tp["mask_RT"]])
+    data = _grpo_batch(tokens_RT, mask_RT, logp_RT)
     one_rows, tp_rows = slice(0, ROWS), slice(ROWS, 2 * ROWS)
     forward = np.asarray(jax.jit(lambda p, t: model.token_logprobs(p, cfg, t))(
-        params, tokens_BT))  # the trainer's numbers on one device
+        params, tokens_RT))  # the trainer's numbers on one device
 
     # 8 x 1: the 24 rows in microbatches of 7, 7, 7, 3, each padded to 8 (one row per device)
     update_fn = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)
@@ -156,12 +156,12 @@ def child_bf16() -> dict:
     _, _, logp_24, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh24)(
         master24, opt24, update.split_batch(data, 1, 12))
     res["parity"] = {
-        "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one["logp_behav_BT"], one["mask_BT"]),
-        "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one["logp_behav_BT"], one["mask_BT"]),
-        "trainer 8x1 vs sampler TP 4": _parity(logp_fsdp[tp_rows], tp["logp_behav_BT"], tp["mask_BT"]),
-        "trainer 1 dev (forward) vs sampler TP 4": _parity(forward[tp_rows], tp["logp_behav_BT"], tp["mask_BT"]),
-        "trainer 2x4 vs sampler 1 dev": _parity(logp_24[one_rows], one["logp_behav_BT"], one["mask_BT"]),
-        "trainer 2x4 vs sampler TP 4": _parity(logp_24[tp_rows], tp["logp_behav_BT"], tp["mask_BT"]),
+        "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one["logp_behav_RT"], one["mask_RT"]),
+        "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one["logp_behav_RT"], one["mask_RT"]),
+        "trainer 8x1 vs sampler TP 4": _parity(logp_fsdp[tp_rows], tp["logp_behav_RT"], tp["mask_RT"]),
+        "trainer 1 dev (forward) vs sampler TP 4": _parity(forward[tp_rows], tp["logp_behav_RT"], tp["mask_RT"]),
+        "trainer 2x4 vs sampler 1 dev": _parity(logp_24[one_rows], one["logp_behav_RT"], one["mask_RT"]),
+        "trainer 2x4 vs sampler TP 4": _parity(logp_24[tp_rows], tp["logp_behav_RT"], tp["mask_RT"]),
     }
     return res
 
@@ -173,10 +173,10 @@ def child_f32() -> dict:
     cfg = model.ModelConfig(**TINY, dtype="float32")
     host_params = _host_params(cfg)
     rng = np.random.default_rng(0)
-    mask_BT = np.zeros((ROWS, T), np.float32)
+    mask_RT = np.zeros((ROWS, T), np.float32)
     for b in range(ROWS):
-        mask_BT[b, 10:10 + 1 + b % NEW] = 1.0
-    data = _grpo_batch(rng.integers(0, TINY["vocab_size"], (ROWS, T)).astype(np.int32), mask_BT,
+        mask_RT[b, 10:10 + 1 + b % NEW] = 1.0
+    data = _grpo_batch(rng.integers(0, TINY["vocab_size"], (ROWS, T)).astype(np.int32), mask_RT,
                        np.full((ROWS, T), -4.0, np.float32))
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
     gcfg = grpo.GRPOConfig(max_len=NEW)
@@ -185,14 +185,14 @@ def child_f32() -> dict:
         master, opt_state = update.init_state(host_params, cfg, optimizer, mesh)
         if mesh is None:
             master, opt_state = jax.device_put((master, opt_state), jax.devices()[0])
-        master, opt_state, logp_BT, aux = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
+        master, opt_state, logp_RT, aux = update.make_update(cfg, gcfg, optimizer, 1.0, mesh)(
             master, opt_state, update.split_batch(data, 1, ROWS))  # 12 rows: padded to 16 on the mesh
         out[name] = (jax.tree_util.tree_leaves(jax.device_get((master, opt_state[1][0].mu, opt_state[1][0].nu))),
-                     logp_BT, aux)
+                     logp_RT, aux)
     (leaves1, logp1, aux1), (leaves8, logp8, aux8) = out["one"], out["mesh"]
     rel = lambda a, b: float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
     return {"max_rel_state": max(rel(np.asarray(a), np.asarray(b)) for a, b in zip(leaves8, leaves1)),
-            "max_rel_logp": rel(logp8 * mask_BT, logp1 * mask_BT),
+            "max_rel_logp": rel(logp8 * mask_RT, logp1 * mask_RT),
             "loss": [aux8["loss"], aux1["loss"]], "grad_norm": [aux8["grad_norm"], aux1["grad_norm"]]}
 
 

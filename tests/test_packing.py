@@ -67,25 +67,25 @@ def _rollout_batch(B, T, seed=0, vocab=300):
     for b in range(B):
         tokens[b, prompt[b] + comp[b]:] = 0
         mask[b, prompt[b]:prompt[b] + comp[b]] = 1
-    return {"tokens_BT": tokens, "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": mask,
-            "logp_behav_BT": np.zeros((B, T), np.float32)}
+    return {"tokens_RT": tokens, "adv_R": rng.standard_normal(B).astype(np.float32), "mask_RT": mask,
+            "logp_behav_RT": np.zeros((B, T), np.float32)}
 
 
 def test_pack_batch_keeps_each_minibatch_and_unpack_restores_row_order():
     data = _rollout_batch(24, 96)
-    data["row_B"] = np.arange(24)
+    data["row_R"] = np.arange(24)
     packed, order = packing.pack_batch(data, 3, lambda T_b: 5)
     for j, mini in enumerate(packed):  # minibatch j holds rows 8j .. 8j+7, as split_batch's would
-        rows = np.concatenate([mb["row_B"] for mb in mini])
+        rows = np.concatenate([mb["row_R"] for mb in mini])
         assert sorted(rows.tolist()) == list(range(8 * j, 8 * j + 8))
         for mb in mini:
-            T_b = mb["tokens_BT"].shape[1]
-            assert T_b == packing.bucket_len(packing.real_lengths(mb["mask_BT"]).max(), 96)
-            assert np.array_equal(mb["tokens_BT"], data["tokens_BT"][mb["row_B"], :T_b])
-    assert order.tolist() == np.concatenate([mb["row_B"] for mini in packed for mb in mini]).tolist()
-    cut = np.concatenate([np.pad(mb["tokens_BT"], ((0, 0), (0, 96 - mb["tokens_BT"].shape[1])))
+            T_b = mb["tokens_RT"].shape[1]
+            assert T_b == packing.bucket_len(packing.real_lengths(mb["mask_RT"]).max(), 96)
+            assert np.array_equal(mb["tokens_RT"], data["tokens_RT"][mb["row_R"], :T_b])
+    assert order.tolist() == np.concatenate([mb["row_R"] for mini in packed for mb in mini]).tolist()
+    cut = np.concatenate([np.pad(mb["tokens_RT"], ((0, 0), (0, 96 - mb["tokens_RT"].shape[1])))
                           for mini in packed for mb in mini])
-    assert np.array_equal(packing.unpack(cut, order, (24, 96)), data["tokens_BT"])
+    assert np.array_equal(packing.unpack(cut, order, (24, 96)), data["tokens_RT"])
     assert 0 <= packing.padding_frac(packed) < packing.padding_frac(update.split_batch(data, 3, 5))
 
 
@@ -130,7 +130,7 @@ def test_row_logprobs_do_not_depend_on_length_neighbours_or_row_count():
 
 
 def _prompts(seed: int, longest: int):
-    """16 random prompts of 3..longest-1 tokens, right-padded to T = 256: (prompt_BT, prompt_len_B)."""
+    """16 random prompts of 3..longest-1 tokens, right-padded to T = 256: (prompt_RT, prompt_len_R)."""
     rng = np.random.default_rng(seed)
     prompt_len = rng.integers(3, longest, 16)
     prompts = np.zeros((16, 256), np.int32)
@@ -145,14 +145,14 @@ def test_sampled_logprobs_equal_scoring_at_the_bucket_length():
     params = random_params(CFG)
     prompts, prompt_len = _prompts(seed=2, longest=40)
     out = model.generate(params, CFG, prompts, prompt_len, jax.random.key(3), max_new_tokens=48, eos_id=5)
-    data = {"tokens_BT": out["tokens_BT"], "mask_BT": out["mask_BT"]}
+    data = {"tokens_RT": out["tokens_RT"], "mask_RT": out["mask_RT"]}
     packed, order = packing.pack_batch(data, 1, lambda T_b: 4)
-    assert max(mb["tokens_BT"].shape[1] for mb in packed[0]) < 256  # cut, not run at T
-    logp = np.concatenate([np.pad(np.asarray(SCORE(params, CFG, jnp.asarray(mb["tokens_BT"]))),
-                                  ((0, 0), (0, 256 - mb["tokens_BT"].shape[1]))) for mb in packed[0]])
+    assert max(mb["tokens_RT"].shape[1] for mb in packed[0]) < 256  # cut, not run at T
+    logp = np.concatenate([np.pad(np.asarray(SCORE(params, CFG, jnp.asarray(mb["tokens_RT"]))),
+                                  ((0, 0), (0, 256 - mb["tokens_RT"].shape[1]))) for mb in packed[0]])
     logp = packing.unpack(logp, order, (16, 256))
-    m = out["mask_BT"] > 0
-    assert m.sum() > 100 and np.array_equal(logp[m], out["logp_behav_BT"][m])
+    m = out["mask_RT"] > 0
+    assert m.sum() > 100 and np.array_equal(logp[m], out["logp_behav_RT"][m])
 
 
 def test_packed_update_equals_the_fixed_length_update():
@@ -171,7 +171,7 @@ def test_packed_update_equals_the_fixed_length_update():
     assert len(packed[0]) > 2 and packing.padding_frac(packed) < 0.5 * packing.padding_frac(
         update.split_batch(data, 1, 8))
     got = update_fn(master, opt.init(master), packed)
-    real = np.arange(96)[None, :] < packing.real_lengths(data["mask_BT"])[:, None]
+    real = np.arange(96)[None, :] < packing.real_lengths(data["mask_RT"])[:, None]
     assert np.array_equal(packing.unpack(got[2], order, (16, 96))[real], fixed[2][real])
     np.testing.assert_allclose(got[3]["loss"], fixed[3]["loss"], rtol=1e-5, atol=1e-7)
     for a, b, m in zip(*(jax.tree_util.tree_leaves(t) for t in (got[0], fixed[0], master))):
@@ -199,5 +199,5 @@ def test_generate_sized_to_its_rows_gives_the_bits_of_the_full_length():
     kw = dict(max_new_tokens=40, eos_id=5)
     fitted = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), **kw)
     full = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), fit=False, **kw)
-    for k in ("tokens_BT", "logp_behav_BT", "mask_BT", "completion_len_B"):
+    for k in ("tokens_RT", "logp_behav_RT", "mask_RT", "completion_len_R"):
         assert fitted[k].shape == full[k].shape and np.array_equal(fitted[k], full[k]), k

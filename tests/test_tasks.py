@@ -365,15 +365,15 @@ def test_sft_batch_weights_exactly_the_solution_bytes():
     import warmup
     tok = hf_io.ByteTokenizer()
     p = tasks.heldout_problems(1)[0]
-    tokens_BT, weight_BT = warmup.sft_batch(tok, [p], 88, prompt_loss_weight=0.0)
+    tokens_RT, weight_RT = warmup.sft_batch(tok, [p], 88, prompt_loss_weight=0.0)
     n_prompt, n_sol = len(p.prompt.encode()), len(p.solution.encode())
-    # weight_BT[:, t] weights log p(tokens[t] | tokens[:t]): exactly the solution positions.
-    assert tok.decode(tokens_BT[0][weight_BT[0] == 1.0].tolist()) == p.solution
-    assert weight_BT.sum() == n_sol and (tokens_BT[0, n_prompt + n_sol:] == tok.pad_id).all()
+    # weight_RT[:, t] weights log p(tokens[t] | tokens[:t]): exactly the solution positions.
+    assert tok.decode(tokens_RT[0][weight_RT[0] == 1.0].tolist()) == p.solution
+    assert weight_RT.sum() == n_sol and (tokens_RT[0, n_prompt + n_sol:] == tok.pad_id).all()
     _, w2 = warmup.sft_batch(tok, [p], 88, prompt_loss_weight=0.5)
     assert w2[0, 0] == 0.0 and (w2[0, 1:n_prompt] == 0.5).all()
-    prompt_BT, len_B = warmup.encode_prompts(tok, [p], 88)
-    assert len_B[0] == n_prompt and tok.decode(prompt_BT[0, :n_prompt].tolist()) == p.prompt
+    prompt_RT, len_R = warmup.encode_prompts(tok, [p], 88)
+    assert len_R[0] == n_prompt and tok.decode(prompt_RT[0, :n_prompt].tolist()) == p.prompt
     with pytest.raises(ValueError, match="longer than prompt_len"):
         warmup.encode_prompts(tok, [p], 10)
 

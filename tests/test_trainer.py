@@ -36,9 +36,9 @@ def batch(B, seed=0):
     mask = np.zeros((B, 24), np.float32)
     for b in range(B):
         mask[b, 8:8 + b % 12] = 1.0
-    return {"tokens_BT": rng.integers(0, 256, (B, 24)).astype(np.int32),
-            "adv_B": rng.standard_normal(B).astype(np.float32), "mask_BT": mask,
-            "logp_behav_BT": np.zeros((B, 24), np.float32)}
+    return {"tokens_RT": rng.integers(0, 256, (B, 24)).astype(np.int32),
+            "adv_R": rng.standard_normal(B).astype(np.float32), "mask_RT": mask,
+            "logp_behav_RT": np.zeros((B, 24), np.float32)}
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
@@ -67,7 +67,7 @@ def test_drgrpo_max_len_is_the_completion_budget():
     B = 12
     data = batch(B)
     _, _, _, aux = update_for("seq_mean_token_sum_norm")(MASTER, OPT.init(MASTER), update.split_batch(data, 1, B))
-    expected = -(data["adv_B"] * data["mask_BT"].sum(1)).sum() / (B * MAX_LEN)
+    expected = -(data["adv_R"] * data["mask_RT"].sum(1)).sum() / (B * MAX_LEN)
     np.testing.assert_allclose(aux["loss"], expected, rtol=1e-5)
 
 
@@ -197,9 +197,9 @@ def test_shaped_rewards_budget_each_turn_of_a_multi_turn_row():
     rollout = types.SimpleNamespace(rewards_G=np.array([1.0, 1.0], np.float32), mask_GT=mask,
                                     finished_G=np.array([True, False]))
     gcfg = grpo.GRPOConfig(group_size=2, max_len=5, overlong_buffer_len=2, overlong_filter=True)
-    rewards_BG, keep_B = trainer.shaped_rewards([rollout], gcfg)
+    rewards_BG, keep_R = trainer.shaped_rewards([rollout], gcfg)
     np.testing.assert_allclose(rewards_BG, [[1.0 - 0.5, 1.0 - 1.0]])
-    assert keep_B.tolist() == [True, False]  # row 1 used its whole budget and did not finish
+    assert keep_R.tolist() == [True, False]  # row 1 used its whole budget and did not finish
 
 
 def test_a_group_whose_only_failures_are_reward_errors_is_dropped_with_a_log_line():
