@@ -203,7 +203,11 @@ def test_a_crash_loop_stops_the_run_whatever_its_pace(tmp_path, tiny):  # noqa: 
     run_dir = str(tmp_path / "run")
     env = {**os.environ, "RUN_DIR": run_dir, "STEPS": "3", "WORKERS": "1", "MODEL": tiny,
            "PORT": str(free_port()), "TRAINER_ARGS": TRAINER_ARGS, "WORKER_ARGS": "--tensor-parallel 2",
-           "RESTART_WINDOW": "1", "CRASH_BACKOFF": "0 2 3"}
+           "RESTART_WINDOW": "1", "CRASH_BACKOFF": "0 2 3",
+           # The trainer never gets a worker, so it is still in its step-0 evaluation when the run
+           # stops, and an evaluation does not end on SIGTERM: launch.sh would wait out the whole
+           # grace (30 s) for a checkpoint that this test does not look at.
+           "STOP_GRACE_S": "1"}
     t0 = time.monotonic()
     proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
