@@ -25,6 +25,14 @@ from safetensors.numpy import load_file, save_file
 import multihost
 
 
+def list_checkpoints(run_dir: str) -> list[str]:
+    """The finished checkpoints' folder names under run_dir/checkpoints, oldest first (a step_N.tmp
+    folder is a write that did not finish: never listed)."""
+    root = os.path.join(run_dir, "checkpoints")
+    return sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")) \
+        if os.path.isdir(root) else []
+
+
 def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep: int) -> str:
     """Atomic: everything is written into step_N.tmp/, then the folder is renamed to step_N/.
     A crash mid-write leaves a .tmp folder that load ignores (invariant 5).
@@ -45,7 +53,7 @@ def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep
         json.dump(meta, f)
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
-    for old in sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp"))[:-keep]:
+    for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(os.path.join(root, old), ignore_errors=True)
     return final
 
@@ -54,9 +62,7 @@ def read_checkpoint(run_dir: str, master_like) -> tuple[dict, dict]:
     """(tensors by name, meta) of the newest checkpoint that verifies (every CRC, the model's parameter
     names); a truncated or corrupt one is reported and the previous one tried."""
     root = os.path.join(run_dir, "checkpoints")
-    names = sorted((d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")),
-                   reverse=True) if os.path.isdir(root) else []
-    for name in names:
+    for name in reversed(list_checkpoints(run_dir)):
         path = os.path.join(root, name)
         try:
             with open(os.path.join(path, "meta.json")) as f:

@@ -354,7 +354,7 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
 
 def continuous_to_batch(out: dict, T: int, pad_id: int = 0) -> dict:
     """generate_continuous()'s result in model.generate()'s layout: tokens_RT (prompt + completion,
-    right-padded with pad_id to T), logp_RT (float32, the completion tokens' log-probs at their
+    right-padded with pad_id to T), logp_behav_RT (float32, the completion tokens' log-probs at their
     positions, 0 elsewhere), mask_RT (1.0 on completion tokens), completion_len_R; R rows in input
     order."""
     R = len(out["tokens"])
@@ -362,11 +362,11 @@ def continuous_to_batch(out: dict, T: int, pad_id: int = 0) -> dict:
     if max(lens) > T:
         raise ValueError(f"T = {T} is shorter than the longest row ({max(lens)} tokens)")
     tokens_RT = np.full((R, T), pad_id, np.int32)
-    logp_RT = np.zeros((R, T), np.float32)
+    logp_behav_RT = np.zeros((R, T), np.float32)
     mask_RT = np.zeros((R, T), np.float32)
     for r, (t, lp, p) in enumerate(zip(out["tokens"], out["logp_behav"], out["prompt_len_R"])):
         tokens_RT[r, :t.size] = t
-        logp_RT[r, p:t.size] = lp
+        logp_behav_RT[r, p:t.size] = lp
         mask_RT[r, p:t.size] = 1.0
-    return {"tokens_RT": tokens_RT, "logp_behav_RT": logp_RT, "mask_RT": mask_RT,
+    return {"tokens_RT": tokens_RT, "logp_behav_RT": logp_behav_RT, "mask_RT": mask_RT,
             "completion_len_R": np.asarray(out["completion_len_R"], np.int32)}

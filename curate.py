@@ -407,10 +407,7 @@ def _check_main(argv: list[str]) -> int:
 def load_policy(model_dir: str, prompt_format: str = "", dtype: str = "bfloat16") -> types.SimpleNamespace:
     """The checkpoint as the trainer and the workers load it: config, weights, tokenizer, prompt format."""
     mcfg, params = hf_io.load_hf(model_dir, bf16_fix=True, **hf_io.compute_dtype_override(dtype))
-    fmt = prompt_format or prompts.default_format(model_dir)
-    template = prompts.load_chat_template(model_dir)
-    if fmt == "chat" and template is None:
-        raise ValueError(f"--prompt-format chat: the checkpoint {model_dir!r} has no chat template")
+    fmt, template = prompts.prompt_format(model_dir, prompt_format)
     return types.SimpleNamespace(model=model_dir, mcfg=mcfg, params=params, tokenizer=hf_io.load_tokenizer(model_dir),
                                  fmt=fmt, template=template)
 

@@ -772,6 +772,20 @@ def mismatch_report(logp_behav_RT, logp_RT, exact_RT, stale_RT) -> dict:
     return out
 
 
+MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats
+
+
+def mismatch_histogram(logp_behav_RT, logp_RT, exact_RT) -> dict:
+    """One line of $RUN_DIR/mismatch.jsonl (plot.py draws it): of the tokens exact_RT selects, how many
+    have a trainer log-prob exactly the sampler's ("zero"), and a histogram of log10 |difference| of
+    the others over MISMATCH_EDGES."""
+    delta = np.abs(np.asarray(logp_RT) - np.asarray(logp_behav_RT))[np.asarray(exact_RT)].astype(np.float64)
+    nonzero = delta[delta > 0]
+    counts = np.histogram(np.log10(np.clip(nonzero, 1e-10, 10.0)), bins=MISMATCH_EDGES)[0]
+    return {"tokens": int(delta.size), "zero": int(delta.size - nonzero.size),
+            "log10_edges": MISMATCH_EDGES.tolist(), "counts": counts.tolist()}
+
+
 def correction_metrics(logp_old_RT, logp_behav_RT, mask_RT, cfg: GRPOConfig) -> dict:
     """correction/*: what the rollout correction did to the batch, over its sampled tokens (numpy,
     host side; logp_old_RT: the trainer's log-probs before the update, which update.py returns):

@@ -433,6 +433,35 @@ def load_peft_adapter(path: str, cfg: ModelConfig):
     return lcfg, lora.adapter_from_tensors(named, cfg, lcfg)
 
 
+def lora_start(cfg: ModelConfig, rank=None, alpha=None, targets=None, init_dir=None) -> tuple:
+    """A run's (lora.LoraConfig or None, starting adapter or None), from its --lora-* flags
+    (LoraConfig.parse) or, with init_dir (--lora-init), the PEFT folder's config and adapter: rank,
+    alpha or targets given beside it must be the folder's."""
+    lcfg = lora.LoraConfig.parse(rank, alpha, targets)
+    if not init_dir:
+        return lcfg, None
+    init_cfg, adapter = load_peft_adapter(init_dir, cfg)
+    given = {"rank": rank, "alpha": alpha, "targets": targets}
+    if lcfg is not None and any(given[k] and lcfg.to_dict()[k] != init_cfg.to_dict()[k] for k in given):
+        raise ValueError(f"--lora-init {init_dir} holds an adapter {init_cfg.to_dict()}, which the "
+                         f"--lora-* flags contradict ({lcfg.to_dict()}): drop them or make them agree")
+    return init_cfg, adapter
+
+
+def save_final(out: str, cfg: ModelConfig, policy: dict, tokenizer_from: str, lcfg=None, adapter=None) -> str:
+    """A trained policy as a Hugging Face folder `out` (save_hf, with tokenizer_from's tokenizer files),
+    plus, with a LoRA adapter, `out/adapter` (save_peft_adapter, for the model tokenizer_from). Written
+    beside and renamed into place, so it is whole or absent. Returns out."""
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_hf(tmp, cfg, policy, tokenizer_from=tokenizer_from)
+    if lcfg is not None:
+        save_peft_adapter(os.path.join(tmp, "adapter"), cfg, lcfg, adapter, tokenizer_from)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
 # =====================================================================================================
 # 4. Tokenizers
 # =====================================================================================================

@@ -260,6 +260,31 @@ def verifier_broken(window: collections.deque, max_frac: float) -> bool:
     return total > 0 and bad / total > max_frac
 
 
+class VerifierBroken(RuntimeError):
+    """Most programs fail in the verifier, not in themselves: training would learn from noise."""
+
+
+def check_verifier(window: collections.deque, max_frac: float) -> None:
+    """Raise VerifierBroken, saying where to look, when `verifier_broken(window, max_frac)`."""
+    if verifier_broken(window, max_frac):
+        bad, total = map(sum, zip(*window))
+        raise VerifierBroken(
+            f"the verifier failed {bad} of the last {total} programs (status {INFRA_ERROR}: the sandbox or the "
+            f"service, not the programs; {REWARD_ERROR}: the reward function raised, gave no finite number or "
+            f"timed out), more than --max-verifier-failure-frac {max_frac}; see the verifier's log "
+            f"($RUN_DIR/verifier.log under launch.sh) and the workers' logs")
+
+
+def verifier_failure_text(statuses: list) -> str:
+    """A group's verifier failures for the log: how many of its programs got each failure status
+    (INFRA_ERROR, REWARD_ERROR), e.g. "3 of 8 programs got verifier status reward_error"; "no verifier
+    failure" when there is none."""
+    counts = collections.Counter(s for s in statuses if s in (INFRA_ERROR, REWARD_ERROR))
+    if not counts:
+        return "no verifier failure"
+    return ", ".join(f"{n} of {len(statuses)} programs got verifier status {s}" for s, n in sorted(counts.items()))
+
+
 # ----------------------------------------------------------------------------- the trainer's books
 
 TRAINED, DROPPED_STALE, FILTERED, SKIPPED_TOO_LONG, VERIFIER_FAILED = (

@@ -857,7 +857,7 @@ def _generate_jit(params, cfg, prompt_RT, prompt_len_R, keys_R, temperature, top
     x_RD = x_RTD[rows_R, prompt_len_R - 1]
 
     def sample_into(state, x_RD, i):
-        tokens_RT, logp_RT, mask_RT, done_R = state
+        tokens_RT, logp_behav_RT, mask_RT, done_R = state
         # row b's i-th token uses uniform(fold_in(keys_R[b], i)): a row's draws never depend on its batch
         u_R = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(keys_R)
         logp_RV = _log_softmax(cfg, head(params["final_norm"], w, x_RD), temperature)
@@ -867,10 +867,10 @@ def _generate_jit(params, cfg, prompt_RT, prompt_len_R, keys_R, temperature, top
         live_R = ~done_R
         write_RT = (jnp.arange(T)[None, :] == pos_R[:, None]) & live_R[:, None]
         tokens_RT = jnp.where(write_RT, tok_R[:, None], tokens_RT)
-        logp_RT = jnp.where(write_RT, tok_logp_R[:, None], logp_RT)
+        logp_behav_RT = jnp.where(write_RT, tok_logp_R[:, None], logp_behav_RT)
         mask_RT = jnp.where(write_RT, 1.0, mask_RT)
         done_R = done_R | ends_row(tok_R, eos_K)
-        return (tokens_RT, logp_RT, mask_RT, done_R), tok_R
+        return (tokens_RT, logp_behav_RT, mask_RT, done_R), tok_R
 
     state = (prompt_RT, jnp.zeros((R, T), jnp.float32), jnp.zeros((R, T), jnp.float32), jnp.zeros((R,), bool))
     state, tok_R = sample_into(state, x_RD, 0)
@@ -887,8 +887,8 @@ def _generate_jit(params, cfg, prompt_RT, prompt_len_R, keys_R, temperature, top
 
     cache = (tuple(map(_as_bits, k_cache)), tuple(map(_as_bits, v_cache)))  # [L, R, K, T, H] -> L arrays [R, K, T, H]
     _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_R))
-    tokens_RT, logp_RT, mask_RT, _ = state
-    return tokens_RT, logp_RT, mask_RT, jnp.sum(mask_RT, axis=1).astype(jnp.int32)
+    tokens_RT, logp_behav_RT, mask_RT, _ = state
+    return tokens_RT, logp_behav_RT, mask_RT, jnp.sum(mask_RT, axis=1).astype(jnp.int32)
 
 
 MAX_STOP_IDS = 8
@@ -984,12 +984,12 @@ def generate(params: dict, cfg: ModelConfig, prompt_RT, prompt_len_R, key, *, ma
     longest = int(prompt_len_R.max())
     C = _fit_len(longest + max_new_tokens, T) if fit else T  # the cache length
     P = min(_fit_len(longest, T), C) if fit else T            # the prefill length
-    tokens_RT, logp_RT, mask_RT, n_R = _generate_jit(
+    tokens_RT, logp_behav_RT, mask_RT, n_R = _generate_jit(
         params, cfg, jnp.asarray(prompt_RT[:, :C], jnp.int32), jnp.asarray(prompt_len_R, jnp.int32), keys_R,
-        jnp.float32(temperature), jnp.float32(top_p), eos_K, jnp.int32(pad_id), max_new_tokens=int(max_new_tokens), greedy=temperature == 0, use_top_p=top_p < 1,
-        prefill_len=P)
+        jnp.float32(temperature), jnp.float32(top_p), eos_K, jnp.int32(pad_id), max_new_tokens=int(max_new_tokens),
+        greedy=temperature == 0, use_top_p=top_p < 1, prefill_len=P)
     grow = ((0, 0), (0, T - C))  # back to [R, T]: pad tokens, log-prob 0, mask 0
     out = {"tokens_RT": np.pad(np.asarray(tokens_RT), grow, constant_values=pad_id),
-           "logp_behav_RT": np.pad(np.asarray(logp_RT), grow), "mask_RT": np.pad(np.asarray(mask_RT), grow),
+           "logp_behav_RT": np.pad(np.asarray(logp_behav_RT), grow), "mask_RT": np.pad(np.asarray(mask_RT), grow),
            "completion_len_R": np.asarray(n_R)}
     return {k: v[:R] for k, v in out.items()}

@@ -5,10 +5,10 @@ VM: `jax.distributed.initialize` joins them, `jax.devices()` then lists every ch
 and a mesh over them (sharding.role_mesh) makes one FSDP trainer of the whole slice. Every process
 must run the same device computations in the same order, each with the same inputs.
 
-How the trainer keeps them in step (trainer.Trainer.collective): process 0, the LEADER, is the
+How the trainer keeps them in step (`collective`, with trainer.Trainer.commands): process 0, the LEADER, is the
 trainer the rest of the system sees: it alone talks to the parameter server, keeps the books, and
 writes metrics, the ledger, checkpoints and the final policy. The other processes, FOLLOWERS, hold
-their shards of the state and wait in Trainer.follow for the leader's next command (update with this
+their shards of the state and wait in `follow` for the leader's next command (update with this
 batch, push, checkpoint, restore, export, stop), which `broadcast` sends over the same collectives the
 training step uses. A value a follower needs (the batch, a checkpoint's tensors) travels as raw bytes,
 so it arrives bit for bit; a value only the leader needs (a tensor to push or write) is gathered with
@@ -83,6 +83,30 @@ def broadcast(obj=None):
     if jax.process_count() == 1:
         return obj
     return _unpack(_broadcast_bytes(_pack(obj) if is_leader() else None))
+
+
+def collective(commands: dict, command: str, payload=None):
+    """The leader runs commands[command](payload) on every process, itself included; `commands` is a
+    fixed table of what a leader may ask (an unknown command fails here, before any process is told)."""
+    run = commands[command]
+    broadcast([command, payload])
+    return run(payload)
+
+
+def follow(commands: dict) -> int:
+    """A follower's life: run the leader's commands (from the same table) until it says stop; returns
+    the exit status the leader sent with its stop (`release`)."""
+    while True:
+        command, payload = broadcast()
+        if command == "stop":
+            return payload
+        commands[command](payload)
+
+
+def release(status: int) -> None:
+    """The leader's last word: the followers leave `follow` with its exit status."""
+    if jax.process_count() > 1:
+        broadcast(["stop", status])
 
 
 def broadcast_array(x: np.ndarray | None, shape, dtype) -> np.ndarray:

@@ -9,7 +9,8 @@ evaluation reports:
   - `signed_advantages`: NSR and W-REINFORCE (advantage=nsr / w_reinforce).
   - `covariance_tokens`: Clip-Cov and KL-Cov's token selection (cov_penalty), from `token_covariance`
     and, for Clip-Cov, the layout-independent draws of `token_draws`.
-  - `pass_at_k`, `pass_at_k_array`: the unbiased pass@k estimator, one problem or many.
+  - `pass_at_k`, `pass_at_k_array`: the unbiased pass@k estimator, one problem or many; `eval_metrics`,
+    the trainer's eval/* from them.
 
 Sources: pass@k: Chen et al. 2021 (Codex, arXiv:2107.03374, eq. 1 and its numerically stable form).
 Pass@k Training: Chen et al. 2025 (arXiv:2508.10751). NSR and W-REINFORCE: Zhu et al. 2025
@@ -230,3 +231,14 @@ def pass_at_k_array(n_N, c_N, k: int) -> np.ndarray:
     i_NC = (n_N - c_N + 1)[:, None] + j_C[None, :]
     factor_NC = np.where(j_C[None, :] < c_N[:, None], 1.0 - k / np.maximum(i_NC, 1), 1.0)
     return np.where(n_N - c_N < k, 1.0, 1.0 - np.prod(factor_NC, axis=1))
+
+
+def eval_metrics(correct_N, n: int, greedy_N=()) -> dict:
+    """The trainer's eval/* numbers: pass@1 and pass@min(8, n) (pass_at_k_array) over problems of which
+    correct_N[i] of n samples passed, how many problems, and greedy_pass@1, the mean of greedy_N (1 where
+    a problem's one greedy completion passed), when there is one."""
+    c_N = np.asarray(correct_N, np.int64)
+    n_N, k = np.full_like(c_N, n), min(8, n)
+    return {"eval/pass@1": float(pass_at_k_array(n_N, c_N, 1).mean()),
+            f"eval/pass@{k}": float(pass_at_k_array(n_N, c_N, k).mean()), "eval/problems": len(c_N),
+            **({"eval/greedy_pass@1": float(np.mean(greedy_N))} if len(greedy_N) else {})}

@@ -136,6 +136,16 @@ def default_format(model_dir: str | None) -> str:
     return "chat" if load_chat_template(model_dir) is not None else "completion"
 
 
+def prompt_format(model_dir: str | None, fmt: str = "") -> tuple[str, ChatTemplate | None]:
+    """(format, chat template or None) for a checkpoint: `fmt` if given, else default_format; "chat"
+    for a checkpoint without a template is refused."""
+    fmt, template = fmt or default_format(model_dir), load_chat_template(model_dir)
+    if fmt == "chat" and template is None:
+        raise ValueError(f"--prompt-format chat: the checkpoint {model_dir!r} has no chat template "
+                         f"(tokenizer_config.json chat_template or chat_template.jinja)")
+    return fmt, template
+
+
 @functools.lru_cache(maxsize=16)
 def _compile(source: str):
     """The template compiled in a jinja environment set up as transformers sets up its own for

@@ -41,7 +41,6 @@ import collections
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import time
 
@@ -79,21 +78,6 @@ def eval_text(metrics: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- the trainer
-
-class VerifierBroken(RuntimeError):
-    """Most programs fail in the verifier, not in themselves: training would learn from noise."""
-
-
-
-def verifier_failure_text(statuses: list) -> str:
-    """A group's verifier failures for the log: how many of its programs got each failure status
-    (lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR), e.g. "3 of 8 programs got verifier status
-    reward_error"; "no verifier failure" when there is none."""
-    counts = collections.Counter(s for s in statuses if s in (lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR))
-    if not counts:
-        return "no verifier failure"
-    return ", ".join(f"{n} of {len(statuses)} programs got verifier status {s}" for s, n in sorted(counts.items()))
-
 
 def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
     """(rewards_BG, keep_R) of a batch of rollouts after DAPO's overlong punishment (added to the
@@ -152,7 +136,6 @@ class Trainer:
                                                                      **dataclasses.asdict(gcfg)})
         self.ledger = open(ledger_path, "a")
         self.stop_requested = False
-
 
     def run(self) -> None:
         """The loop: (step 0: evaluate), then per step feed + collect (collect_batch), update
@@ -218,11 +201,7 @@ class Trainer:
         self.mcfg, params = hf_io.load_hf(cfg.model, bf16_fix=cfg.bf16_fix, host=self.mesh is not None,
                                           **hf_io.compute_dtype_override(cfg.dtype))
         self.tokenizer = hf_io.load_tokenizer(cfg.model)
-        self.fmt = cfg.prompt_format or prompts.default_format(cfg.model)
-        self.template = prompts.load_chat_template(cfg.model)
-        if self.fmt == "chat" and self.template is None:
-            raise ValueError(f"--prompt-format chat: the checkpoint {cfg.model!r} has no chat template "
-                             f"(tokenizer_config.json chat_template or chat_template.jinja)")
+        self.fmt, self.template = prompts.prompt_format(cfg.model, cfg.prompt_format)
         if cfg.env and self.fmt != "chat":
             raise ValueError(f"--env {cfg.env}: turns and tool outputs are chat messages; use the chat format")
         if cfg.env:  # a template that cannot carry several turns is refused here, never mid-run
@@ -244,9 +223,14 @@ class Trainer:
             ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)  # noqa: E731
         self.lcfg, self.base, self.base_on_server, self.init_adapter = None, None, False, None
         if cfg.lora_rank or cfg.lora_init:
-            self.lcfg, self.init_adapter = self.initial_adapter()
+            self.lcfg, self.init_adapter = hf_io.lora_start(self.mcfg, cfg.lora_rank, cfg.lora_alpha,
+                                                            cfg.lora_targets, cfg.lora_init)
             self.base = params if self.mesh is not None else jax.tree_util.tree_map(jax.numpy.asarray, params)
-            if self.init_adapter is not None:  # --lora-init: its policy, merged as the workers merge, is our base
+            # --lora-init: its adapter merged as the workers merge (so version 0, full as every lineage's
+            # version 0 is, is its policy bit for bit) is our base; a fresh adapter of the same config
+            # trains on top, and final/adapter holds the two as one adapter for cfg.model (lora.concat)
+            if self.init_adapter is not None:
+                self.log(f"LoRA adapter from {cfg.lora_init}, merged into the base")
                 self.base = lora.merge(self.base, self.init_adapter, self.mcfg, self.lcfg)
             adapter = lora.init_adapter(self.mcfg, self.lcfg, jax.random.key(cfg.seed))
             self.master, self.opt_state = update.init_lora_state(adapter, self.optimizer, self.mesh)
@@ -264,24 +248,6 @@ class Trainer:
             put = lambda tokens_RT: sharding.shard_rows({"tokens_RT": tokens_RT}, self.mesh)["tokens_RT"]  # noqa: E731
             self.ref_logprobs = lambda p, tokens_RT: multihost.to_host(ref_jit(p, put(tokens_RT)))[:len(tokens_RT)]
 
-    def initial_adapter(self) -> tuple:
-        """(LoraConfig, --lora-init's adapter or None). --lora-init: the PEFT folder's rank, alpha and
-        targets (--lora-* flags given beside it must agree). Its adapter is merged into the base we
-        hold (lora.merge, so version 0 is its policy bit for bit, and a full version as every lineage's
-        version 0 is) and a fresh adapter of the same config trains on top; final/adapter holds the
-        two as one adapter for the original base (lora.concat)."""
-        cfg = self.cfg
-        lcfg = lora.LoraConfig.parse(cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
-        if not cfg.lora_init:
-            return lcfg, None
-        init_cfg, adapter = hf_io.load_peft_adapter(cfg.lora_init, self.mcfg)
-        given = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": cfg.lora_targets}
-        if lcfg is not None and any(given[k] and lcfg.to_dict()[k] != init_cfg.to_dict()[k] for k in given):
-            raise ValueError(f"--lora-init {cfg.lora_init} holds an adapter {init_cfg.to_dict()}, which the "
-                             f"--lora-* flags contradict ({lcfg.to_dict()}): drop them or make them agree")
-        self.log(f"LoRA adapter from {cfg.lora_init}, merged into the base")
-        return init_cfg, adapter
-
     def load_data(self) -> None:
         """The training problems and the held-out set, T and the microbatch. The cursor is the index
         of the next training problem; problem i is fixed by (seed, i)."""
@@ -291,7 +257,8 @@ class Trainer:
             self.math = any(p.kind == "math" for p in problems)
             self.train_set, self.heldout = tasks.split_dataset(problems, min(cfg.heldout, len(problems) // 2))
             order = np.random.default_rng(cfg.seed).permutation(len(self.train_set))
-            source, train_keys = lambda j: self.train_set[order[j % len(order)]], {tasks.problem_key(p) for p in self.train_set}
+            source = lambda j: self.train_set[order[j % len(order)]]  # noqa: E731
+            train_keys = {tasks.problem_key(p) for p in self.train_set}
         else:
             self.math = False
             stream = tasks.train_problems(cfg.seed)
@@ -315,11 +282,10 @@ class Trainer:
             self.log(f"{len(self.heldout) - len(fits)} held-out problems left out: prompt + max_new_tokens "
                      f"exceeds seq_len {self.T}")
             self.heldout = fits
-        self.microbatch = cfg.microbatch or update.fit_microbatch(self.mcfg, self.T, cfg.memory_budget_gb, self.mesh,
-                                                           with_ref=self.gcfg.kl_beta > 0, lcfg=self.lcfg)
+        self._rows_at = {}
+        self.microbatch = self.rows_for(self.T)
         self.log(f"prompt format {self.fmt}; seq_len {self.T} (prompt + {cfg.max_new_tokens} new tokens); "
                  f"microbatch {self.microbatch} rows at that length, more for shorter rows (packing.py)")
-        self._rows_at = {}
 
     def layout(self, data: dict) -> tuple[list, np.ndarray, bool]:
         """The update's [minibatch][microbatch] layout of the batch, each row's place in it (order) and
@@ -335,19 +301,14 @@ class Trainer:
     def rows_for(self, T_b: int) -> int:
         """Rows per microbatch of bucket length T_b (packing.plan): --microbatch if given, else the most
         rows of T_b tokens that fit the memory budget (fit_microbatch), computed once per length."""
-        if self.cfg.microbatch:
-            return self.cfg.microbatch
         if T_b not in self._rows_at:
-            self._rows_at[T_b] = update.fit_microbatch(self.mcfg, T_b, self.cfg.memory_budget_gb, self.mesh,
-                                                with_ref=self.gcfg.kl_beta > 0, lcfg=self.lcfg)
+            self._rows_at[T_b] = self.cfg.microbatch or update.fit_microbatch(
+                self.mcfg, T_b, self.cfg.memory_budget_gb, self.mesh, with_ref=self.gcfg.kl_beta > 0, lcfg=self.lcfg)
         return self._rows_at[T_b]
 
     def resume(self, ledger_path: str) -> None:
         """--resume: the newest checkpoint's state and books, or, with none yet, the initial model."""
-        ckpt_dir = os.path.join(self.cfg.run_dir, "checkpoints")
-        has_checkpoint = os.path.isdir(ckpt_dir) and any(
-            d.startswith("step_") and not d.endswith(".tmp") for d in os.listdir(ckpt_dir))
-        if not has_checkpoint:
+        if not checkpointing.list_checkpoints(self.cfg.run_dir):
             self.log("--resume: no checkpoint yet, starting from the initial model")
             # A run that died before its first checkpoint: its fates belong to steps we redo, with
             # the same prompts from cursor 0.
@@ -371,16 +332,15 @@ class Trainer:
         """Our policy version: the number of batches trained on (the collector counts them)."""
         return self.collector.version
 
-    def item(self, problem: tasks.Problem, item_id: str, G: int, evaluate: bool = False, temperature=None):
-        return workitems.problem_item(problem, item_id, self.cfg, G, self.T, self.step_n, evaluate, self.lineage,
+    def item(self, problem: tasks.Problem, item_id: str, G: int, version: int, evaluate=False, temperature=None):
+        return workitems.problem_item(problem, item_id, self.cfg, G, self.T, version, evaluate, self.lineage,
                                       temperature, self.fmt, self.template)
 
     def training_item(self, index: int, version: int) -> tuple:
         """Training problem `index` (of the data order) as a work item asking for weights >= version,
         and whether its prompt + max_new_tokens fit seq_len (lifecycle.Collector.feed)."""
         problem = self.problem(index)
-        item = workitems.problem_item(problem, f"train/{index}|{problem.item_id}", self.cfg, self.gcfg.group_size,
-                                      self.T, version, lineage=self.lineage, fmt=self.fmt, template=self.template)
+        item = self.item(problem, f"train/{index}|{problem.item_id}", self.gcfg.group_size, version)
         return item, workitems.fits(len(self.tokenizer.encode(item.prompt)), self.T, self.cfg.max_new_tokens)
 
     def prompt_len(self, problem: tasks.Problem) -> int:
@@ -400,22 +360,14 @@ class Trainer:
 
     def collective(self, command: str, payload=None):
         """The leader runs commands()[command](payload) on every trainer process, itself included."""
-        run = self.commands()[command]  # an unknown command fails here, before any process is told
-        multihost.broadcast([command, payload])
-        return run(payload)
+        return multihost.collective(self.commands(), command, payload)
 
     def follow(self) -> int:
         """A follower's life: the leader's commands until it says stop; returns the leader's exit status."""
-        commands = self.commands()
-        while True:
-            command, payload = multihost.broadcast()
-            if command == "stop":
-                return payload
-            commands[command](payload)
+        return multihost.follow(self.commands())
 
     def release_followers(self, status: int) -> None:
-        if jax.process_count() > 1:
-            multihost.broadcast(["stop", status])
+        multihost.release(status)
 
     def do_update(self, payload: dict):
         """Step 3's device work: pi_ref's log-probs when the KL term is on, then the update."""
@@ -434,9 +386,9 @@ class Trainer:
         chunks). Followers take part in the gathers; the leader streams the tensors (weights.push_weights)."""
         if self.lcfg is not None and not payload.get("full"):  # an adapter version: the f32 adapter alone
             named = lora.adapter_tensors(jax.tree_util.tree_map(multihost.to_host, self.master))
-            if self.leader:
+            if self.leader:  # its manifest names its base (version 0, our lineage's full one) and the merge
                 weights.push_weights(self.ps, payload["version"], payload["lineage"], list(named.items()),
-                                     **self.adapter_push_kwargs())
+                                     base=0, lora=self.lcfg.to_dict())
             return
         tensors = hf_io.iter_hf_tensors(self.master if self.lcfg is None else self.base, self.mcfg,
                                         dtype=self.mcfg.jdtype)
@@ -446,11 +398,6 @@ class Trainer:
         finally:
             for _ in tensors:  # followers; and the leader after a failed push: every process gathers every tensor
                 pass
-
-    def adapter_push_kwargs(self) -> dict:
-        """What an adapter version's manifest says beside its tensors: its base (version 0, the full
-        one of this lineage) and the LoRA config the workers merge with."""
-        return {"base": 0, "lora": self.lcfg.to_dict()}
 
     def do_checkpoint(self, payload: dict) -> str:
         """LoRA: the checkpoint holds the adapter and its Adam state (the base is the model folder's)
@@ -469,28 +416,21 @@ class Trainer:
         return meta
 
     def do_export(self, _=None) -> str:
-        """The trained policy as a Hugging Face folder, $RUN_DIR/final: the bf16 weights the workers
-        sample with, plus the model folder's tokenizer files. hf_io.load_hf, `warmup.py --report` and
-        transformers load it; written beside and renamed into place, so it is whole or absent."""
+        """The trained policy as a Hugging Face folder, $RUN_DIR/final (hf_io.save_final): the bf16 weights
+        the workers sample with and the model folder's tokenizer files; hf_io.load_hf, `warmup.py --report`
+        and transformers load it. LoRA: also final/adapter, the adapter alone as a PEFT folder."""
         policy = self.update.policy(self.master)
         policy = update.cast_params(policy, self.mcfg.jdtype) if self.lcfg is None else policy
-        if not self.leader:  # the same gathers as save_hf's and save_peft_adapter's, nothing written
-            hf_io.to_hf_tensors(policy, self.mcfg)
-            if self.lcfg is not None:
-                jax.tree_util.tree_map(multihost.to_host, self.master)
-            return ""
-        out = os.path.join(self.cfg.run_dir, "final")
-        tmp = out + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        hf_io.save_hf(tmp, self.mcfg, policy, tokenizer_from=self.cfg.model)
-        if self.lcfg is not None:  # LoRA: also the adapter alone, as a PEFT folder for the base model
-            lcfg, adapter = self.lcfg, jax.tree_util.tree_map(multihost.to_host, self.master)
+        lcfg, adapter = self.lcfg, None
+        if lcfg is not None:  # gathered on every process, as the policy's tensors are
+            adapter = jax.tree_util.tree_map(multihost.to_host, self.master)
             if self.init_adapter is not None:  # --lora-init's adapter and ours, one adapter for cfg.model
                 lcfg, adapter = lora.concat(self.init_adapter, adapter, self.lcfg)
-            hf_io.save_peft_adapter(os.path.join(tmp, "adapter"), self.mcfg, lcfg, adapter, self.cfg.model)
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
-        return out
+        if not self.leader:  # the same gathers as save_hf's, nothing written
+            hf_io.to_hf_tensors(policy, self.mcfg)
+            return ""
+        return hf_io.save_final(os.path.join(self.cfg.run_dir, "final"), self.mcfg, policy, self.cfg.model,
+                                lcfg, adapter)
 
     def write_metrics(self, metrics: dict) -> None:
         metrics = {"step": self.step_n, "time_s": round(time.monotonic() - self.t_start, 3), **metrics,
@@ -574,11 +514,6 @@ class Trainer:
         if items:
             self.ps.call(wire.EnqueueWork([i.to_dict() for i in items]), what="enqueue receipt")
 
-    def feed(self) -> None:
-        """Step 1: keep (max_staleness + 1) x B training prompts without a fate (lifecycle.Collector.feed),
-        each tagged with our version: workers sample it with weights at least that new."""
-        self.enqueue(self.collector.feed())
-
     def parse_rollout(self, data):
         try:
             return wire.Rollout.from_dict(data)
@@ -598,15 +533,8 @@ class Trainer:
             self.verifier_window.append((failures, len(rollout.statuses)))
             self.step_programs = [self.step_programs[0] + failures, self.step_programs[1] + len(rollout.statuses)]
             if failures:
-                self.log(f"{rollout.item_id}: {verifier_failure_text(rollout.statuses)}: group dropped")
-        if lifecycle.verifier_broken(self.verifier_window, self.cfg.max_verifier_failure_frac):
-            bad, total = map(sum, zip(*self.verifier_window))
-            raise VerifierBroken(
-                f"the verifier failed {bad} of the last {total} programs (status {lifecycle.INFRA_ERROR}: the "
-                f"sandbox or the service, not the programs; {lifecycle.REWARD_ERROR}: the reward function "
-                f"raised, gave no finite number or timed out), more than --max-verifier-failure-frac "
-                f"{self.cfg.max_verifier_failure_frac}; see the verifier's log ($RUN_DIR/verifier.log under "
-                f"launch.sh) and the workers' logs")
+                self.log(f"{rollout.item_id}: {lifecycle.verifier_failure_text(rollout.statuses)}: group dropped")
+        lifecycle.check_verifier(self.verifier_window, self.cfg.max_verifier_failure_frac)  # VerifierBroken
 
     # -- the algorithm ----------------------------------------------------------------------------
     def collect_batch(self) -> float:
@@ -618,7 +546,7 @@ class Trainer:
         B = self.cfg.prompts_per_step
         keep = lambda rollout, seen: grpo.keep_group(rollout.rewards_G, seen, B, self.gcfg)
         while not self.collector.fill(keep):
-            self.feed()
+            self.enqueue(self.collector.feed())  # step 1, each prompt tagged with our version (min_version)
             n = len(self.books.received) + len(self.books.batch)
             self.receive(wait_s=0.5)
             if len(self.books.received) + len(self.books.batch) != n:
@@ -671,21 +599,11 @@ class Trainer:
         exact_RT &= mask_RT > 0
         metrics.update(grpo.mismatch_report(logp_behav_RT, logp_RT, exact_RT, (mask_RT > 0) & (versions_RT < version)))
         metrics.update(grpo.correction_metrics(logp_RT, logp_behav_RT, mask_RT, self.gcfg))  # logp_RT: pi_old
-        if exact_RT.any():
-            self.write_mismatch_histogram(logp_RT - logp_behav_RT, exact_RT)
+        if exact_RT.any():  # $RUN_DIR/mismatch.jsonl, one line per step
+            with open(os.path.join(self.cfg.run_dir, "mismatch.jsonl"), "a") as f:
+                line = {"step": self.step_n, **grpo.mismatch_histogram(logp_behav_RT, logp_RT, exact_RT)}
+                f.write(json.dumps(line) + "\n")
         return metrics
-
-    MISMATCH_EDGES = np.arange(-10.0, 1.01, 0.5)  # log10 |trainer - sampler log-prob|, nats
-
-    def write_mismatch_histogram(self, delta_RT: np.ndarray, mask_RT: np.ndarray) -> None:
-        """$RUN_DIR/mismatch.jsonl, one line per step: on-policy tokens whose trainer log-prob is exactly
-        the sampler's ("zero") and a histogram of log10 |difference| of the others (plot.py draws it)."""
-        delta = np.abs(delta_RT[mask_RT]).astype(np.float64)
-        nonzero = delta[delta > 0]
-        counts = np.histogram(np.log10(np.clip(nonzero, 1e-10, 10.0)), bins=self.MISMATCH_EDGES)[0]
-        with open(os.path.join(self.cfg.run_dir, "mismatch.jsonl"), "a") as f:
-            f.write(json.dumps({"step": self.step_n, "tokens": int(delta.size), "zero": int(delta.size - nonzero.size),
-                                "log10_edges": self.MISMATCH_EDGES.tolist(), "counts": counts.tolist()}) + "\n")
 
     def evaluate(self) -> dict:
         """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
@@ -696,12 +614,12 @@ class Trainer:
         t0, n = time.monotonic(), self.cfg.eval_samples
         # crn_key: the same random numbers at every evaluation of this run (inference_worker.row_keys),
         # so the change between two evaluations is the weights' doing, not the draw's
-        items = [dataclasses.replace(self.item(p, f"eval/{self.step_n}/{j}|{p.item_id}", n, evaluate=True),
-                                     crn_key=f"seed{self.cfg.seed}/eval/{j}|{p.item_id}")
-                 for j, p in enumerate(self.heldout)]
+        step, heldout = self.step_n, list(enumerate(self.heldout))
+        items = [dataclasses.replace(self.item(p, f"eval/{step}/{j}|{p.item_id}", n, step, evaluate=True),
+                                     crn_key=f"seed{self.cfg.seed}/eval/{j}|{p.item_id}") for j, p in heldout]
         if self.cfg.eval_greedy:  # one greedy completion per problem: the mode of the policy
-            items += [self.item(p, f"evalg/{self.step_n}/{j}|{p.item_id}", 1, evaluate=True, temperature=0.0)
-                      for j, p in enumerate(self.heldout)]
+            items += [self.item(p, f"evalg/{step}/{j}|{p.item_id}", 1, step, evaluate=True, temperature=0.0)
+                      for j, p in heldout]
         pending = self.collector.eval_pending
         pending.update({i.item_id: i for i in items})
         self.collector.evals = []
@@ -722,14 +640,10 @@ class Trainer:
         # A problem whose programs the verifier failed on says nothing about the policy: left out.
         evals = self.collector.evals
         scored = [r for r in evals if not lifecycle.infra_failures(r.statuses)]
-        correct = np.array([int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("eval/")])
-        greedy = [int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith("evalg/")]
-        return {"eval/pass@1": float(objectives.pass_at_k_array(np.full_like(correct, n), correct, 1).mean()),
-                f"eval/pass@{min(8, n)}": float(objectives.pass_at_k_array(np.full_like(correct, n), correct,
-                                                                           min(8, n)).mean()),
-                "eval/problems": len(correct), "eval/verifier_failed": len(evals) - len(scored),
-                "wait/eval_s": time.monotonic() - t0,
-                **({"eval/greedy_pass@1": float(np.mean(greedy))} if greedy else {})}
+        solved = {kind: [int((r.rewards_G >= 1.0).sum()) for r in scored if r.item_id.startswith(kind)]
+                  for kind in ("eval/", "evalg/")}
+        return {**objectives.eval_metrics(solved["eval/"], n, solved["evalg/"]),
+                "eval/verifier_failed": len(evals) - len(scored), "wait/eval_s": time.monotonic() - t0}
 
     def checkpoint(self) -> None:
         """Every prompt without a fate goes into the checkpoint (the batch being assembled and the
@@ -743,7 +657,6 @@ class Trainer:
 
     def export_policy(self) -> str:
         return self.collective("export")
-
 
 
 EXIT_STOP_RUN = 3
@@ -771,7 +684,7 @@ if __name__ == "__main__":
     except SystemExit as e:
         status = e.code
         raise
-    except VerifierBroken as e:
+    except lifecycle.VerifierBroken as e:
         trainer.checkpoint()  # what was learned so far is kept; a RESUME=1 run continues after a fix
         trainer.log(f"stopping the run: {e}")
         status = EXIT_STOP_RUN

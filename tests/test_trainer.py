@@ -233,6 +233,19 @@ def test_a_group_whose_only_failures_are_reward_errors_is_dropped_with_a_log_lin
     assert fates == [(item.item_id, lifecycle.VERIFIER_FAILED)]
     assert t.step_programs == [2, 4] and list(t.verifier_window) == [(2, 4)]
     assert lines == [f"{item.item_id}: 2 of 4 programs got verifier status reward_error: group dropped"]
-    assert trainer.verifier_failure_text(["passed"] * 3) == "no verifier failure"
-    assert trainer.verifier_failure_text([lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR, "passed"]) == (
+    assert lifecycle.verifier_failure_text(["passed"] * 3) == "no verifier failure"
+    assert lifecycle.verifier_failure_text([lifecycle.INFRA_ERROR, lifecycle.REWARD_ERROR, "passed"]) == (
         "1 of 3 programs got verifier status infra_error, 1 of 3 programs got verifier status reward_error")
+
+
+def test_mismatch_histogram_counts_exact_zeros_and_bins_the_rest():
+    """grpo.mismatch_histogram, the trainer's mismatch.jsonl line: only the selected tokens count; an exact
+    match is a "zero", any other difference lands in its log10 bin (edges every 0.5 from -10 to 1)."""
+    behav = np.array([[-1.0, -2.0, -3.0, -4.0]], np.float32)
+    ours = behav + np.array([[0.0, 3e-3, 0.5, 7.0]], np.float32)
+    exact = np.array([[True, True, True, False]])  # the 4th token is not compared
+    line = grpo.mismatch_histogram(behav, ours, exact)
+    assert line["tokens"] == 3 and line["zero"] == 1
+    assert line["log10_edges"][0] == -10.0 and line["log10_edges"][-1] == 1.0 and len(line["counts"]) == 22
+    # |3e-3|: log10 -2.52, bin [-3, -2.5) = 14; |0.5|: log10 -0.30, bin [-0.5, 0) = 19
+    assert [i for i, c in enumerate(line["counts"]) if c] == [14, 19] and sum(line["counts"]) == 2
