@@ -99,7 +99,10 @@ def test_inflight_recompute_with_launch_sh_is_bitwise_and_bounded(tmp_path, tiny
 def test_any_role_killed_at_random_moments(tmp_path, tiny):  # noqa: F811
     """Every role SIGKILLed once at a random moment, with in-flight weight updates on (INFLIGHT=keep,
     MAX_STALENESS=1): the run finishes, every prompt has exactly one fate, the bound holds per token."""
-    run_dir, steps = str(tmp_path / "run"), 30
+    # 16 steps: the five kills land within ~11 s of step 1 (the seeded sleeps below), while even an
+    # undisturbed run takes over 1 s a step; the trainer's kill alone costs a restart of several seconds.
+    # So every kill lands, and the run goes on for steps after the last one.
+    run_dir, steps = str(tmp_path / "run"), 16
     # Workers made a little slow (0.3 s per group, 30 ms per decode step) so that kills land mid-run
     # and new versions arrive while rows are in progress.
     proc = launch(run_dir, tiny, steps, workers=2, worker_args="--lease-s 5 --slow-s 0.3 --token-delay-s 0.03 --inflight-steps 4",
