@@ -451,8 +451,9 @@ class Trainer:
         item whose rollout we do not hold. The trainer is the one owner of that state."""
         pong = self.ps.call(wire.Ping(), what="param server liveness")
         restarted = pong.instance != self.ps_instance
-        if restarted:  # a new server holds none of our versions, so no base for our adapter versions either
-            self.base_on_server = False
+        # LoRA: our adapter versions apply to our version 0; a restarted server that kept it (its state
+        # dir) says so, and only one without it gets the base again
+        self.base_on_server = pong.info.get("lineage") == self.lineage and pong.info.get("base") == 0
         if restarted or pong.info.get("version") != self.step_n or pong.info.get("lineage") != self.lineage:
             if restarted and self.ps_instance is not None:
                 self.log(f"param server restarted (instance {pong.instance}); re-sending weights and work")
@@ -475,10 +476,10 @@ class Trainer:
         """Send the policy (the bf16 cast of the master) as version step_n, streamed (weights.push_weights):
         chunks of weights.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
         or nothing. Built one tensor at a time (do_push), whatever the model's size.
-        LoRA: the base goes first, as the full version 0 of our lineage, whenever this param server may
-        lack it (our first push, a new server instance); every later version carries the adapter alone,
-        naming version 0 as its base. The adapter starts at B = 0, which merges to the base exactly: the
-        base IS version 0's policy."""
+        LoRA: the base goes first, as the full version 0 of our lineage, whenever this param server lacks it
+        (our first push; a restarted server without its state, check_param_server); every later version
+        carries the adapter alone, naming version 0 as its base. The adapter starts at B = 0, which merges
+        to the base exactly: the base IS version 0's policy."""
         t0 = time.monotonic()
         with self.timeline.span("push", step=self.step_n):
             if self.lcfg is not None and not self.base_on_server:

@@ -249,3 +249,36 @@ def test_mismatch_histogram_counts_exact_zeros_and_bins_the_rest():
     assert line["log10_edges"][0] == -10.0 and line["log10_edges"][-1] == 1.0 and len(line["counts"]) == 22
     # |3e-3|: log10 -2.52, bin [-3, -2.5) = 14; |0.5|: log10 -0.30, bin [-0.5, 0) = 19
     assert [i for i, c in enumerate(line["counts"]) if c] == [14, 19] and sum(line["counts"]) == 2
+
+
+def test_lora_base_is_pushed_only_to_a_param_server_that_lacks_it():
+    """Trainer.check_param_server under LoRA: the full base (version 0) goes to a server whose Pong does not
+    hold our lineage's base (the first server; a restarted one that lost its state), never to one that kept
+    it (a restart with its state dir, which weights.WeightStore persists: tests/test_weights_lora.py);
+    adapter versions go whenever the server's newest is not ours. The pushes are recorded, not sent."""
+    import types
+    import lora
+    import timeline
+    import wire
+    t = trainer.Trainer.__new__(trainer.Trainer)
+    t.lcfg, t.lineage, t.ps_instance, t.log = lora.LoraConfig(4, 8.0, ("q_proj",)), "ours", None, lambda text: None
+    t.timeline = timeline.Timeline("", "trainer")
+    t.collector = types.SimpleNamespace(version=0, server_restarted=lambda: [])
+    pushes, pongs = [], []
+    t.collective = lambda command, payload: pushes.append((payload["version"], bool(payload.get("full"))))
+    t.ps = types.SimpleNamespace(call=lambda msg, **kw: pongs.pop(0))
+
+    def check(instance, info, step):
+        t.collector.version = step
+        pongs.append(wire.Pong("param_server", instance, info))
+        pushes.clear()
+        t.check_param_server()
+        return list(pushes)
+
+    fresh = {"version": -1, "lineage": "", "base": -1}
+    assert check("s1", fresh, 0) == [(0, True)]                                     # the first push: the base
+    assert check("s1", {"version": 0, "lineage": "ours", "base": 0}, 0) == []      # it holds it: nothing
+    assert check("s1", {"version": 0, "lineage": "ours", "base": 0}, 1) == [(1, False)]  # a trained step: the adapter
+    assert check("s2", {"version": 1, "lineage": "ours", "base": 0}, 3) == [(3, False)]  # restarted with its state
+    assert check("s3", fresh, 3) == [(0, True), (3, False)]                        # restarted without: base, then adapter
+    assert check("s4", {"version": 7, "lineage": "theirs", "base": 0}, 3) == [(0, True), (3, False)]  # another lineage's
