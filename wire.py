@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -282,12 +283,19 @@ class Verdicts:
 # old and new senders then interoperate.
 
 
+@functools.cache
+def field_types(cls) -> dict:
+    """typing.get_type_hints(cls), once per class: resolving the (string) annotations is most of the
+    cost of checking a received message or record, and a class's fields never change."""
+    return typing.get_type_hints(cls)
+
+
 def check_fields(cls, data) -> dict:
     """The map `data` if it has every required field of the record dataclass `cls`, no other, each of
     its declared type; else WireError. Every record's from_dict starts here."""
     if not isinstance(data, dict):
         raise WireError(f"{cls.KIND} must be a map, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     if unknown := set(data) - set(hints):
         raise WireError(f"{cls.KIND} has unknown fields {sorted(unknown)}")
     for f in dataclasses.fields(cls):
@@ -491,7 +499,7 @@ _SIMPLE = {int: (int,), float: (int, float), str: (str,), bool: (bool,), list: (
 
 
 def _check_type(cls, name: str, value) -> None:
-    hint = typing.get_type_hints(cls)[name]
+    hint = field_types(cls)[name]
     allowed = _SIMPLE.get(hint)
     if allowed is None:
         return
