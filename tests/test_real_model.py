@@ -171,12 +171,13 @@ def test_instruction_model_on_mbpp_and_apps_as_the_readme_says(tmp_path, checkpo
 # ----------------------------------------------------------------------------- other tasks (envs.py)
 
 def run_task(checkpoint, tmp_path, data_rows, **env):
-    """launch.sh on the chat checkpoint with a data file of its own: 2 steps of 4 prompts x 4 samples."""
+    """launch.sh on the chat checkpoint with a data file of its own: 2 steps of 4 prompts x 4 samples,
+    one worker (as the README's lines have: a second one on 2 cores only adds its start-up)."""
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in data_rows))
     run_dir = str(tmp_path / "run")
     env = {**os.environ, "RUN_DIR": run_dir, "PORT": str(free_port()), "MODEL": checkpoint, "DATA": str(data),
-           "STEPS": "2", "RECIPE": "--kl-beta 0.1 --group-size 4", "EVAL": "--eval-every 0 --eval-samples 2",
+           "STEPS": "2", "WORKERS": "1", "RECIPE": "--kl-beta 0.1 --group-size 4", "EVAL": "--eval-every 0 --eval-samples 2",
            "TRAINER_ARGS": "--max-new-tokens 24 --prompts-per-step 4 --heldout 2", **env}
     proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
