@@ -141,8 +141,8 @@ def child(chunking: str) -> dict:
     res["step_s"] = time.time() - t0
     res["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     # 2) update.make_update's whole update (grad_fn + Adam apply), once (compiles, runs)
-    update = update.make_update(cfg, gcfg, optimizer, 1.0)
-    m2, o2, logp_RT, aux = update(master, opt_state, update.split_batch(mb, 1, ROWS))
+    step = update.make_update(cfg, gcfg, optimizer, 1.0)
+    m2, o2, logp_RT, aux = step(master, opt_state, update.split_batch(mb, 1, ROWS))
     jax.block_until_ready((m2, o2))
     res["update_peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     res["loss_finite"] = bool(np.isfinite(aux["loss"]))

@@ -90,11 +90,12 @@ def program(kind: str, args):
     data = {"tokens_RT": tokens, "mask_RT": mask, "adv_R": rng.standard_normal(B).astype(np.float32),
             "logp_behav_RT": np.full((B, T), -3.0, np.float32) * mask}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-6))
-    update = update.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
+    step = update.make_update(cfg, grpo.GRPOConfig(), optimizer, temperature=1.0)
     state = list(update.init_state(params, cfg, optimizer))
+    minibatches = update.split_batch(data, 1, B)
 
     def run():
-        state[0], state[1], _, _ = update(state[0], state[1], update.split_batch(data, 1, B))
+        state[0], state[1], _, _ = step(state[0], state[1], minibatches)
         jax.block_until_ready(state[0])
     return run, what
 
