@@ -112,8 +112,9 @@ def test_on_policy_run_is_bitwise_and_resumes(roles, tmp_path, tiny):
 
 def test_fix_off_shows_the_mismatch(roles, tmp_path, tiny):
     run_dir = str(tmp_path / "run")
-    # (With DAPO dynamic sampling on, which must keep refilling while it filters uniform groups.)
-    trainer, _ = start_system(roles, run_dir, tiny, trainer_args=["--steps", "2", "--dynamic-sampling"], fix=False)
+    # (With DAPO dynamic sampling on, which must keep refilling while it filters uniform groups.) One
+    # step: the mismatch is there from the first batch, sampled and scored with the same weights.
+    trainer, _ = start_system(roles, run_dir, tiny, trainer_args=["--steps", "1", "--dynamic-sampling"], fix=False)
     finish(roles, trainer)
     steps = [r for r in metrics(run_dir) if "reward/mean" in r]
     assert steps[-1]["rollouts/filtered_zero_var"] > 0
@@ -126,13 +127,15 @@ def test_fix_off_shows_the_mismatch(roles, tmp_path, tiny):
 def test_staleness_bound_with_a_slow_and_a_fast_worker(roles, tmp_path, tiny):
     run_dir = str(tmp_path / "run")
     # The slow worker holds each lease for more than three times its length: its heartbeats keep it.
+    # 15 steps: lag-1 rollouts are trained from step 2 on and the slow worker's first late ones are
+    # dropped within the first 5 or so (every ~3 steps after that).
     trainer, ps = start_system(roles, run_dir, tiny, workers=({"batch_items": 1}, {"slow_s": 2, "lease_s": 0.6}),
-                               trainer_args=["--steps", "30", "--max-staleness", "1"])
+                               trainer_args=["--steps", "15", "--max-staleness", "1"])
     finish(roles, trainer, timeout_s=300)
     stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
     assert stats.get("lease_expired", 0) == 0 and stats.get("reissued", 0) == 0 and stats["renewed"] > 0, stats
     steps = [r for r in metrics(run_dir) if "reward/mean" in r]
-    assert len(steps) == 30
+    assert len(steps) == 15
     # Invariant 1: nothing staler than k=1 is ever trained on ...
     assert max(r["staleness/max"] for r in steps) <= 1
     # ... while the bound is really exercised: some lag-1 rollouts were used, the slow worker's
@@ -147,12 +150,13 @@ def test_a_bound_that_sets_itself_loosens_while_the_trainer_starves(roles, tmp_p
     keeping the trainer waiting the bound rises (it never passes the ceiling, 3); stale rows' policy
     drift is measured (offpolicy/k3_kl)."""
     run_dir = str(tmp_path / "run")
+    # 10 steps: the bound rises from the second step on and meets the ceiling within the first five.
     trainer, _ = start_system(roles, run_dir, tiny, workers=({"batch_items": 1}, {"slow_s": 1, "lease_s": 0.6}),
-                              trainer_args=["--steps", "16", "--max-staleness", "3", "--staleness-target", "0.01"])
+                              trainer_args=["--steps", "10", "--max-staleness", "3", "--staleness-target", "0.01"])
     finish(roles, trainer, timeout_s=300)
     steps = [r for r in metrics(run_dir) if "reward/mean" in r]
     limits = [r["staleness/limit"] for r in steps]
-    assert len(steps) == 16 and limits[0] == 0 and max(limits) >= 1 and max(limits) <= 3, limits
+    assert len(steps) == 10 and limits[0] == 0 and max(limits) >= 1 and max(limits) <= 3, limits
     assert all(r["staleness/max"] <= r["staleness/limit"] for r in steps), [(r["staleness/max"], r["staleness/limit"]) for r in steps]
     for a, b in zip(limits, limits[1:]):
         assert abs(a - b) <= 1  # one version at a time
