@@ -282,3 +282,17 @@ def test_lora_base_is_pushed_only_to_a_param_server_that_lacks_it():
     assert check("s2", {"version": 1, "lineage": "ours", "base": 0}, 3) == [(3, False)]  # restarted with its state
     assert check("s3", fresh, 3) == [(0, True), (3, False)]                        # restarted without: base, then adapter
     assert check("s4", {"version": 7, "lineage": "theirs", "base": 0}, 3) == [(0, True), (3, False)]  # another lineage's
+
+
+def test_check_verifier_stops_the_run_only_on_a_full_window_over_the_limit():
+    """lifecycle.check_verifier, which Trainer.receive calls after every reply: VerifierBroken (the trainer
+    checkpoints and exits with EXIT_STOP_RUN) once a full window of groups has more than the allowed share
+    of programs failed for the verifier's reasons, with the counts in its message; not before."""
+    import collections
+    import lifecycle
+    window = collections.deque([(8, 8), (8, 8)], maxlen=3)
+    lifecycle.check_verifier(window, 0.5)  # not full yet: no verdict on the verifier
+    window.append((0, 8))
+    lifecycle.check_verifier(window, 0.7)  # 16 of 24 = 0.67: within a limit of 0.7
+    with pytest.raises(lifecycle.VerifierBroken, match=r"failed 16 of the last 24 programs .* 0\.6;"):
+        lifecycle.check_verifier(window, 0.6)
