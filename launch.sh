@@ -340,7 +340,14 @@ stop_all() {
     for ((t = 0; t < STOP_GRACE_S * 10; t++)); do kill -0 "${PID[trainer]}" 2>/dev/null || break; sleep 0.1; done
   fi
   for r in "${!PID[@]}"; do kill -TERM -- "-${PID[$r]}" 2>/dev/null || true; done
-  sleep 1
+  # Up to 1 s for every role's process group to go after SIGTERM (checked every 0.1 s, so a run
+  # whose roles exit at once ends at once), then SIGKILL to whatever is left. A zombie (exited, not
+  # yet reaped by init) is gone.
+  for ((t = 0; t < 10; t++)); do
+    ps -e -o pgid=,stat= | awk -v groups=" ${PID[*]} " '$2 !~ /^Z/ && index(groups, " " $1 " ") { left = 1 }
+      END { exit !left }' || break
+    sleep 0.1
+  done
   for r in "${!PID[@]}"; do kill -KILL -- "-${PID[$r]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
