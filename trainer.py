@@ -142,8 +142,7 @@ class Trainer:
         (train_step), push the new version (push_trained), log, evaluate, checkpoint (end_step)."""
         cfg = self.cfg
         self.check_param_server()
-        if self.step_n == 0:
-            metrics = self.evaluate()
+        if self.step_n == 0 and (metrics := self.evaluate()):  # {} when a SIGTERM cut it short
             self.write_metrics(metrics)
             self.log(f"step 0 | {eval_text(metrics)} on {metrics['eval/problems']} held-out problems")
         while self.step_n < cfg.steps and not self.stop_requested:
@@ -365,9 +364,6 @@ class Trainer:
     def follow(self) -> int:
         """A follower's life: the leader's commands until it says stop; returns the leader's exit status."""
         return multihost.follow(self.commands())
-
-    def release_followers(self, status: int) -> None:
-        multihost.release(status)
 
     def do_update(self, payload: dict):
         """Step 3's device work: pi_ref's log-probs when the KL term is on, then the update."""
@@ -607,7 +603,8 @@ class Trainer:
         return metrics
 
     def evaluate(self) -> dict:
-        """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version."""
+        """pass@1 and pass@8 on held-out problems, sampled by the workers at our current version; {} when
+        a SIGTERM comes first (the checkpoint must not wait for the evaluation)."""
         with self.timeline.span("eval", step=self.step_n):
             return self._evaluate()
 
@@ -626,7 +623,7 @@ class Trainer:
         self.collector.evals = []
         self.enqueue(items)
         last_progress = time.monotonic()
-        while pending:
+        while pending and not self.stop_requested:
             try:
                 n_before = len(self.collector.evals)
                 self.receive(wait_s=0.5)
@@ -638,6 +635,10 @@ class Trainer:
                 continue
             if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
                 raise TimeoutError(f"evaluation stalled with {len(pending)} problems unanswered")
+        if pending:  # SIGTERM: the checkpoint is due within launch.sh's grace; no numbers from half a set
+            self.log(f"evaluation at step {step} abandoned for SIGTERM: {len(pending)} of {len(items)} unanswered")
+            pending.clear()
+            return {}
         # A problem whose programs the verifier failed on says nothing about the policy: left out.
         evals = self.collector.evals
         scored = [r for r in evals if not lifecycle.infra_failures(r.statuses)]
@@ -691,6 +692,6 @@ if __name__ == "__main__":
         status = EXIT_STOP_RUN
         raise SystemExit(EXIT_STOP_RUN)
     finally:
-        trainer.release_followers(status)
+        multihost.release(status)  # the followers leave with our status
         for writer in trainer.writers:
             writer.close()

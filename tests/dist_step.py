@@ -45,7 +45,7 @@ logp_RT, aux = t.collective("update", {"minibatches": update.split_batch(data, c
 t.collective("checkpoint", {"step": 1, "meta": {"cursor": 0}})
 t.collective("restore")
 t.collective("checkpoint", {"step": 2, "meta": {"cursor": 0}})
-t.release_followers(0)
+multihost.release(0)
 np.savez(os.path.join(out, "result.npz"), logp_RT=logp_RT, processes=n_proc, devices=len(t.mesh.devices.flat),
          **{f"aux/{k}": v for k, v in aux.items()})
 print(f"dist_step: process 0 of {n_proc}, mesh {dict(t.mesh.shape)}: done", flush=True)

@@ -296,3 +296,43 @@ def test_check_verifier_stops_the_run_only_on_a_full_window_over_the_limit():
     lifecycle.check_verifier(window, 0.7)  # 16 of 24 = 0.67: within a limit of 0.7
     with pytest.raises(lifecycle.VerifierBroken, match=r"failed 16 of the last 24 programs .* 0\.6;"):
         lifecycle.check_verifier(window, 0.6)
+
+
+def test_a_sigterm_during_an_evaluation_ends_it_without_numbers():
+    """Trainer.evaluate when SIGTERM arrives (stop_requested) while held-out rollouts are still out: it stops
+    waiting after that reply, returns no eval/* numbers from the part that came back, logs it, and forgets the
+    pending items (late ones are not counted in the next evaluation). Without a SIGTERM the same loop waits
+    for every item. The items, the param server's replies and the receive are stand-ins; the loop is real."""
+    import types
+    import lifecycle
+    import timeline
+    t = trainer.Trainer.__new__(trainer.Trainer)
+    t.cfg = trainer.Config(eval_samples=2, eval_greedy=False, rollout_timeout_s=60)
+    t.heldout = [types.SimpleNamespace(item_id=f"p{j}") for j in range(3)]
+    t.timeline, t.stop_requested, lines = timeline.Timeline("", "trainer"), False, []
+    t.collector = lifecycle.Collector(lifecycle.Books(0, 1, "a", lambda *a: None), None)
+    t.item = lambda p, item_id, G, version, evaluate=False, temperature=None: wire_item(item_id)
+    t.enqueue, t.log = lambda items: None, lines.append
+    replies = []
+
+    def receive(wait_s):  # one evaluation rollout per reply; the SIGTERM lands during the first
+        item_id = next(iter(t.collector.eval_pending))
+        t.collector.eval_pending.pop(item_id)
+        t.collector.evals.append(types.SimpleNamespace(item_id=item_id, statuses=["passed"] * 2,
+                                                       rewards_G=np.array([1.0, 0.0])))
+        replies.append(item_id)
+        t.stop_requested = stop_on_first
+    t.receive = receive
+
+    stop_on_first = True
+    assert t.evaluate() == {} and len(replies) == 1
+    assert lines == ["evaluation at step 0 abandoned for SIGTERM: 2 of 3 unanswered"] and not t.collector.eval_pending
+    stop_on_first, t.stop_requested = False, False
+    metrics = t.evaluate()
+    assert len(replies) == 4 and metrics["eval/problems"] == 3 and metrics["eval/pass@1"] == 0.5
+
+
+def wire_item(item_id):
+    import wire
+    return wire.WorkItem(item_id=item_id, prompt="p", group_size=2, seq_len=8, max_new_tokens=2,
+                         min_version=0, lineage="a")
