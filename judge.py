@@ -1,171 +1,77 @@
-"""The judge of the verifier: the values that cross the boundary, the candidate's code and the judge's.
+"""The judge of the verifier: the candidate's code, the judge's, and the conversation between them.
 
-Three parts, each opened by a divider that says which process runs it:
-  values across the boundary  both sides: the codec (to_plain, from_bytes, frames) every message
-                              between candidate and judge goes through; each side decodes into
-                              builtin types only, never the sender's classes.
-  candidate side (untrusted)  runs in the candidate process, the program's own, after the program:
-                              as untrusted as the program, which can patch or replace it
-                              (candidate_main, io_candidate_main, _serve).
-  judge side (trusted)        runs in the judge process, forked for one job and confined as a
-                              candidate is: the tests, with the program's objects as handles
+Two processes per assert job, both forked from the executor's launcher (sandbox.py), which imported
+this module before it entered the sandbox:
+  candidate side (untrusted)  the program's own process: it runs the program, says hello (its
+                              names), then answers the judge's requests about its objects
+                              (candidate_main). As untrusted as the program, which can patch it.
+  judge side (trusted)        forked for one job and confined as a candidate is: runs the tests in a
+                              namespace it builds itself, with the program's objects as handles
                               (judge_job, judge_main, Handle); it checks every message it gets.
-Both processes are forked from the executor's launcher (sandbox.py), which imported this module
-before it entered the sandbox. What the candidate runs imports no numpy and no zmq (standard
+boundary.py is the codec both use. What the candidate runs imports no numpy and no zmq (standard
 library and msgpack only: tests/test_verifier.py checks).
-verifier.py's docstring explains why a verdict cannot be forged.
+
+What an honest program can rely on is what one Python process gives it (reference.py states that
+harness as code; tests/test_fidelity.py holds the verifier to it over a corpus of honest programs
+and their planted-bug twins). docs/verifier.md lists the few differences that remain, each with its
+reason. The rules that make this hold without trusting the program:
+  names      the program's top-level names shadow builtins and module names as in one process,
+             except where that would let a program redefine what the tests use to judge it
+             (_bind_program_names: a builtin-named function is the tests' only when it is the
+             function under test; a module-named one only when the tests do not use it as a module).
+  values     plain data and the standard library's value types cross by value (boundary.py); a
+             program's exception is raised in the judge as its own class name with its builtin
+             bases, args, str and attributes (_Channel.exception); everything else is a Handle.
+  handles    every use of a program object is a request the candidate answers: calls, attributes,
+             items, iteration, repr/str/hash/len/bool, context managers, and every operator between
+             program objects. An operator that puts a plain value of the tests beside a program
+             object (`obj == 5`, `obj - 5`, `5 in obj`) is answered by the program only for the
+             classes the tests name (the class under test, `Vec(1, 2) * 3`): anywhere else a
+             program object standing where the tests expect a value is the always-equal forgery,
+             and it gets Python's default (identity, TypeError). See Handle.
+  arguments  the tests' own objects that are not plain data (a lambda, a generator, an instance
+             of a test class) are lent to the program: its uses of them are requests the judge
+             answers (_Channel.serve_lent), running only the tests' code. A plain list, dict or set
+             the program changes in place is changed in the tests too when the call returns.
+  globals    the tests read a module global the program's functions use as it is now, not as it
+             was at load (_ReadThrough).
 """
 
+import ast
 import builtins
-import importlib.util
+import collections
+import importlib
 import linecache
+import operator
 import os
-import struct
 import sys
+import time
 import traceback
 import types
 
-import msgpack
-
+from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, MAX_RPC_BYTES, NAMED,
+                      FrameReader, TooBig, containers, ext, from_bytes, named_ref, pack, recv_frame,
+                      resolve_named, send_frame, to_plain)
+from boundary import PURE_MODULES  # noqa: F401 - sandbox.py pre-imports them
 from verdicts import INFRA_ERROR, BoundaryError
 
-# ============================================================================ values across the boundary
-# Arguments go judge -> candidate and results come back as msgpack bytes, decoded on the receiving
-# side into builtin types (never the sender's classes); msgpack has no tuple/set/big-int/complex, so
-# those travel as tagged ExtTypes. Plain data crosses by value; every other object stays where it
-# was made and crosses as a handle (an id), see Handle.
-
-_TUPLE, _SET, _FROZENSET, _BIGINT, _COMPLEX, _HANDLE = range(1, 7)
-MAX_DEPTH = 100
-MAX_RPC_BYTES = 64 << 20
 HELLO_VALUE_NODES = 100_000  # a module-level value bigger than this (or 1 MiB) is exported as a handle
 HELLO_VALUE_BYTES = 1 << 20
+_LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
+_BUILTIN_NAMES = frozenset(dir(builtins))
+REQUEST, OK, RAISED, REFUSED = range(4)  # the first field of every message
 
-
-class _TooBig(Exception):
-    """to_plain's node budget ran out."""
-
-
-def to_plain(x, handle=None, depth: int = 0, budget: list | None = None):
-    """Python value -> msgpack-able structure.
-
-    Plain data (None, bool, int, float, str, bytes, complex, list, tuple, dict, set, frozenset)
-    crosses by value, and an instance of a subclass of one of those is reduced to its builtin base
-    (an int subclass whose __eq__ lies arrives as the plain int; an IntEnum member as its int; a
-    Counter as a dict). A judge-side Handle crosses as its id. Any other object: `handle(x)` (the
-    candidate's, which keeps the object and returns its handle), or BoundaryError where there is
-    none (the judge's tests can send only plain data and handles). budget: [nodes left], _TooBig
-    when spent.
-    """
-    if depth > MAX_DEPTH:
-        raise BoundaryError(f"value nested deeper than {MAX_DEPTH}")
-    if budget is not None:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _TooBig
-    if x is None or isinstance(x, bool):
-        return None if x is None else bool(x)
-    if isinstance(x, int):
-        x = int(x)
-        return x if -(1 << 63) <= x < (1 << 64) else msgpack.ExtType(_BIGINT, format(x, "x").encode())
-    if isinstance(x, float):
-        return float(x)
-    if isinstance(x, str):
-        return str.__str__(x)
-    if isinstance(x, (bytes, bytearray)):
-        return bytes(x)
-    if isinstance(x, complex):
-        return msgpack.ExtType(_COMPLEX, struct.pack("<dd", x.real, x.imag))
-    if isinstance(x, list):
-        return [to_plain(v, handle, depth + 1, budget) for v in x]
-    if isinstance(x, dict):
-        return {to_plain(k, handle, depth + 1, budget): to_plain(v, handle, depth + 1, budget)
-                for k, v in x.items()}
-    for typ, code in ((tuple, _TUPLE), (frozenset, _FROZENSET), (set, _SET)):
-        if isinstance(x, typ):
-            return msgpack.ExtType(code, pack([to_plain(v, handle, depth + 1, budget) for v in x]))
-    if isinstance(x, Handle):
-        return msgpack.ExtType(_HANDLE, pack(x._oubliette_id))
-    if handle is not None:
-        return handle(x)
-    raise BoundaryError(f"a value of type {type(x).__name__} cannot cross the sandbox boundary")
-
-
-def pack(obj) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def from_bytes(data: bytes, on_handle=None, _depth: int = 0):
-    """msgpack bytes -> builtin values, nested at most MAX_DEPTH deep (BoundaryError otherwise). A
-    handle's payload goes to on_handle (the judge makes a Handle of it, the candidate looks its
-    object up); without on_handle a handle is malformed.
-
-    The depth is bounded while decoding, not after: a tagged value (tuple, set, handle) is decoded
-    by a nested call, and each nested call holds a msgpack unpacker on the C stack, so bytes nesting
-    a few hundred tuples would overflow the decoding process's stack (a crash, not an exception)."""
-    if _depth > MAX_DEPTH:
-        raise BoundaryError(f"value nested deeper than {MAX_DEPTH}")
-
-    def ext(code, payload):
-        if code == _TUPLE:
-            return tuple(from_bytes(payload, on_handle, _depth + 1))
-        if code in (_SET, _FROZENSET):
-            items = from_bytes(payload, on_handle, _depth + 1)
-            return set(items) if code == _SET else frozenset(items)
-        if code == _BIGINT:
-            return int(payload.decode("ascii"), 16)
-        if code == _COMPLEX:
-            return complex(*struct.unpack("<dd", payload))
-        if code == _HANDLE and on_handle is not None:
-            return on_handle(from_bytes(payload, None, _depth + 1))
-        raise BoundaryError(f"unknown value tag {code}")
-    try:
-        value = msgpack.unpackb(data, ext_hook=ext, strict_map_key=False, raw=False)
-    except (BoundaryError, MemoryError):
-        raise
-    except Exception as e:  # msgpack raises many types on malformed input
-        raise BoundaryError(f"malformed value: {type(e).__name__}: {e}") from None
-    if _depth == 0:
-        _check_depth(value)
-    return value
-
-
-def _check_depth(value) -> None:
-    """BoundaryError if containers nest deeper than MAX_DEPTH (walked without recursion)."""
-    stack = [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if type(v) in (list, tuple, set, frozenset, dict):
-            if d >= MAX_DEPTH:
-                raise BoundaryError(f"value nested deeper than {MAX_DEPTH}")
-            items = [*v.keys(), *v.values()] if type(v) is dict else v
-            stack.extend((x, d + 1) for x in items if type(x) in (list, tuple, set, frozenset, dict))
-
-
-def send_frame(fd: int, obj) -> None:
-    data = pack(obj)
-    view = memoryview(struct.pack(">I", len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def recv_frame(fd: int, limit: int = MAX_RPC_BYTES):
-    """Next length-prefixed msgpack frame from fd as raw bytes; None at EOF (also mid-frame)."""
-    def read_exact(n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = os.read(fd, min(n - len(buf), 1 << 20))
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
-    head = read_exact(4)
-    if head is None:
-        return None
-    (n,) = struct.unpack(">I", head)
-    if n > limit:
-        raise BoundaryError(f"frame of {n} bytes exceeds the {limit}-byte limit")
-    return read_exact(n)
+# The operators a request may name: operator's functions, run on the candidate's objects.
+_OPERATORS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+    "and_", "or_", "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
+    "ipow", "imatmul", "iand", "ior", "ixor", "ilshift", "irshift", "neg", "pos", "abs", "invert",
+    "index", "contains"})
+_CONVERSIONS = {"int": int, "float": float, "complex": complex, "round": round, "trunc": lambda x: x.__trunc__(),
+                "floor": lambda x: x.__floor__(), "ceil": lambda x: x.__ceil__(), "reversed": reversed}
+PREFETCH_AFTER = 8          # a program iterator's first 8 items are fetched one at a time, exactly as asked
+PREFETCH_MAX = 1024         # then in batches doubling up to this many items
+PREFETCH_BUDGET_S = 0.002   # a batch is filled for at most this long (so a slow generator runs ahead little)
 
 
 def describe(e: BaseException) -> str:
@@ -175,106 +81,358 @@ def describe(e: BaseException) -> str:
         return f"{type(e).__name__} (unprintable)"[:300]
 
 
+class CandidateGone(Exception):
+    """The candidate process died or stopped answering in the middle of the tests."""
+
+
+class CandidateMemoryError(MemoryError):
+    """The candidate raised MemoryError (its address-space limit)."""
+
+
+# ============================================================================ the conversation (both sides)
+# One request, then its reply; while a side waits for its reply it serves the other's requests (the
+# program calling a lambda the tests passed it, which asks the program something in turn...).
+#   request  [REQUEST, op, target id, argument]
+#   reply    [OK, value (, the call's arguments after it, when it changed them)]
+#            [RAISED, the exception (EXC)]     [REFUSED, why]   (a malformed request or a value that cannot cross)
+
+class Peer:
+    """One side's end of the channel: sends requests, serves the other side's (serve) while waiting."""
+
+    def __init__(self, fd: int):
+        self.fd, self.reader = fd, FrameReader(fd)
+
+    def send(self, msg) -> None:
+        send_frame(self.fd, msg)
+
+    def request(self, op: str, target: int, arg=None):
+        """The reply to one request: [OK, ...], or [RAISED, exc]/[REFUSED, why] as decoded."""
+        self.send([REQUEST, op, target, arg])
+        while True:
+            msg = self.receive()
+            if type(msg) is not list or not msg or msg[0] not in (REQUEST, OK, RAISED, REFUSED):
+                raise BoundaryError("malformed message from the other side")
+            if msg[0] != REQUEST:
+                return msg
+            self.send(self.serve(msg))
+
+    def receive(self):
+        raise NotImplementedError
+
+    def serve(self, msg) -> list:
+        raise NotImplementedError
+
+
 # ============================================================================ candidate side (untrusted)
 # Everything here runs in the program's own process, after the program: it is as untrusted as the
 # program (which can patch or replace it). The judge therefore checks every message it gets.
 
-_SKIP_NAMES = set(dir(builtins))
-# Modules the judge may import for the tests when the program imported them (_judge_imports): each
-# computes on its arguments only. Not here: anything that touches files, processes, signals or the
-# interpreter (os, sys, signal, ctypes, faulthandler...), that evaluates text as code (typing,
-# dataclasses) or that keeps settings a call could change for the rest of the tests (random,
-# decimal, calendar).
-PURE_MODULES = frozenset({"array", "bisect", "cmath", "collections", "copy", "datetime", "fractions",
-                          "functools", "heapq", "itertools", "json", "math", "numbers", "operator", "re",
-                          "statistics", "string", "textwrap", "unicodedata"})
-_LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
+class _Lent:
+    """A test's object lent to the program (a lambda, a generator, a test class's instance): every use
+    is a request to the judge, which runs the tests' code."""
+    __slots__ = ("_cand", "_jid")
+
+    def __init__(self, cand, jid):
+        object.__setattr__(self, "_cand", cand)
+        object.__setattr__(self, "_jid", jid)
+
+    def _ask(self, op, arg=None):
+        return self._cand.result(self._cand.request(op, self._jid, arg))
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", [self._cand.enc(list(args)), self._cand.enc(kwargs)])
+
+    def __iter__(self):
+        return self._ask("iter")
+
+    def __next__(self):
+        return self._ask("next")
+
+    def __len__(self):
+        return self._ask("len")
+
+    def __bool__(self):
+        return self._ask("bool")
+
+    def __getitem__(self, key):
+        return self._ask("getitem", self._cand.enc(key))
+
+    def __contains__(self, x):
+        return self._ask("contains", self._cand.enc(x))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name)
+
+    def __repr__(self):
+        return self._ask("repr")
+
+    def __str__(self):
+        return self._ask("str")
 
 
-class _Objects:
-    """The program's objects the judge holds handles to, kept alive so their ids stay valid."""
+class Candidate(Peer):
+    """The candidate's end: its objects by id, the judge's lent objects as _Lent proxies."""
 
-    def __init__(self):
-        self.objects, self.index = [], {}
+    def __init__(self, fd: int, ns: dict):
+        super().__init__(fd)
+        self.ns, self.objects, self.index, self.lent = ns, [], {}, {}
+        self.hooks = {HANDLE: self._own, NAMED: lambda ref: resolve_named(ref, False), LENT: self._lent,
+                      EXC: self._exception}
 
-    def handle(self, x) -> msgpack.ExtType:
-        hid = self.index.get(id(x))
-        if hid is None:
-            hid = self.index[id(x)] = len(self.objects)
+    # -- values
+    def hid(self, x) -> int:
+        h = self.index.get(id(x))
+        if h is None:
+            h = self.index[id(x)] = len(self.objects)
             self.objects.append(x)
-        try:  # a label for the judge's messages: the function or class name, else the type's
-            label = x.__qualname__ if isinstance(x, (type, types.FunctionType, types.BuiltinFunctionType,
-                                                     types.MethodType)) else type(x).__qualname__
-        except Exception:  # noqa: BLE001
-            label = "object"
-        return msgpack.ExtType(_HANDLE, pack([hid, str(label)[:80]]))
+        return h
 
-    def get(self, hid):
+    def _own(self, hid):
         if type(hid) is not int or not 0 <= hid < len(self.objects):
             raise BoundaryError(f"no program object #{hid!r}")
         return self.objects[hid]
 
+    def _lent(self, jid):
+        p = self.lent.get(jid)
+        if p is None:
+            p = self.lent[jid] = _Lent(self, jid)
+        return p
 
-def _serve(call, objects: _Objects) -> dict:
-    """One request of the judge (op on a handle) -> the reply, every failure included."""
-    try:
-        op, target = call["op"], objects.get(call["h"])
-        if op == "call":
-            result = target(*from_bytes(call["args"], objects.get), **from_bytes(call["kwargs"], objects.get))
-        elif op == "getattr":
-            result = getattr(target, call["name"])
-        elif op == "getitem":
-            result = target[from_bytes(call["key"], objects.get)]
-        elif op == "iter":
-            result = iter(target)
-        elif op == "next":
-            result = next(target)
-        elif op == "len":
-            result = len(target)
-        elif op == "str":
-            result = str(target)
-        elif op == "bool":
-            result = bool(target)
-        elif op == "isinstance":
-            result = isinstance(objects.get(call["obj"]), target)
-        else:
-            raise BoundaryError(f"unknown request {op!r}")
-    except BoundaryError as e:
-        return {"ok": False, "boundary": str(e)[:300]}
-    except BaseException as e:  # noqa: BLE001 - reported to the judge, which decides
-        return {"ok": False, "exc": type(e).__name__, "msg": describe(e).partition(": ")[2]}
-    try:
-        value = pack(to_plain(result, objects.handle))
-    except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
-        return {"ok": False, "boundary": f"the result cannot cross the boundary: {describe(e)}"}
-    if len(value) > MAX_RPC_BYTES - 1024:
-        return {"ok": False, "boundary": f"a result of {len(value)} bytes is above the {MAX_RPC_BYTES}-byte limit"}
-    return {"ok": True, "value": value}
+    def _exception(self, payload):
+        cls, args = payload[0], tuple(payload[1])
+        try:
+            return cls(*args)
+        except Exception:  # noqa: BLE001 - a program class whose __init__ wants other arguments
+            e = cls.__new__(cls)
+            e.args = args
+            return e
+
+    def enc(self, x, budget=None):
+        return to_plain(x, self._other, budget=budget)
+
+    def _other(self, x, enc):
+        if isinstance(x, _Lent):
+            return ext(LENT, object.__getattribute__(x, "_jid"))
+        ref = named_ref(x)
+        if ref is not None:
+            return ext(NAMED, ref)
+        if isinstance(x, BaseException):
+            return ext(EXC, self._exc_payload(x, enc))
+        if isinstance(x, type) and issubclass(x, BaseException):
+            bases = [enc(b) for b in x.__bases__ if issubclass(b, BaseException)]
+            mod = getattr(x, "__module__", None)
+            ref = [mod, x.__qualname__] if type(mod) is str and mod.partition(".")[0] in sys.stdlib_module_names \
+                and getattr(sys.modules.get(mod), x.__qualname__, None) is x else None
+            return ext(EXC_CLASS, [self.hid(x), str(x.__name__)[:80], bases, ref])
+        base = next((b for b in type(x).__mro__ if b in HYBRID_BASES), None)
+        if base is not None:
+            return ext(HYBRID, [enc(_base_value(x, base)), self._handle_payload(x)])
+        return ext(HANDLE, self._handle_payload(x))
+
+    def _handle_payload(self, x) -> list:
+        """[id, label, type name, kind, ids of the program classes in its class's mro]."""
+        cls = x if isinstance(x, type) else type(x)
+        mro = [self.hid(c) for c in cls.__mro__ if c.__module__ == "__candidate__"]
+        kind = "class" if isinstance(x, type) else "function" if callable(x) else "object"
+        label = getattr(x, "__qualname__", None) if kind != "object" else cls.__qualname__
+        return [self.hid(x), str(label if type(label) is str else cls.__qualname__)[:80],
+                str(type(x).__name__)[:80], kind, mro]
+
+    def _exc_payload(self, e: BaseException, enc) -> list:
+        try:
+            args = enc(list(e.args))
+        except Exception:  # noqa: BLE001 - args that cannot cross: the message stands in
+            args = [describe(e).partition(": ")[2]]
+        try:
+            text = str(e)
+        except Exception:  # noqa: BLE001
+            text = "(unprintable)"
+        attrs = {}
+        for k, v in list(getattr(e, "__dict__", {}).items())[:32]:
+            if type(k) is str and not k.startswith("_"):
+                try:
+                    attrs[k] = enc(v)
+                except Exception:  # noqa: BLE001 - an attribute that cannot cross is left out
+                    pass
+        cause = e.__cause__ if isinstance(e.__cause__, BaseException) and e.__cause__ is not e else None
+        try:
+            cause = enc(cause)
+        except Exception:  # noqa: BLE001
+            cause = None
+        return [enc(type(e)), args, text[:2000], attrs, cause]
+
+    # -- the conversation
+    def receive(self):
+        raw = self.reader.next()
+        if raw is None:
+            os._exit(0)  # the judge is done with us
+        return from_bytes(raw, self.hooks)
+
+    def result(self, reply):
+        """A reply of the judge about a lent object -> the value, or raise what the tests raised."""
+        if reply[0] == OK:
+            return reply[1]
+        if reply[0] == RAISED and isinstance(reply[1], BaseException):
+            raise reply[1]
+        raise RuntimeError(f"the tests' object refused: {str(reply[1])[:200]}")
+
+    def serve(self, msg) -> list:
+        try:
+            _, op, target, arg = msg
+            after = None
+            if op == "global":
+                if arg not in self.ns:
+                    raise NameError(f"name {arg!r} is not defined")
+                result = self.ns[arg]
+            elif op == "next":
+                return self._next_batch(self._own(target), arg)
+            else:
+                obj = self._own(target)
+                if op == "call":
+                    args, kwargs = arg
+                    inside = containers(arg)
+                    before = pack(self.enc(arg)) if inside else None
+                    result = obj(*args, **kwargs)
+                    if inside:
+                        after = self.enc(arg)
+                        after = None if pack(after) == before else after
+                        return self._reply(result, after, {id(c): k for k, c in enumerate(inside)})
+                elif op == "op":
+                    name, reflected, others = arg
+                    if name not in _OPERATORS or type(others) is not list or len(others) > 1:
+                        raise BoundaryError(f"unknown operator {name!r}")
+                    result = getattr(operator, name)(*([*others, obj] if reflected else [obj, *others]))
+                elif op == "conv":
+                    result = _CONVERSIONS[arg[0]](obj, *arg[1:])
+                else:
+                    result = _SIMPLE_OPS[op](obj, arg)
+        except BoundaryError as e:
+            return [REFUSED, str(e)[:300]]
+        except BaseException as e:  # noqa: BLE001 - reported to the judge, which raises it in the tests
+            return self._raised(e)
+        return self._reply(result, after)
+
+    def _reply(self, result, after=None, refs=None) -> list:
+        try:
+            value = to_plain(result, self._other, refs=refs)
+            reply = [OK, value] if after is None else [OK, value, after]
+            if len(pack(reply)) > MAX_RPC_BYTES - 1024:
+                return [REFUSED, "a result above the frame limit"]
+            return reply
+        except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
+            return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
+
+    def _raised(self, e: BaseException) -> list:
+        try:
+            return [RAISED, ext(EXC, self._exc_payload(e, lambda v: self.enc(v)))]
+        except BaseException as e2:  # noqa: BLE001 - an exception class that cannot cross
+            return [REFUSED, f"the program raised {describe(e)} ({describe(e2)})"]
+
+    def _next_batch(self, it, n) -> list:
+        """Up to n items of the iterator (filled for at most PREFETCH_BUDGET_S): [OK, [items, how it
+        ended: 0 not yet, 1 StopIteration, 2 raised, the exception]]."""
+        items, end, exc, start = [], 0, None, time.perf_counter()
+        n = n if type(n) is int and 1 <= n <= PREFETCH_MAX else 1
+        try:
+            for _ in range(n):
+                items.append(next(it))
+                if time.perf_counter() - start > PREFETCH_BUDGET_S:
+                    break
+        except StopIteration:
+            end = 1
+        except BaseException as e:  # noqa: BLE001 - raised in the tests after the items before it
+            if not items:
+                return self._raised(e)
+            end, exc = 2, e
+        try:
+            value = [self.enc(items), end, None if exc is None else ext(EXC, self._exc_payload(exc, self.enc))]
+        except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
+            return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
+        return [OK, value]
+
+
+def _base_value(x, base):
+    """The builtin value inside an instance of a subclass of base, read by base's own methods (so the
+    subclass's overrides do not change what the judge compares)."""
+    if base in (int, bool):
+        return int.__int__(x)
+    if base is float:
+        return float.__float__(x)
+    if base is complex:
+        return complex(complex.__getattribute__(x, "real"), complex.__getattribute__(x, "imag"))
+    if base is str:
+        return str.__str__(x)
+    if base is bytes:
+        return bytes.__bytes__(x) if hasattr(bytes, "__bytes__") else bytes(memoryview(x))
+    if base is dict:
+        return dict(dict.items(x))
+    return base(base.__iter__(x))
+
+
+_SIMPLE_OPS = {
+    "getattr": lambda o, a: getattr(o, a),
+    "setattr": lambda o, a: setattr(o, a[0], a[1]),
+    "delattr": lambda o, a: delattr(o, a),
+    "getitem": lambda o, a: o[a],
+    "setitem": lambda o, a: o.__setitem__(a[0], a[1]),
+    "delitem": lambda o, a: o.__delitem__(a),
+    "iter": lambda o, a: iter(o),
+    "len": lambda o, a: len(o),
+    "str": lambda o, a: str(o),
+    "repr": lambda o, a: repr(o),
+    "bool": lambda o, a: bool(o),
+    "hash": lambda o, a: hash(o),
+    "format": lambda o, a: format(o, a),
+    "enter": lambda o, a: o.__enter__(),
+    "exit": lambda o, a: o.__exit__(*a),
+}
 
 
 def _pure_import(value) -> list[str] | None:
-    """[module, ""] for a module of PURE_MODULES the program imported (`import math`), [module, name]
-    for one of its public names (`from collections import Counter`), else None. Only a hint: the
-    judge imports the module itself, by name, and binds only what its own rules allow
-    (_judge_imports), so a forged hint can at worst bind a pure module's own function."""
+    """[module, ""] for a module the program imported under any name (`import math`, `import re as
+    regex`), [module, name] for a pure module's public name (`from collections import Counter`), else
+    None. Only a hint: the judge imports the module itself, by name, and binds only what its own
+    rules allow (_judge_imports), so a forged hint can at worst bind a standard module of its own."""
     try:
         if isinstance(value, types.ModuleType):
             name = value.__name__
-            return [name, ""] if name in PURE_MODULES and sys.modules.get(name) is value else None
-        name = value.__name__
-        if type(name) is not str or not name.isidentifier() or name.startswith("_"):
-            return None
-        for module in sorted(PURE_MODULES):
-            if getattr(sys.modules.get(module), name, None) is value:
-                return [module, name]
+            return [name, ""] if type(name) is str and sys.modules.get(name) is value \
+                and name.partition(".")[0] in sys.stdlib_module_names else None
+        ref = named_ref(value)
+        return ref if ref is not None and ref[0] in PURE_MODULES else None
     except Exception:  # noqa: BLE001 - the program's objects can raise on any attribute
-        pass
-    return None
+        return None
+
+
+def _live_names(ns: dict) -> list[str]:
+    """The program's module-level data names that some function of the program reads or writes: the
+    tests read these through the candidate (their value now), the rest as they were at load."""
+    codes, seen, used = [], set(), set()
+    for value in ns.values():
+        if isinstance(value, types.FunctionType) and value.__module__ == "__candidate__":
+            codes.append(value.__code__)
+        elif isinstance(value, type) and value.__module__ == "__candidate__":
+            for attr in list(vars(value).values()):
+                fn = getattr(attr, "__func__", attr)
+                fn = getattr(fn, "fget", fn)
+                if isinstance(fn, types.FunctionType):
+                    codes.append(fn.__code__)
+    while codes:
+        code = codes.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        used.update(code.co_names)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return [n for n in used if n in ns and not n.startswith("__") and not callable(ns[n])
+            and not isinstance(ns[n], types.ModuleType)]
 
 
 def candidate_main(program: str, fd: int) -> None:
-    """Runs in the sandboxed candidate: load the program, say hello (its names: plain values or
-    handles), then answer the judge's requests until EOF."""
+    """Runs in the sandboxed candidate: load the program, say hello (its names: each a value, a
+    name or a handle), then answer the judge's requests until EOF."""
     ns = {"__name__": "__candidate__", "__builtins__": builtins}
     try:
         code = compile(program, "<program>", "exec")
@@ -288,9 +446,9 @@ def candidate_main(program: str, fd: int) -> None:
         send_frame(fd, {"ok": False, "status": "memory" if isinstance(e, MemoryError) else "runtime_error",
                         "error": describe(e)})
         return
-    objects, names, imports = _Objects(), {}, {}
+    cand, names, imports = Candidate(fd, ns), {}, {}
     for name, value in list(ns.items()):
-        if name.startswith("__") or name in _SKIP_NAMES:
+        if name.startswith("__"):
             continue
         if (origin := _pure_import(value)) is not None:
             imports[name] = origin  # the judge binds its own import of it
@@ -298,17 +456,17 @@ def candidate_main(program: str, fd: int) -> None:
         if isinstance(value, types.ModuleType):
             continue
         try:
-            packed = pack(to_plain(value, objects.handle, budget=[HELLO_VALUE_NODES]))
+            packed = pack(cand.enc(value, budget=[HELLO_VALUE_NODES]))
             if len(packed) > HELLO_VALUE_BYTES:
-                packed = pack(objects.handle(value))
-        except _TooBig:
-            packed = pack(objects.handle(value))
-        except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError):
+                packed = pack(ext(HANDLE, cand._handle_payload(value)))
+        except TooBig:
+            packed = pack(ext(HANDLE, cand._handle_payload(value)))
+        except Exception:  # noqa: BLE001 - a value that cannot cross, or an object that raises when asked
             continue
         names[name] = packed
-    send_frame(fd, {"ok": True, "names": names, "imports": imports})
-    while (raw := recv_frame(fd)) is not None:
-        send_frame(fd, _serve(from_bytes(raw), objects))
+    send_frame(fd, {"ok": True, "names": names, "imports": imports, "live": _live_names(ns)})
+    while True:
+        cand.send(cand.serve(cand.receive()))
 
 
 def io_candidate_main(program: str, marks_fd: int) -> None:
@@ -343,188 +501,461 @@ def io_candidate_main(program: str, marks_fd: int) -> None:
 
 # ============================================================================ judge side (trusted tests)
 
-
-class CandidateGone(Exception):
-    """The candidate process died or stopped answering in the middle of the tests."""
+_PROGRAM_EXCEPTIONS: set = set()  # ids of exceptions the judge raised for the program (live while raised)
 
 
-class CandidateMemoryError(MemoryError):
-    """The candidate raised MemoryError (its address-space limit)."""
+def _program_exc_str(self):
+    text = self.__dict__.get("_oubliette_str")
+    return text if type(text) is str else BaseException.__str__(self)
 
 
-_EXC_TYPES = {n: t for n, t in vars(builtins).items() if isinstance(t, type)
-              and issubclass(t, Exception) and n not in ("StopIteration", "StopAsyncIteration")}
-
-
-def _program_exception(name: str, msg: str, what: str) -> BaseException:
-    """The judge's copy of an exception the program raised: the builtin type of that name (so tests
-    can catch ValueError...), marked as the program's (`oubliette_from_program`)."""
-    if name == "MemoryError":
-        e = CandidateMemoryError(msg)
-    else:
-        try:
-            e = _EXC_TYPES.get(name, RuntimeError)(f"{name} in {what}: {msg}")
-        except Exception:  # noqa: BLE001 - types whose constructor wants more (UnicodeDecodeError)
-            e = RuntimeError(f"{name} in {what}: {msg}")
-    e.oubliette_from_program = True
-    return e
-
-
-class _Channel:
-    """The judge's end of the call channel: one request, one reply, strictly alternating. Every
-    reply is checked; the handles it made are cached per object id, so a program object has exactly
-    one Handle in the judge (h1 is h2 iff they name the same object)."""
+class _Channel(Peer):
+    """The judge's end: one Handle per program object (h1 is h2 iff they name the same object), the
+    tests' objects lent to the program, and the classes the tests name (Handle's operators)."""
 
     def __init__(self, fd: int):
-        self.fd, self.handles = fd, {}
+        super().__init__(fd)
+        self.handles, self.classes, self.types, self.exc_classes, self.hybrids = {}, {}, {}, {}, {}
+        self.argrefs: list = []  # per call in flight: the containers of its arguments (ARGREF)
+        self.lent, self.lent_index = [], {}
+        self.tested: set = set()
+        self.hooks = {HANDLE: self.handle, NAMED: lambda ref: resolve_named(ref, True), LENT: self._lent,
+                      HYBRID: self._hybrid, EXC_CLASS: self._exc_class, EXC: self.exception,
+                      ARGREF: self._argref}
 
-    def receive(self, what: str):
+    def receive(self, what: str = "answering"):
         try:
-            raw = recv_frame(self.fd)
+            raw = self.reader.next()
         except OSError as e:
             raise CandidateGone(f"the program's channel failed while {what}: {e}") from None
         if raw is None:
             raise CandidateGone(f"the program died while {what}")
-        return from_bytes(raw)
+        return from_bytes(raw, self.hooks)
 
-    def handle(self, payload) -> "Handle":
-        if type(payload) is not list or len(payload) != 2 or type(payload[0]) is not int \
-                or type(payload[1]) is not str:
+    def send(self, msg) -> None:
+        try:
+            send_frame(self.fd, msg)
+        except OSError as e:
+            raise CandidateGone(f"the program's channel failed: {e}") from None
+
+    # -- decoding what the program sends
+    def handle(self, payload):
+        """A program object's Handle, or the stand-in class (ProgramClass) of a program class."""
+        if type(payload) is not list or len(payload) != 5 or type(payload[0]) is not int \
+                or not all(type(s) is str for s in payload[1:4]) or type(payload[4]) is not list \
+                or not all(type(i) is int for i in payload[4][:64]):
             raise BoundaryError("malformed handle from the program")
-        h = self.handles.get(payload[0])
+        hid, label, tname, kind, mro = payload
+        mro = tuple(mro[:64])
+        if kind == "class":
+            return self.program_class(hid, label, mro)
+        h = self.handles.get(hid)
         if h is None:
-            h = self.handles[payload[0]] = Handle(self, payload[0], payload[1][:80])
+            if mro:
+                cls = self.program_class(mro[0], tname, mro)
+            else:  # an object of a type that is not the program's (a generator, a list iterator...)
+                cls = self.types.get(tname)
+                if cls is None:
+                    cls = self.types[tname] = type(tname if tname.isidentifier() else "object", (Handle,),
+                                                   {"__slots__": (), "__doc__": _forwarded_doc})
+            h = self.handles[hid] = Handle.__new__(cls)  # not cls(...): a stand-in's call is the program's
+            Handle.__init__(h, self, hid, label, frozenset(mro), kind)
         return h
 
-    def request(self, op: str, target: "Handle", what: str, **fields):
+    def program_class(self, cid: int, name: str, mro: tuple) -> "ProgramClass":
+        cls = self.classes.get(cid)
+        if cls is None:
+            body = {"__slots__": (), "__doc__": _forwarded_doc, "_oubliette_cid": cid, "_oubliette_cchan": self,
+                    "_oubliette_cmro": frozenset(mro) | {cid}}
+            cls = self.classes[cid] = ProgramClass(name if name.isidentifier() else "ProgramClass", (Handle,), body)
+        return cls
+
+    def _argref(self, k):
+        inside = self.argrefs[-1] if self.argrefs else []
+        if type(k) is not int or not 0 <= k < len(inside):
+            raise BoundaryError("malformed reference to an argument from the program")
+        return inside[k]
+
+    def _lent(self, jid):
+        if type(jid) is not int or not 0 <= jid < len(self.lent):
+            raise BoundaryError(f"no object #{jid!r} was lent to the program")
+        return self.lent[jid]
+
+    def _hybrid(self, payload):
+        if type(payload) is not list or len(payload) != 2:
+            raise BoundaryError("malformed value from the program")
+        value, h = payload[0], self.handle(payload[1]) if type(payload[1]) is list else None
+        base = type(value)
+        if base not in HYBRID_BASES or base is bool or not isinstance(h, Handle):
+            raise BoundaryError("malformed value from the program")
+        immutable = base not in (list, dict, set)
+        if immutable and h._oubliette_id in self.hybrids:
+            return self.hybrids[h._oubliette_id]
+        key = ("hybrid", base, h._oubliette_type)
+        cls = self.types.get(key)
+        if cls is None:
+            cls = self.types[key] = type(h._oubliette_type, (base,), dict(_HYBRID_METHODS))
+        obj = base.__new__(cls, value) if base not in (list, dict, set) else base.__new__(cls)
+        if base in (list, dict, set):
+            base.__init__(obj, value)
+        object.__setattr__(obj, "_oubliette_handle", h)
+        if immutable:
+            self.hybrids[h._oubliette_id] = obj  # an enum member is one object, as in the program
+        return obj
+
+    def _exc_class(self, payload):
+        if type(payload) is not list or len(payload) != 4 or type(payload[0]) is not int \
+                or type(payload[1]) is not str or type(payload[2]) is not list:
+            raise BoundaryError("malformed exception class from the program")
+        hid, name, bases, ref = payload
+        cls = self.exc_classes.get(hid)
+        if cls is None and _stdlib_exception(ref) is not None:
+            cls = self.exc_classes[hid] = _stdlib_exception(ref)
+        if cls is None:
+            bases = tuple(b for b in bases if isinstance(b, type) and issubclass(b, BaseException)) or (Exception,)
+            body = {"__str__": _program_exc_str, "__module__": "__program__", "_oubliette_hid": hid}
+            try:
+                cls = type(name if name.isidentifier() else "ProgramError", bases, body)
+            except TypeError:  # bases whose layouts conflict (OSError and ValueError): the first
+                cls = type(name if name.isidentifier() else "ProgramError", bases[:1], body)
+            self.exc_classes[hid] = cls
+        return cls
+
+    def exception(self, payload) -> BaseException:
+        """The judge's own instance of an exception the program raised or returned: its class (a
+        builtin, a pure module's, or the program's rebuilt with its builtin bases), args, str and
+        plain attributes."""
+        if type(payload) is not list or len(payload) != 5 or not isinstance(payload[0], type) \
+                or not issubclass(payload[0], BaseException) or type(payload[1]) is not list \
+                or type(payload[2]) is not str or type(payload[3]) is not dict \
+                or not (payload[4] is None or isinstance(payload[4], BaseException)):
+            raise BoundaryError("malformed exception from the program")
+        cls, args, text, attrs, cause = payload
+        if cls is MemoryError:
+            cls = CandidateMemoryError
         try:
-            send_frame(self.fd, {"op": op, "h": target._oubliette_id, **fields})
-        except OSError as e:
-            raise CandidateGone(f"the program's channel failed before computing {what}: {e}") from None
-        reply = self.receive(f"computing {what}")
-        if type(reply) is not dict or type(reply.get("ok")) is not bool:
-            raise BoundaryError("malformed reply from the program")
-        if reply["ok"]:
-            if type(reply.get("value")) is not bytes:
+            e = cls(*args)
+        except Exception:  # noqa: BLE001 - a constructor that wants other arguments (UnicodeDecodeError)
+            e = cls.__new__(cls)
+        try:
+            e.args = tuple(args)
+            for k, v in list(attrs.items())[:32]:
+                if type(k) is str and k.isidentifier() and not k.startswith("_"):
+                    setattr(e, k, v)
+        except Exception:  # noqa: BLE001 - read-only attributes of a builtin exception
+            pass
+        if "_oubliette_hid" in vars(cls):
+            e.__dict__["_oubliette_str"] = text
+        if cause is not None:
+            e.__cause__ = cause
+        return e
+
+    # -- encoding what the judge sends
+    def enc(self, x):
+        return to_plain(x, self._other)
+
+    def _other(self, x, enc):
+        if isinstance(x, Handle):
+            return ext(HANDLE, x._oubliette_id)
+        if isinstance(x, ProgramClass):
+            return ext(HANDLE, x._oubliette_cid)
+        if getattr(type(x), "_oubliette_hybrid", False):
+            return ext(HANDLE, object.__getattribute__(x, "_oubliette_handle")._oubliette_id)
+        if isinstance(x, type) and "_oubliette_hid" in vars(x):
+            return ext(HANDLE, x._oubliette_hid)
+        ref = named_ref(x)
+        if ref is not None:
+            return ext(NAMED, ref)
+        if isinstance(x, BaseException):
+            try:
+                args = enc(list(x.args))
+            except BoundaryError:
+                args = [str(x)]
+            return ext(EXC, [enc(type(x)), args])
+        jid = self.lent_index.get(id(x))
+        if jid is None:
+            jid = self.lent_index[id(x)] = len(self.lent)
+            self.lent.append(x)
+        return ext(LENT, jid)
+
+    # -- the conversation
+    def ask(self, op: str, target: int, what: str, arg=None, args_sent=None):
+        reply = self.request(op, target, arg)
+        if reply[0] == OK:
+            if len(reply) == 3 and args_sent is not None:
+                _write_back(args_sent, reply[2])
+            return reply[1]
+        if reply[0] == RAISED:
+            e = reply[1]
+            if not isinstance(e, BaseException):
                 raise BoundaryError("malformed reply from the program")
-            return from_bytes(reply["value"], self.handle)
-        if "boundary" in reply:
-            raise BoundaryError(f"{what}: {str(reply['boundary'])[:200]}")
-        name, msg = str(reply.get("exc"))[:60], str(reply.get("msg"))[:300]
-        if op == "next" and name == "StopIteration":
-            raise StopIteration
-        raise _program_exception(name, msg, what)
+            _PROGRAM_EXCEPTIONS.add(id(e))
+            raise e
+        raise BoundaryError(f"{what}: {str(reply[1])[:200]}")
+
+    def serve(self, msg) -> list:
+        """A request of the program about an object the tests lent it: the tests' own code runs on it,
+        nothing else (no attribute of a function, generator or module; no underscore attribute)."""
+        try:
+            if len(msg) != 4 or type(msg[1]) is not str:
+                raise BoundaryError("malformed request from the program")
+            _, op, target, arg = msg
+            obj = self._lent(target)
+            result = _serve_lent(obj, op, arg)
+        except (CandidateGone, CandidateMemoryError):
+            raise
+        except BoundaryError as e:
+            return [REFUSED, str(e)[:300]]
+        except BaseException as e:  # noqa: BLE001 - the tests' code raised: the program sees it
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            try:
+                return [RAISED, self._other(e, self.enc)]
+            except BoundaryError as e2:
+                return [REFUSED, str(e2)[:300]]
+        try:
+            return [OK, self.enc(result)]
+        except BoundaryError as e:
+            return [REFUSED, str(e)[:300]]
+
+
+def _stdlib_exception(ref):
+    """The judge's own exception class for [module, qualname] of a standard-library module it has
+    imported already (the tests' `import dataclasses` included), so `except
+    dataclasses.FrozenInstanceError` catches the program's; None otherwise (the class is then rebuilt
+    from its name and builtin bases)."""
+    if type(ref) is not list or len(ref) != 2 or not all(type(r) is str for r in ref) \
+            or ref[0].partition(".")[0] not in sys.stdlib_module_names or not ref[1].isidentifier():
+        return None
+    cls = getattr(sys.modules.get(ref[0]), ref[1], None)
+    return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
+
+
+def _serve_lent(obj, op: str, arg):
+    if op == "call":
+        if type(arg) is not list or len(arg) != 2 or type(arg[0]) is not list or type(arg[1]) is not dict:
+            raise BoundaryError("malformed call from the program")
+        return obj(*arg[0], **arg[1])
+    if op == "getattr":
+        if type(arg) is not str or arg.startswith("_") or getattr(type(obj), "__module__", None) != "__tests__":
+            raise AttributeError(f"the program may read only public attributes of the tests' own objects ({arg})")
+        return getattr(obj, arg)
+    ops = {"iter": iter, "next": next, "len": len, "bool": bool, "repr": repr, "str": str}
+    if op in ops:
+        return ops[op](obj)
+    if op == "getitem":
+        return obj[arg]
+    if op == "contains":
+        return arg in obj
+    raise BoundaryError(f"unknown request {op!r}")
+
+
+def _write_back(sent: list, after) -> None:
+    """The program changed a plain container the tests passed it: make the tests' own objects hold
+    what the program's copies hold now, keeping their identity (and their nested containers')."""
+    if type(after) is not list or len(after) != 2:
+        raise BoundaryError("malformed reply from the program")
+    args, kwargs = sent
+    if type(after[0]) is list and len(after[0]) == len(args):
+        for mine, theirs in zip(args, after[0]):
+            _sync(mine, theirs)
+    if type(after[1]) is dict:
+        for k, v in kwargs.items():
+            if k in after[1]:
+                _sync(v, after[1][k])
+
+
+def _sync(mine, theirs, depth: int = 0) -> None:
+    if depth > 100 or mine is theirs:
+        return
+    if isinstance(mine, list) and isinstance(theirs, list):
+        new = list(theirs)
+        for i in range(min(len(mine), len(new))):
+            if type(mine[i]) is type(new[i]) and isinstance(mine[i], (list, dict, set, bytearray)):
+                _sync(mine[i], new[i], depth + 1)
+                new[i] = mine[i]
+        mine[:] = new
+    elif isinstance(mine, dict) and isinstance(theirs, dict):
+        new = dict(theirs)
+        for k, v in mine.items():
+            if k in new and type(v) is type(new[k]) and isinstance(v, (list, dict, set, bytearray)):
+                _sync(v, new[k], depth + 1)
+                new[k] = v
+        mine.clear()
+        mine.update(new)
+    elif isinstance(mine, (set, bytearray, collections.deque)) and type(theirs) is type(mine):
+        mine.clear()
+        mine.extend(theirs) if isinstance(mine, collections.deque) else \
+            (mine.update(theirs) if isinstance(mine, set) else mine.extend(theirs))
+
+
+def _is_other_program_value(h: "Handle", other) -> bool:
+    """Whether `other` is one of the program's objects (a handle or hybrid of the same channel)."""
+    if isinstance(other, Handle):
+        return other._oubliette_chan is h._oubliette_chan
+    hh = getattr(other, "_oubliette_handle", None) if getattr(type(other), "_oubliette_hybrid", False) else None
+    return isinstance(hh, Handle) and hh._oubliette_chan is h._oubliette_chan
 
 
 class Handle:
     """An object of the program, as the judge holds it: an id, usable only by the candidate.
 
     Objects the program makes (instances of its classes, its functions and classes themselves,
-    closures, generators, numpy scalars...) never leave the candidate. The judge gets a Handle,
-    and every use of it is a request to the candidate, answered with plain data or more handles:
-      h(*args)  h.attr  h[key]       call, attribute read, item read (what the tests wrote out)
-      iter(h) next(h) len(h) str(h) bool(h)   the same for no-argument protocols
-      isinstance(h, C)               C a handle to a program class: asked of the candidate
-      f(h), [h, ...] as an argument  the candidate gets its own object back
-    `repr(h)` is local (`<program object Point #3>`); tests cannot set attributes on a handle.
-
-    Equality is decided here, never by the program: a handle is equal only to itself (the same
-    program object: the channel keeps one Handle per object), and unequal to every plain value and
-    to every other handle; hash is by id; <, <=, >, >= raise TypeError, arithmetic is not offered
-    (TypeError), and `x in h` iterates h and compares in the judge.
-      assert area(Rect(2, 3)) == 6          works: area returns the int 6
-      assert Stack().push(1).peek() == 1    works: two calls on handles, a plain int at the end
-      p = Point(1, 2); assert p.x == 1      works: an attribute read returns the int 1
-      assert make() == Point(1, 2)          fails (two different objects): compare attributes
+    closures, generators...) never leave the candidate. The judge gets a Handle of a class named
+    like the object's own (`type(h).__name__` is "Point"), and every use of it is a request:
+      h(*args)  h.attr  h.attr = v  h[key]  h[key] = v   iter(h) next(h) len(h) str(h) repr(h)
+      hash(h) bool(h) format(h)  with h:   int(h) float(h) round(h)  isinstance(h, C)
+      h OP g  (g a program object: ==, <, +, in ... as the program defines them)
+    A call's plain arguments that the program changes in place are changed in the tests too.
 
     Why this cannot forge a pass. The program never sees a test's expected value unless the test
-    passes it to the program in a call: `==`, `!=`, `<`, arithmetic and `in` are exactly the
-    operators tests use to hold a result against an expectation (`f(3) == 918273645`,
-    `abs(f(x) - y) < 1e-6`), and forwarding any of them would hand the expected value to the
-    program and let it answer "equal"; none is forwarded. What the program answers (a call's
-    result, an attribute, its len or str) is a value fixed before the judge compares it, exactly
-    as a plain return value is. A handle compared with a plain value is False whatever the
-    program's class says, so an object cannot stand in for the int, str or list a test expects:
-    to make `f(3) == 918273645` true, f must return 918273645. The one comparison that can be True,
-    a handle with itself, holds between two things the program produced; a test that compares two
-    program objects (`make() == Point(1, 2)`) checks only what the program chooses (it builds both
-    sides: Point could return one shared object), which is why it is identity, not the program's
-    __eq__, and why such tests should compare attributes. The Handle's own code runs in the judge
-    and executes nothing of the program; a malformed or hostile reply is a BoundaryError (status
-    failed), a dead candidate CandidateGone (crashed).
+    passes it: `==`, `<`, arithmetic and `in` are exactly the operators tests use to hold a result
+    against an expectation (`f(3) == 918273645`, `abs(f(x) - y) < 1e-6`, `y in f(x)`), and
+    forwarding one with a plain value of the tests beside a program object would let the program
+    answer "equal". So such an operator is forwarded only when the object's class (or a base of it)
+    is one the tests name (`Vec(1, 2) * 3 == Vec(3, 6)`: the tests test that class's operators, as
+    one process would); for any other object `h == 5` is False, `h < 5` and `h - 5` are TypeError
+    and `5 in h` iterates h and compares here. To make `f(3) == 918273645` true, f must return
+    918273645 (a subclass of int arrives as a hybrid compared by its int value). Between two program
+    objects every operator is the program's: both sides are its own. What the program answers (a
+    call's result, an attribute, its len or str) is a value fixed before the judge compares it,
+    exactly as a plain return value is. The Handle's own code runs in the judge and executes nothing
+    of the program; a malformed or hostile reply is a BoundaryError (status failed), a dead
+    candidate CandidateGone (crashed).
     """
-    __slots__ = ("_oubliette_chan", "_oubliette_id", "_oubliette_label")
+    __slots__ = ("_oubliette_chan", "_oubliette_id", "_oubliette_label", "_oubliette_mro", "_oubliette_kind",
+                 "_oubliette_buf", "_oubliette_asked", "_oubliette_end")
 
-    def __init__(self, chan: _Channel, hid: int, label: str):
-        object.__setattr__(self, "_oubliette_chan", chan)
-        object.__setattr__(self, "_oubliette_id", hid)
-        object.__setattr__(self, "_oubliette_label", label)
+    def __init__(self, chan: _Channel, hid: int, label: str, mro: frozenset, kind: str):
+        for k, v in (("chan", chan), ("id", hid), ("label", label), ("mro", mro), ("kind", kind),
+                     ("buf", None), ("asked", 0), ("end", None)):
+            object.__setattr__(self, "_oubliette_" + k, v)
 
-    def _ask(self, op: str, what: str, **fields):
-        return self._oubliette_chan.request(op, self, what, **fields)
+    @property
+    def _oubliette_type(self) -> str:
+        return type(self).__name__
 
-    def _typed(self, op: str, typ: type):
-        value = self._ask(op, f"{op}({self._oubliette_label})")
+    def _oubliette_ask(self, op: str, what: str, arg=None, args_sent=None):
+        return self._oubliette_chan.ask(op, self._oubliette_id, what, arg, args_sent)
+
+    def _oubliette_enc(self, x):
+        return self._oubliette_chan.enc(x)
+
+    def _oubliette_tested(self) -> bool:
+        return bool(self._oubliette_mro & self._oubliette_chan.tested)
+
+    def _oubliette_meets(self, other) -> bool:
+        """Whether an operator between this object and `other` is the program's to answer."""
+        return _is_other_program_value(self, other) or self._oubliette_tested()
+
+    def _oubliette_op(self, name: str, others: tuple = (), reflected: bool = False):
+        """operator.<name>(self, *others) (reflected: (*others, self)), run by the candidate."""
+        return self._oubliette_ask("op", f"{name}({self._oubliette_label})", [name, reflected, [self._oubliette_enc(o) for o in others]])
+
+    def __call__(self, *args, **kwargs):
+        return _call(self._oubliette_chan, self._oubliette_id, self._oubliette_label, args, kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_oubliette_"):
+            raise AttributeError(name)
+        return self._oubliette_ask("getattr", f"{self._oubliette_label}.{name}", name)
+
+    def __setattr__(self, name, value):
+        self._oubliette_ask("setattr", f"{self._oubliette_label}.{name} = ...", [name, self._oubliette_enc(value)])
+
+    def __delattr__(self, name):
+        self._oubliette_ask("delattr", f"del {self._oubliette_label}.{name}", name)
+
+    def __getitem__(self, key):
+        return self._oubliette_ask("getitem", f"{self._oubliette_label}[...]", self._oubliette_enc(key))
+
+    def __setitem__(self, key, value):
+        self._oubliette_ask("setitem", f"{self._oubliette_label}[...] = ...", [self._oubliette_enc(key), self._oubliette_enc(value)])
+
+    def __delitem__(self, key):
+        self._oubliette_ask("delitem", f"del {self._oubliette_label}[...]", self._oubliette_enc(key))
+
+    def __iter__(self):
+        return self._oubliette_ask("iter", f"iter({self._oubliette_label})")
+
+    def __next__(self):
+        buf = self._oubliette_buf
+        if buf:
+            return buf.popleft()
+        end = self._oubliette_end
+        if end is not None:
+            object.__setattr__(self, "_oubliette_end", StopIteration())
+            raise end
+        asked = self._oubliette_asked
+        n = 1 if asked < PREFETCH_AFTER else min(PREFETCH_MAX, 1 << (asked - PREFETCH_AFTER + 1))
+        object.__setattr__(self, "_oubliette_asked", asked + 1)
+        got = self._oubliette_ask("next", f"next({self._oubliette_label})", n)
+        if type(got) is not list or len(got) != 3 or type(got[0]) is not list or got[1] not in (0, 1, 2) \
+                or not got[0] and got[1] == 0 or (got[1] == 2) != isinstance(got[2], BaseException):
+            raise BoundaryError("malformed reply from the program")
+        items, ended, exc = got
+        if ended:
+            object.__setattr__(self, "_oubliette_end", exc if ended == 2 else StopIteration())
+            if ended == 2:
+                _PROGRAM_EXCEPTIONS.add(id(exc))
+        if items:
+            object.__setattr__(self, "_oubliette_buf", collections.deque(items[1:]))
+            return items[0]
+        return self.__next__()
+
+    def __len__(self):
+        return self._oubliette_typed("len", int)
+
+    def __str__(self):
+        return self._oubliette_typed("str", str)
+
+    def __repr__(self):
+        return self._oubliette_typed("repr", str)
+
+    def __bool__(self):
+        return self._oubliette_typed("bool", bool)
+
+    def __hash__(self):
+        return self._oubliette_typed("hash", int)
+
+    def __format__(self, spec):
+        value = self._oubliette_ask("format", f"format({self._oubliette_label})", spec)
+        if type(value) is not str:
+            raise BoundaryError("format() of a program object returned a non-str")
+        return value
+
+    def __enter__(self):
+        return self._oubliette_ask("enter", f"{self._oubliette_label}.__enter__()")
+
+    def __exit__(self, et, ev, tb):
+        return self._oubliette_ask("exit", f"{self._oubliette_label}.__exit__()", self._oubliette_enc([et, ev, None]))
+
+    def _oubliette_typed(self, op: str, typ: type):
+        value = self._oubliette_ask(op, f"{op}({self._oubliette_label})")
         if type(value) is not typ:
             raise BoundaryError(f"{op}() of a program object returned {type(value).__name__}")
         return value
 
-    def __call__(self, *args, **kwargs):
-        return self._ask("call", f"{self._oubliette_label}(...)", args=pack(to_plain(list(args))),
-                         kwargs=pack(to_plain(dict(kwargs))))
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name.startswith("_oubliette_"):
-            raise AttributeError(name)  # the judge's own machinery probing dunders: local, no request
-        return self._ask("getattr", f"{self._oubliette_label}.{name}", name=name)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"the tests cannot set attributes of a program object ({name})")
-
-    def __getitem__(self, key):
-        return self._ask("getitem", f"{self._oubliette_label}[...]", key=pack(to_plain(key)))
-
-    def __iter__(self):
-        return self._ask("iter", f"iter({self._oubliette_label})")
-
-    def __next__(self):
-        return self._ask("next", f"next({self._oubliette_label})")
-
-    def __len__(self):
-        return self._typed("len", int)
-
-    def __str__(self):
-        return self._typed("str", str)
-
-    def __bool__(self):
-        return self._typed("bool", bool)
-
-    def __instancecheck__(self, obj) -> bool:
-        if not isinstance(obj, Handle) or obj._oubliette_chan is not self._oubliette_chan:
-            return False  # a plain value is never an instance of a program class here
-        value = self._ask("isinstance", f"isinstance(..., {self._oubliette_label})", obj=obj._oubliette_id)
-        if type(value) is not bool:
-            raise BoundaryError("isinstance() of a program object returned a non-bool")
-        return value
-
-    # Comparisons answer here with a real bool or raise: never NotImplemented, which is truthy and
-    # would make a test's explicit `assert r.__eq__(x)` or `assert r.__lt__(x)` pass.
+    # Comparisons answer with a real bool or raise: never NotImplemented, which is truthy and would
+    # make a test's explicit `assert r.__eq__(x)` pass.
     def __eq__(self, other):
-        return other is self
+        if other is self:
+            return True
+        if not self._oubliette_meets(other):
+            return False
+        return self._oubliette_op("eq", (other,))
 
     def __ne__(self, other):
-        return other is not self
+        if other is self:
+            return False
+        if not self._oubliette_meets(other):
+            return True
+        return self._oubliette_op("ne", (other,))
 
-    def _unordered(self, other):
-        raise TypeError(f"the tests cannot order a program object ({self!r})")
-
-    __lt__ = __le__ = __gt__ = __ge__ = _unordered
-
-    def __hash__(self):
-        return hash((id(self._oubliette_chan), self._oubliette_id))
-
-    def __repr__(self):
-        return f"<program object {self._oubliette_label} #{self._oubliette_id}>"
+    def __contains__(self, x):
+        if self._oubliette_meets(x):
+            return bool(self._oubliette_op("contains", (x,)))
+        return any(x is item or x == item for item in self)
 
     def __copy__(self):
         return self  # a reference to an object in another process: copying copies the reference
@@ -536,6 +967,135 @@ class Handle:
         raise TypeError("a program object cannot be pickled by the tests")
 
 
+def _call(chan: _Channel, target: int, label: str, args: tuple, kwargs: dict):
+    """A call of a program function, method or class: the arguments' containers are noted for the
+    reply's ARGREFs, and changed in place afterwards if the program changed its copies."""
+    sent = [list(args), dict(kwargs)]
+    chan.argrefs.append(containers(sent))
+    try:
+        return chan.ask("call", target, f"{label}(...)", [chan.enc(sent[0]), chan.enc(sent[1])], args_sent=sent)
+    finally:
+        chan.argrefs.pop()
+
+
+_forwarded_doc = property(lambda self: self._oubliette_ask("getattr", f"{self._oubliette_label}.__doc__", "__doc__"))
+
+
+class ProgramClass(type):
+    """The metaclass of the judge's stand-ins for the program's classes: `Square` in the tests is a
+    class here, so `type(Square(3)) is Square`, `type(s).__name__ == "Square"`, `isinstance(s, Shape)`
+    (asked of the program's mro, sent with every object) and `issubclass` hold as in one process.
+    Calling it, its attributes (`Square.unit()`, `Color.RED`), iterating it, len, [key] and repr are
+    requests to the program; a stand-in's instances are Handles."""
+
+    def __call__(cls, *args, **kwargs):
+        return _call(cls._oubliette_cchan, cls._oubliette_cid, cls.__name__, args, kwargs)
+
+    def _oubliette_class_ask(cls, op: str, arg=None):
+        return cls._oubliette_cchan.ask(op, cls._oubliette_cid, f"{op}({cls.__name__})", arg)
+
+    def __getattr__(cls, name: str):
+        if name.startswith("_oubliette_"):
+            raise AttributeError(name)
+        return cls._oubliette_class_ask("getattr", name)
+
+    def __setattr__(cls, name, value):
+        cls._oubliette_class_ask("setattr", [name, cls._oubliette_cchan.enc(value)])
+
+    def __iter__(cls):
+        return cls._oubliette_class_ask("iter")
+
+    def __len__(cls):
+        return _typed_value(cls._oubliette_class_ask("len"), int, "len")
+
+    def __getitem__(cls, key):
+        return cls._oubliette_class_ask("getitem", cls._oubliette_cchan.enc(key))
+
+    def __contains__(cls, x):
+        return bool(cls._oubliette_cchan.ask("op", cls._oubliette_cid, f"in {cls.__name__}",
+                                             ["contains", False, [cls._oubliette_cchan.enc(x)]]))
+
+    def __repr__(cls):
+        return _typed_value(cls._oubliette_class_ask("repr"), str, "repr")
+
+    def __instancecheck__(cls, obj) -> bool:
+        h = obj if isinstance(obj, Handle) else object.__getattribute__(obj, "_oubliette_handle") \
+            if getattr(type(obj), "_oubliette_hybrid", False) else None
+        return isinstance(h, Handle) and h._oubliette_chan is cls._oubliette_cchan \
+            and cls._oubliette_cid in h._oubliette_mro
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return isinstance(sub, ProgramClass) and sub._oubliette_cchan is cls._oubliette_cchan \
+            and cls._oubliette_cid in sub._oubliette_cmro
+
+
+def _typed_value(value, typ: type, op: str):
+    if type(value) is not typ:
+        raise BoundaryError(f"{op}() of a program object returned {type(value).__name__}")
+    return value
+
+
+def _binary(name: str, reflected: bool = False, ordering: bool = False):
+    def method(self, other):
+        if not self._oubliette_meets(other):
+            if ordering:
+                raise TypeError(f"the tests cannot order a program object ({self._oubliette_label}) "
+                                f"with a value of theirs")
+            return NotImplemented
+        return self._oubliette_op(name, (other,), reflected)
+    return method
+
+
+def _unary(name: str):
+    def method(self):
+        return self._oubliette_op(name)
+    return method
+
+
+def _conversion(name: str, typ=None):
+    def method(self, *args):
+        value = self._oubliette_ask("conv", f"{name}({self._oubliette_label})", [name, *map(self._oubliette_enc, args)])
+        if typ is not None and type(value) is not typ:
+            raise BoundaryError(f"{name}() of a program object returned {type(value).__name__}")
+        return value
+    return method
+
+
+for _op in ("lt", "le", "gt", "ge"):
+    setattr(Handle, f"__{_op}__", _binary(_op, ordering=True))
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift", "rshift"):
+    setattr(Handle, f"__{_op}__", _binary(_op))
+    setattr(Handle, f"__r{_op}__", _binary(_op, reflected=True))
+    setattr(Handle, f"__i{_op}__", _binary(f"i{_op}"))
+for _op, _name in (("and_", "and"), ("or_", "or"), ("xor", "xor")):
+    setattr(Handle, f"__{_name}__", _binary(_op))
+    setattr(Handle, f"__r{_name}__", _binary(_op, reflected=True))
+    setattr(Handle, f"__i{_name}__", _binary(f"i{_name}"))
+for _op in ("neg", "pos", "abs", "invert"):
+    setattr(Handle, f"__{_op}__", _unary(_op))
+Handle.__index__ = _unary("index")
+for _name, _typ in (("int", int), ("float", float), ("complex", complex), ("round", None), ("trunc", None),
+                    ("floor", None), ("ceil", None), ("reversed", None)):
+    setattr(Handle, f"__{_name}__", _conversion(_name, _typ))
+
+
+def _hybrid_getattr(self, name):
+    if name.startswith("_oubliette_"):
+        raise AttributeError(name)
+    return getattr(object.__getattribute__(self, "_oubliette_handle"), name)
+
+
+_HYBRID_METHODS = {
+    "_oubliette_hybrid": True,
+    "__getattr__": _hybrid_getattr,
+    "__repr__": lambda self: repr(object.__getattribute__(self, "_oubliette_handle")),
+    "__str__": lambda self: str(object.__getattribute__(self, "_oubliette_handle")),
+}
+"""An instance of a program's subclass of a builtin value type, in the judge: the builtin value
+(compared, hashed and computed with by the builtin type's own methods) and the program's object
+behind it (its other attributes, repr and str)."""
+
+
 def _test_line(exc: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<tests>"]
     return f" at tests line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
@@ -543,10 +1103,11 @@ def _test_line(exc: BaseException) -> str:
 
 def _message(e: BaseException) -> str:
     """An exception's message without asking the program anything: str(e) of `assert r == 5, r`
-    would call str() on a handle, a request to a candidate that may be gone by now."""
+    would call repr() on a handle, a request to a candidate that may be gone by now."""
     try:
-        return " ".join(a if isinstance(a, str) else repr(a) for a in e.args)[:300]
-    except Exception:  # noqa: BLE001
+        return " ".join(a if type(a) is str else repr(a) if not isinstance(a, Handle)
+                        else f"<program object {a._oubliette_label}>" for a in e.args)[:300]
+    except Exception:  # noqa: BLE001 - a hybrid whose repr needs the candidate
         return "(no message)"
 
 
@@ -557,8 +1118,8 @@ def _failure_report(e: BaseException) -> dict:
     if isinstance(e, MemoryError):  # the program's, or ours holding its values: both its doing
         return {"status": "memory", "detail": "out of memory" + (
             " in the program" if isinstance(e, CandidateMemoryError) else " holding the program's values")}
-    if getattr(e, "oubliette_from_program", False):
-        return {"status": "runtime_error", "detail": f"the program raised {msg}{where}"}
+    if id(e) in _PROGRAM_EXCEPTIONS:
+        return {"status": "runtime_error", "detail": f"the program raised {type(e).__name__}: {msg}{where}"}
     if isinstance(e, CandidateGone):
         return {"status": "crashed", "detail": msg}
     if isinstance(e, AssertionError):
@@ -568,54 +1129,154 @@ def _failure_report(e: BaseException) -> dict:
     return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
 
 
+# ---------------------------------------------------------------------------- the tests' namespace
+
+class _TestNames(ast.NodeVisitor):
+    """What the tests' code does with names: every name it reads (loads), the names it reads an
+    attribute of (attr_hosts: `math.isclose` uses math as a module) and the names it binds at module
+    level (its own variables)."""
+
+    def __init__(self, tree: ast.AST):
+        self.loads, self.attr_hosts, self.module_stores = set(), set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                self.loads.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                self.attr_hosts.add(node.value.id)
+        for node in _module_level(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.module_stores.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.module_stores.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.module_stores.update((a.asname or a.name).partition(".")[0] for a in node.names)
+
+
+def _module_level(tree: ast.AST):
+    """The nodes of the tests' module scope (not inside a function, lambda or class body)."""
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+class _ReadThrough(ast.NodeTransformer):
+    """Rewrites each read of a live program global in the tests (`counter`) into a request for its
+    value now (`__oubliette_global__("counter")`), where the name is not the tests' own local."""
+
+    def __init__(self, names: set):
+        self.names, self.scopes = names, [set()]
+
+    def _scoped(self, node, local: set):
+        self.scopes.append(local)
+        self.generic_visit(node)
+        self.scopes.pop()
+        return node
+
+    def visit_FunctionDef(self, node):
+        return self._scoped(node, _function_locals(node))
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    def visit_ListComp(self, node):
+        return self._scoped(node, {n.id for g in node.generators for n in ast.walk(g.target)
+                                   if isinstance(n, ast.Name)} | self.scopes[-1])
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.names and node.id not in self.scopes[-1]:
+            call = ast.Call(func=ast.Name("__oubliette_global__", ast.Load()), args=[ast.Constant(node.id)],
+                            keywords=[])
+            return ast.copy_location(call, node)
+        return node
+
+
+def _function_locals(node) -> set:
+    args = node.args
+    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    declared = set()
+    body = node.body if isinstance(node.body, list) else [node.body]
+    stack = list(body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            declared.update(n.names)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+            continue
+        elif isinstance(n, ast.Lambda):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+    return names - declared
+
+
 def _judge_imports(imports) -> dict:
     """What the tests may use of the program's imports ({name: [module, attribute]} from its hello),
     as the usual harnesses allow (`math.isclose`, `Counter`), built by the judge alone: it imports
-    each module itself, by name, only from PURE_MODULES, and takes a public attribute of the
-    module's own (_of_pure_module). A name that is a standard-library module's is bound to that
-    module's own import or to nothing; dunders and builtins' names are never bound. Malformed or
-    disallowed entries are skipped (a test using one gets NameError: the program's failure)."""
+    each module itself, by name: a standard-library module under its own name (`import sys`) or, under
+    any name, a module of PURE_MODULES (`import re as regex`) or a public name of one
+    (resolve_named). Malformed or disallowed entries are skipped (a test using one gets NameError:
+    the program's failure)."""
     out = {}
     if type(imports) is not dict:
         return out
     for name, origin in list(imports.items())[:256]:
-        if type(name) is not str or not name.isidentifier() or name.startswith("__") or name in _SKIP_NAMES \
+        if type(name) is not str or not name.isidentifier() or name.startswith("__") \
                 or type(origin) is not list or len(origin) != 2 or not all(type(s) is str for s in origin):
             continue
         module, attr = origin
-        if module not in PURE_MODULES or (attr and (not attr.isidentifier() or attr.startswith("_"))):
+        try:
+            if not attr:
+                if module in PURE_MODULES or (name == module.partition(".")[0] and module in sys.stdlib_module_names
+                                              and module.isidentifier()):
+                    out[name] = importlib.import_module(name if name == module.partition(".")[0] else module)
+            else:
+                out[name] = resolve_named([module, attr], True)
+        except (BoundaryError, ImportError):
             continue
-        if name in sys.stdlib_module_names and (attr or name != module):
-            continue  # `math` is the judge's math or nothing
-        obj = importlib.import_module(module)
-        if attr:
-            obj = getattr(obj, attr, None)
-            if obj is None or not _of_pure_module(obj):
-                continue
-        out[name] = obj
     return out
 
 
-def _of_pure_module(obj) -> bool:
-    """Whether a pure module's attribute is its own: a constant (math.pi), or a function or class
-    defined by a module of PURE_MODULES (or its C accelerator, _heapq for heapq). Not a module it
-    imported (statistics.sys, json.codecs) nor another module's function it re-exports."""
-    if isinstance(obj, types.ModuleType):
-        return False
-    if not callable(obj):
-        return True
-    origin = getattr(obj, "__module__", None)
-    return type(origin) is str and origin.lstrip("_").partition(".")[0] in PURE_MODULES
+def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames, entry_point) -> None:
+    """Bind the program's names for the tests as one process would, except where that would let the
+    program redefine what the tests use to judge it:
+      a builtin's name (`def max`, `from math import pow`) is the program's when it is the entry
+      point or, without one, when the tests use no other name of the program (the function under
+      test: `assert pow(2, 3) == 8`); otherwise it stays Python's, since the program could replace
+      the `abs`, `sorted` or `len` the tests apply to another function's result;
+      a standard-library module's name (`def tokenize`, `check(fnmatch)`) is the program's callable
+      unless the tests use it as a module (`math.isclose`: then it is the judge's import of that
+      module, if the program imported it, or undefined);
+      every other name is the program's (a value, a name the judge resolves, or a Handle), and the
+      program's imports of standard modules are the judge's own imports (_judge_imports)."""
+    program = {**values, **imports}
+    builtin_named = {n for n in program if n in _BUILTIN_NAMES}
+    others_used = (set(program) - builtin_named) & used.loads
+    for name, value in program.items():
+        if name in builtin_named:
+            if name != entry_point and (entry_point is not None or others_used or name not in used.loads):
+                continue
+            if not callable(value):
+                continue
+        elif name in sys.stdlib_module_names and name != entry_point and not isinstance(value, types.ModuleType):
+            if name in used.attr_hosts or not callable(value):
+                continue
+        ns[name] = value
 
 
-def judge_main(code: types.CodeType, entry_point: str | None, fd: int) -> dict:
+def judge_main(tree: ast.Module, code: types.CodeType, entry_point: str | None, fd: int) -> dict:
     """Runs in the judge process, once the tests compiled: build the tests' namespace, run the tests,
     return the report {"status", "detail"} (status in JUDGE_STATUSES).
 
-    The namespace is the judge's own: its builtins, its imports of pure modules (_judge_imports),
-    and the program's names as values decoded by the codec or Handles to the candidate. Nothing of
-    the program runs here, and no dunder name of the program is bound (a program-supplied
-    `__builtins__` would make every builtin the tests call a call into the program)."""
+    The namespace is the judge's own: its builtins, its imports of standard modules (_judge_imports),
+    and the program's names (_bind_program_names) as values decoded by the codec or Handles to the
+    candidate. Nothing of the program runs here, and no dunder name of the program is bound (a
+    program-supplied `__builtins__` would make every builtin the tests call a call into the program)."""
     chan = _Channel(fd)
     ns = {}
     try:
@@ -625,17 +1286,23 @@ def judge_main(code: types.CodeType, entry_point: str | None, fd: int) -> dict:
         if not hello["ok"]:
             status = hello.get("status") if hello.get("status") in _LOAD_FAILURES else "failed"
             return {"status": status, "detail": f"the program failed to load: {str(hello.get('error'))[:300]}"}
-        names = hello.get("names")
-        if type(names) is not dict:
+        names, live = hello.get("names"), hello.get("live")
+        if type(names) is not dict or type(live) is not list:
             raise BoundaryError("malformed hello from the program")
-        for name, packed in names.items():
-            if type(name) is str and not name.startswith("__") and name not in _SKIP_NAMES \
-                    and type(packed) is bytes and (name == entry_point or name not in sys.stdlib_module_names):
-                ns[name] = from_bytes(packed, chan.handle)
-        ns.update(_judge_imports(hello.get("imports")))
-        ns.update(__name__="__tests__", __builtins__=builtins)
-        if entry_point is not None and not isinstance(ns.get(entry_point), Handle):
+        values = {name: from_bytes(packed, chan.hooks) for name, packed in names.items()
+                  if type(name) is str and name.isidentifier() and not name.startswith("__")
+                  and type(packed) is bytes}
+        used = _TestNames(tree)
+        _bind_program_names(ns, values, _judge_imports(hello.get("imports")), used, entry_point)
+        if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
+        chan.tested = {v._oubliette_cid for n in used.loads if isinstance(v := ns.get(n), ProgramClass)}
+        read_through = {n for n in live if type(n) is str and n in ns} & used.loads - used.module_stores
+        if read_through:
+            tree = ast.fix_missing_locations(_ReadThrough(read_through).visit(tree))
+            code = compile(tree, "<tests>", "exec")
+            ns["__oubliette_global__"] = lambda name: chan.ask("global", -1, name, name)
+        ns.update(__name__="__tests__", __builtins__=builtins)
         exec(code, ns)
         if entry_point is not None:
             check = ns.get("check")
@@ -656,14 +1323,15 @@ def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int) -> di
     whatever happens: a failure the program can cause that escapes judge_main (while building its
     report) is still the program's; anything else is a bug of ours, infra_error."""
     try:
-        code = compile(tests, "<tests>", "exec")
+        tree = ast.parse(tests, "<tests>")
+        code = compile(tree, "<tests>", "exec")
     except BaseException as e:  # noqa: BLE001
         return {"status": INFRA_ERROR, "detail": f"the tests do not compile: {describe(e)}"}
     linecache.cache["<tests>"] = (len(tests), None, tests.splitlines(True), "<tests>")
     os.write(marks_fd, b"P")
     os.close(marks_fd)
     try:
-        return judge_main(code, entry_point, fd)
+        return judge_main(tree, code, entry_point, fd)
     except (MemoryError, CandidateGone, BoundaryError, RecursionError) as e:
         return _failure_report(e)
     except BaseException as e:  # noqa: BLE001

@@ -28,8 +28,8 @@ from isolation import (MNT_DETACH, MS_NODEV, MS_NOEXEC, MS_NOSUID, PR_SET_CHILD_
                        ProgramBreach, SandboxBreach, check_ret, close_fds_except, confine,
                        enter_sandbox, kill_children, kill_uid, libc, mount, prctl, refuse, remove_tree,
                        seccomp_program, wait_child)
-from judge import (JUDGE_STATUSES, PURE_MODULES, candidate_main, describe, from_bytes, io_candidate_main,
-                   judge_job, pack, recv_frame, send_frame)
+from boundary import PURE_MODULES, from_bytes, pack, recv_frame, send_frame
+from judge import JUDGE_STATUSES, candidate_main, describe, io_candidate_main, judge_job
 from verdicts import INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict, make_verdict
 
 # ============================================================================ executor (one job at a time)

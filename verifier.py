@@ -92,7 +92,7 @@ import envs
 import sandbox
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
                        kill_uid, remove_cgroup, remove_stale_cgroups, role_uids)
-from judge import from_bytes, recv_frame, send_frame, to_plain
+from boundary import from_bytes, recv_frame, send_frame, to_plain
 from verdicts import (INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict, make_verdict,
                       verdict_from_dict)
 
@@ -273,7 +273,7 @@ class _ExecutorProcess:
     def run(self, job: dict) -> tuple[Verdict, bool]:
         """(verdict, retire): retire = the executor exits after this job (an infra failure)."""
         try:
-            send_frame(self.proc.stdin.fileno(), to_plain(job))
+            send_frame(self.proc.stdin.fileno(), to_plain(job, None))
         except (OSError, ValueError) as e:  # ValueError: the pipe was already closed
             raise ExecutorDied(f"executor {self.proc.pid}: {e}") from None
         n = len(job.get("cases", [])) or 1

@@ -476,9 +476,11 @@ except NotImplementedError:
 """
     v = run(pool, SHAPES, tests, timeout_s=10.0)
     assert v.passed, v
-    # What is refused, and says so: equality of two objects is identity, never the program's __eq__
-    for test, status in (("assert Point(1, 2) == Point(1, 2)", "failed"),
-                         ("assert Point(1, 2) < Point(2, 2)", "failed"),
+    # Between two program objects the operators are the program's own, as in one process: the
+    # dataclass's __eq__, and its missing __lt__ (a TypeError, raised by the program)
+    for test, status in (("assert Point(1, 2) == Point(1, 2) and Point(1, 2) != Point(2, 2)", "passed"),
+                         ("assert type(Point(1, 2)) is Point and type(ORIGIN).__name__ == 'Point'", "passed"),
+                         ("assert Point(1, 2) < Point(2, 2)", "runtime_error"),
                          ("assert Rect(1, 2).depth == 1", "runtime_error")):
         v = run(pool, SHAPES, test, timeout_s=10.0)
         assert v.status == status, (test, v)
