@@ -43,6 +43,10 @@ from verdicts import BoundaryError
  EXC, ARGREF) = range(1, 14)
 MAX_DEPTH = 100
 MAX_RPC_BYTES = 64 << 20
+REQUEST, OK, RAISED, REFUSED = range(4)  # the first field of every message (Peer)
+PREFETCH_AFTER = 8          # a program iterator's first 8 items are fetched one at a time, exactly as asked
+PREFETCH_MAX = 1024         # then in batches doubling up to this many items
+PREFETCH_BUDGET_S = 0.002   # a batch is filled for at most this long (so a slow generator runs ahead little)
 
 # Modules the judge may import for the tests when the program imported them, and whose functions,
 # classes and constants cross by name: each computes on its arguments only. Not here: anything that
@@ -430,3 +434,44 @@ class FrameReader:
             if not chunk:
                 return None
             self.buf += chunk
+
+
+def describe(e: BaseException) -> str:
+    try:
+        return f"{type(e).__name__}: {e}"[:300]
+    except Exception:  # noqa: BLE001 - a program's exception whose __str__ raises
+        return f"{type(e).__name__} (unprintable)"[:300]
+
+
+# ---------------------------------------------------------------------------- the conversation
+# One request, then its reply; while a side waits for its reply it serves the other's requests (the
+# program calling a lambda the tests passed it, which asks the program something in turn...).
+#   request  [REQUEST, op, target id, argument]
+#   reply    [OK, value (, the call's arguments after it, when it changed them)]
+#            [RAISED, the exception (EXC)]     [REFUSED, why]   (a malformed request or a value that cannot cross)
+
+class Peer:
+    """One side's end of the channel: sends requests, serves the other side's (serve) while waiting."""
+
+    def __init__(self, fd: int):
+        self.fd, self.reader = fd, FrameReader(fd)
+
+    def send(self, msg) -> None:
+        send_frame(self.fd, msg)
+
+    def request(self, op: str, target: int, arg=None):
+        """The reply to one request: [OK, ...], or [RAISED, exc]/[REFUSED, why] as decoded."""
+        self.send([REQUEST, op, target, arg])
+        while True:
+            msg = self.receive()
+            if type(msg) is not list or not msg or msg[0] not in (REQUEST, OK, RAISED, REFUSED):
+                raise BoundaryError("malformed message from the other side")
+            if msg[0] != REQUEST:
+                return msg
+            self.send(self.serve(msg))
+
+    def receive(self):
+        raise NotImplementedError
+
+    def serve(self, msg) -> list:
+        raise NotImplementedError

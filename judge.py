@@ -1,15 +1,13 @@
-"""The judge of the verifier: the candidate's code, the judge's, and the conversation between them.
+"""The judge of the verifier: the trusted side of an assert job.
 
 Two processes per assert job, both forked from the executor's launcher (sandbox.py), which imported
-this module before it entered the sandbox:
-  candidate side (untrusted)  the program's own process: it runs the program, says hello (its
-                              names), then answers the judge's requests about its objects
-                              (candidate_main). As untrusted as the program, which can patch it.
-  judge side (trusted)        forked for one job and confined as a candidate is: runs the tests in a
+their code before it entered the sandbox:
+  candidate (candidate.py, untrusted)  the program's own process: runs the program, says hello (its
+                              names), then answers the judge's requests about its objects.
+  judge (here, trusted)       forked for one job and confined as a candidate is: runs the tests in a
                               namespace it builds itself, with the program's objects as handles
                               (judge_job, judge_main, Handle); it checks every message it gets.
-boundary.py is the codec both use. What the candidate runs imports no numpy and no zmq (standard
-library and msgpack only: tests/test_verifier.py checks).
+boundary.py is the codec and the conversation both use.
 
 What an honest program can rely on is what one Python process gives it (reference.py states that
 harness as code; tests/test_fidelity.py holds the verifier to it over a corpus of honest programs
@@ -42,43 +40,18 @@ import builtins
 import collections
 import importlib
 import linecache
-import operator
 import os
 import sys
-import time
 import traceback
 import types
 
-from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, MAX_RPC_BYTES, NAMED,
-                      FrameReader, TooBig, containers, ext, from_bytes, named_ref, pack, recv_frame,
-                      resolve_named, send_frame, to_plain)
-from boundary import PURE_MODULES  # noqa: F401 - sandbox.py pre-imports them
+from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, NAMED, OK, PREFETCH_AFTER,
+                      PREFETCH_MAX, PURE_MODULES, RAISED, REFUSED, Peer, containers, describe, ext, from_bytes,
+                      named_ref, resolve_named, send_frame, to_plain)
 from verdicts import INFRA_ERROR, BoundaryError
 
-HELLO_VALUE_NODES = 100_000  # a module-level value bigger than this (or 1 MiB) is exported as a handle
-HELLO_VALUE_BYTES = 1 << 20
 _LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
 _BUILTIN_NAMES = frozenset(dir(builtins))
-REQUEST, OK, RAISED, REFUSED = range(4)  # the first field of every message
-
-# The operators a request may name: operator's functions, run on the candidate's objects.
-_OPERATORS = frozenset({
-    "eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
-    "and_", "or_", "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
-    "ipow", "imatmul", "iand", "ior", "ixor", "ilshift", "irshift", "neg", "pos", "abs", "invert",
-    "index", "contains"})
-_CONVERSIONS = {"int": int, "float": float, "complex": complex, "round": round, "trunc": lambda x: x.__trunc__(),
-                "floor": lambda x: x.__floor__(), "ceil": lambda x: x.__ceil__(), "reversed": reversed}
-PREFETCH_AFTER = 8          # a program iterator's first 8 items are fetched one at a time, exactly as asked
-PREFETCH_MAX = 1024         # then in batches doubling up to this many items
-PREFETCH_BUDGET_S = 0.002   # a batch is filled for at most this long (so a slow generator runs ahead little)
-
-
-def describe(e: BaseException) -> str:
-    try:
-        return f"{type(e).__name__}: {e}"[:300]
-    except Exception:  # noqa: BLE001 - a program's exception whose __str__ raises
-        return f"{type(e).__name__} (unprintable)"[:300]
 
 
 class CandidateGone(Exception):
@@ -87,416 +60,6 @@ class CandidateGone(Exception):
 
 class CandidateMemoryError(MemoryError):
     """The candidate raised MemoryError (its address-space limit)."""
-
-
-# ============================================================================ the conversation (both sides)
-# One request, then its reply; while a side waits for its reply it serves the other's requests (the
-# program calling a lambda the tests passed it, which asks the program something in turn...).
-#   request  [REQUEST, op, target id, argument]
-#   reply    [OK, value (, the call's arguments after it, when it changed them)]
-#            [RAISED, the exception (EXC)]     [REFUSED, why]   (a malformed request or a value that cannot cross)
-
-class Peer:
-    """One side's end of the channel: sends requests, serves the other side's (serve) while waiting."""
-
-    def __init__(self, fd: int):
-        self.fd, self.reader = fd, FrameReader(fd)
-
-    def send(self, msg) -> None:
-        send_frame(self.fd, msg)
-
-    def request(self, op: str, target: int, arg=None):
-        """The reply to one request: [OK, ...], or [RAISED, exc]/[REFUSED, why] as decoded."""
-        self.send([REQUEST, op, target, arg])
-        while True:
-            msg = self.receive()
-            if type(msg) is not list or not msg or msg[0] not in (REQUEST, OK, RAISED, REFUSED):
-                raise BoundaryError("malformed message from the other side")
-            if msg[0] != REQUEST:
-                return msg
-            self.send(self.serve(msg))
-
-    def receive(self):
-        raise NotImplementedError
-
-    def serve(self, msg) -> list:
-        raise NotImplementedError
-
-
-# ============================================================================ candidate side (untrusted)
-# Everything here runs in the program's own process, after the program: it is as untrusted as the
-# program (which can patch or replace it). The judge therefore checks every message it gets.
-
-class _Lent:
-    """A test's object lent to the program (a lambda, a generator, a test class's instance): every use
-    is a request to the judge, which runs the tests' code."""
-    __slots__ = ("_cand", "_jid")
-
-    def __init__(self, cand, jid):
-        object.__setattr__(self, "_cand", cand)
-        object.__setattr__(self, "_jid", jid)
-
-    def _ask(self, op, arg=None):
-        return self._cand.result(self._cand.request(op, self._jid, arg))
-
-    def __call__(self, *args, **kwargs):
-        return self._ask("call", [self._cand.enc(list(args)), self._cand.enc(kwargs)])
-
-    def __iter__(self):
-        return self._ask("iter")
-
-    def __next__(self):
-        return self._ask("next")
-
-    def __len__(self):
-        return self._ask("len")
-
-    def __bool__(self):
-        return self._ask("bool")
-
-    def __getitem__(self, key):
-        return self._ask("getitem", self._cand.enc(key))
-
-    def __contains__(self, x):
-        return self._ask("contains", self._cand.enc(x))
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._ask("getattr", name)
-
-    def __repr__(self):
-        return self._ask("repr")
-
-    def __str__(self):
-        return self._ask("str")
-
-
-class Candidate(Peer):
-    """The candidate's end: its objects by id, the judge's lent objects as _Lent proxies."""
-
-    def __init__(self, fd: int, ns: dict):
-        super().__init__(fd)
-        self.ns, self.objects, self.index, self.lent = ns, [], {}, {}
-        self.hooks = {HANDLE: self._own, NAMED: lambda ref: resolve_named(ref, False), LENT: self._lent,
-                      EXC: self._exception}
-
-    # -- values
-    def hid(self, x) -> int:
-        h = self.index.get(id(x))
-        if h is None:
-            h = self.index[id(x)] = len(self.objects)
-            self.objects.append(x)
-        return h
-
-    def _own(self, hid):
-        if type(hid) is not int or not 0 <= hid < len(self.objects):
-            raise BoundaryError(f"no program object #{hid!r}")
-        return self.objects[hid]
-
-    def _lent(self, jid):
-        p = self.lent.get(jid)
-        if p is None:
-            p = self.lent[jid] = _Lent(self, jid)
-        return p
-
-    def _exception(self, payload):
-        cls, args = payload[0], tuple(payload[1])
-        try:
-            return cls(*args)
-        except Exception:  # noqa: BLE001 - a program class whose __init__ wants other arguments
-            e = cls.__new__(cls)
-            e.args = args
-            return e
-
-    def enc(self, x, budget=None):
-        return to_plain(x, self._other, budget=budget)
-
-    def _other(self, x, enc):
-        if isinstance(x, _Lent):
-            return ext(LENT, object.__getattribute__(x, "_jid"))
-        ref = named_ref(x)
-        if ref is not None:
-            return ext(NAMED, ref)
-        if isinstance(x, BaseException):
-            return ext(EXC, self._exc_payload(x, enc))
-        if isinstance(x, type) and issubclass(x, BaseException):
-            bases = [enc(b) for b in x.__bases__ if issubclass(b, BaseException)]
-            mod = getattr(x, "__module__", None)
-            ref = [mod, x.__qualname__] if type(mod) is str and mod.partition(".")[0] in sys.stdlib_module_names \
-                and getattr(sys.modules.get(mod), x.__qualname__, None) is x else None
-            return ext(EXC_CLASS, [self.hid(x), str(x.__name__)[:80], bases, ref])
-        base = next((b for b in type(x).__mro__ if b in HYBRID_BASES), None)
-        if base is not None:
-            return ext(HYBRID, [enc(_base_value(x, base)), self._handle_payload(x)])
-        return ext(HANDLE, self._handle_payload(x))
-
-    def _handle_payload(self, x) -> list:
-        """[id, label, type name, kind, ids of the program classes in its class's mro]."""
-        cls = x if isinstance(x, type) else type(x)
-        mro = [self.hid(c) for c in cls.__mro__ if c.__module__ == "__candidate__"]
-        kind = "class" if isinstance(x, type) else "function" if callable(x) else "object"
-        label = getattr(x, "__qualname__", None) if kind != "object" else cls.__qualname__
-        return [self.hid(x), str(label if type(label) is str else cls.__qualname__)[:80],
-                str(type(x).__name__)[:80], kind, mro]
-
-    def _exc_payload(self, e: BaseException, enc) -> list:
-        try:
-            args = enc(list(e.args))
-        except Exception:  # noqa: BLE001 - args that cannot cross: the message stands in
-            args = [describe(e).partition(": ")[2]]
-        try:
-            text = str(e)
-        except Exception:  # noqa: BLE001
-            text = "(unprintable)"
-        attrs = {}
-        for k, v in list(getattr(e, "__dict__", {}).items())[:32]:
-            if type(k) is str and not k.startswith("_"):
-                try:
-                    attrs[k] = enc(v)
-                except Exception:  # noqa: BLE001 - an attribute that cannot cross is left out
-                    pass
-        cause = e.__cause__ if isinstance(e.__cause__, BaseException) and e.__cause__ is not e else None
-        try:
-            cause = enc(cause)
-        except Exception:  # noqa: BLE001
-            cause = None
-        return [enc(type(e)), args, text[:2000], attrs, cause]
-
-    # -- the conversation
-    def receive(self):
-        raw = self.reader.next()
-        if raw is None:
-            os._exit(0)  # the judge is done with us
-        return from_bytes(raw, self.hooks)
-
-    def result(self, reply):
-        """A reply of the judge about a lent object -> the value, or raise what the tests raised."""
-        if reply[0] == OK:
-            return reply[1]
-        if reply[0] == RAISED and isinstance(reply[1], BaseException):
-            raise reply[1]
-        raise RuntimeError(f"the tests' object refused: {str(reply[1])[:200]}")
-
-    def serve(self, msg) -> list:
-        try:
-            _, op, target, arg = msg
-            after = None
-            if op == "global":
-                if arg not in self.ns:
-                    raise NameError(f"name {arg!r} is not defined")
-                result = self.ns[arg]
-            elif op == "next":
-                return self._next_batch(self._own(target), arg)
-            else:
-                obj = self._own(target)
-                if op == "call":
-                    args, kwargs = arg
-                    inside = containers(arg)
-                    before = pack(self.enc(arg)) if inside else None
-                    result = obj(*args, **kwargs)
-                    if inside:
-                        after = self.enc(arg)
-                        after = None if pack(after) == before else after
-                        return self._reply(result, after, {id(c): k for k, c in enumerate(inside)})
-                elif op == "op":
-                    name, reflected, others = arg
-                    if name not in _OPERATORS or type(others) is not list or len(others) > 1:
-                        raise BoundaryError(f"unknown operator {name!r}")
-                    result = getattr(operator, name)(*([*others, obj] if reflected else [obj, *others]))
-                elif op == "conv":
-                    result = _CONVERSIONS[arg[0]](obj, *arg[1:])
-                else:
-                    result = _SIMPLE_OPS[op](obj, arg)
-        except BoundaryError as e:
-            return [REFUSED, str(e)[:300]]
-        except BaseException as e:  # noqa: BLE001 - reported to the judge, which raises it in the tests
-            return self._raised(e)
-        return self._reply(result, after)
-
-    def _reply(self, result, after=None, refs=None) -> list:
-        try:
-            value = to_plain(result, self._other, refs=refs)
-            reply = [OK, value] if after is None else [OK, value, after]
-            if len(pack(reply)) > MAX_RPC_BYTES - 1024:
-                return [REFUSED, "a result above the frame limit"]
-            return reply
-        except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
-            return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
-
-    def _raised(self, e: BaseException) -> list:
-        try:
-            return [RAISED, ext(EXC, self._exc_payload(e, lambda v: self.enc(v)))]
-        except BaseException as e2:  # noqa: BLE001 - an exception class that cannot cross
-            return [REFUSED, f"the program raised {describe(e)} ({describe(e2)})"]
-
-    def _next_batch(self, it, n) -> list:
-        """Up to n items of the iterator (filled for at most PREFETCH_BUDGET_S): [OK, [items, how it
-        ended: 0 not yet, 1 StopIteration, 2 raised, the exception]]."""
-        items, end, exc, start = [], 0, None, time.perf_counter()
-        n = n if type(n) is int and 1 <= n <= PREFETCH_MAX else 1
-        try:
-            for _ in range(n):
-                items.append(next(it))
-                if time.perf_counter() - start > PREFETCH_BUDGET_S:
-                    break
-        except StopIteration:
-            end = 1
-        except BaseException as e:  # noqa: BLE001 - raised in the tests after the items before it
-            if not items:
-                return self._raised(e)
-            end, exc = 2, e
-        try:
-            value = [self.enc(items), end, None if exc is None else ext(EXC, self._exc_payload(exc, self.enc))]
-        except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
-            return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
-        return [OK, value]
-
-
-def _base_value(x, base):
-    """The builtin value inside an instance of a subclass of base, read by base's own methods (so the
-    subclass's overrides do not change what the judge compares)."""
-    if base in (int, bool):
-        return int.__int__(x)
-    if base is float:
-        return float.__float__(x)
-    if base is complex:
-        return complex(complex.__getattribute__(x, "real"), complex.__getattribute__(x, "imag"))
-    if base is str:
-        return str.__str__(x)
-    if base is bytes:
-        return bytes.__bytes__(x) if hasattr(bytes, "__bytes__") else bytes(memoryview(x))
-    if base is dict:
-        return dict(dict.items(x))
-    return base(base.__iter__(x))
-
-
-_SIMPLE_OPS = {
-    "getattr": lambda o, a: getattr(o, a),
-    "setattr": lambda o, a: setattr(o, a[0], a[1]),
-    "delattr": lambda o, a: delattr(o, a),
-    "getitem": lambda o, a: o[a],
-    "setitem": lambda o, a: o.__setitem__(a[0], a[1]),
-    "delitem": lambda o, a: o.__delitem__(a),
-    "iter": lambda o, a: iter(o),
-    "len": lambda o, a: len(o),
-    "str": lambda o, a: str(o),
-    "repr": lambda o, a: repr(o),
-    "bool": lambda o, a: bool(o),
-    "hash": lambda o, a: hash(o),
-    "format": lambda o, a: format(o, a),
-    "enter": lambda o, a: o.__enter__(),
-    "exit": lambda o, a: o.__exit__(*a),
-}
-
-
-def _pure_import(value) -> list[str] | None:
-    """[module, ""] for a module the program imported under any name (`import math`, `import re as
-    regex`), [module, name] for a pure module's public name (`from collections import Counter`), else
-    None. Only a hint: the judge imports the module itself, by name, and binds only what its own
-    rules allow (_judge_imports), so a forged hint can at worst bind a standard module of its own."""
-    try:
-        if isinstance(value, types.ModuleType):
-            name = value.__name__
-            return [name, ""] if type(name) is str and sys.modules.get(name) is value \
-                and name.partition(".")[0] in sys.stdlib_module_names else None
-        ref = named_ref(value)
-        return ref if ref is not None and ref[0] in PURE_MODULES else None
-    except Exception:  # noqa: BLE001 - the program's objects can raise on any attribute
-        return None
-
-
-def _live_names(ns: dict) -> list[str]:
-    """The program's module-level data names that some function of the program reads or writes: the
-    tests read these through the candidate (their value now), the rest as they were at load."""
-    codes, seen, used = [], set(), set()
-    for value in ns.values():
-        if isinstance(value, types.FunctionType) and value.__module__ == "__candidate__":
-            codes.append(value.__code__)
-        elif isinstance(value, type) and value.__module__ == "__candidate__":
-            for attr in list(vars(value).values()):
-                fn = getattr(attr, "__func__", attr)
-                fn = getattr(fn, "fget", fn)
-                if isinstance(fn, types.FunctionType):
-                    codes.append(fn.__code__)
-    while codes:
-        code = codes.pop()
-        if id(code) in seen:
-            continue
-        seen.add(id(code))
-        used.update(code.co_names)
-        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return [n for n in used if n in ns and not n.startswith("__") and not callable(ns[n])
-            and not isinstance(ns[n], types.ModuleType)]
-
-
-def candidate_main(program: str, fd: int) -> None:
-    """Runs in the sandboxed candidate: load the program, say hello (its names: each a value, a
-    name or a handle), then answer the judge's requests until EOF."""
-    ns = {"__name__": "__candidate__", "__builtins__": builtins}
-    try:
-        code = compile(program, "<program>", "exec")
-    except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError...
-        send_frame(fd, {"ok": False, "status": "memory" if isinstance(e, MemoryError) else "syntax_error",
-                        "error": describe(e)})
-        return
-    try:
-        exec(code, ns)
-    except BaseException as e:  # noqa: BLE001 - SystemExit and friends are program failures too
-        send_frame(fd, {"ok": False, "status": "memory" if isinstance(e, MemoryError) else "runtime_error",
-                        "error": describe(e)})
-        return
-    cand, names, imports = Candidate(fd, ns), {}, {}
-    for name, value in list(ns.items()):
-        if name.startswith("__"):
-            continue
-        if (origin := _pure_import(value)) is not None:
-            imports[name] = origin  # the judge binds its own import of it
-            continue
-        if isinstance(value, types.ModuleType):
-            continue
-        try:
-            packed = pack(cand.enc(value, budget=[HELLO_VALUE_NODES]))
-            if len(packed) > HELLO_VALUE_BYTES:
-                packed = pack(ext(HANDLE, cand._handle_payload(value)))
-        except TooBig:
-            packed = pack(ext(HANDLE, cand._handle_payload(value)))
-        except Exception:  # noqa: BLE001 - a value that cannot cross, or an object that raises when asked
-            continue
-        names[name] = packed
-    send_frame(fd, {"ok": True, "names": names, "imports": imports, "live": _live_names(ns)})
-    while True:
-        cand.send(cand.serve(cand.receive()))
-
-
-def io_candidate_main(program: str, marks_fd: int) -> None:
-    """Runs in the sandboxed candidate for io jobs: the program as __main__ on stdin/stdout.
-    Before the program runs, marks_fd (see Executor._fork) gets b"R" (compiled), b"S" + the error
-    (does not compile) or b"M" (out of memory compiling), and is closed."""
-    try:
-        code = compile(program, "<program>", "exec")
-        os.write(marks_fd, b"R")
-    except MemoryError:
-        os.write(marks_fd, b"M")
-        os._exit(1)
-    except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError...
-        os.write(marks_fd, b"S" + describe(e).encode("utf-8", "replace"))
-        os._exit(1)
-    os.close(marks_fd)
-    exit_code = 0
-    try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins})
-    except SystemExit as e:
-        exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:  # noqa: BLE001 - a runtime error is exit status 1, as for `python prog.py`
-        traceback.print_exc()
-        exit_code = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        exit_code = exit_code or 1
-    os._exit(exit_code & 0xFF)
 
 
 # ============================================================================ judge side (trusted tests)
@@ -1215,18 +778,18 @@ def _function_locals(node) -> set:
     return names - declared
 
 
-def _judge_imports(imports) -> dict:
+def _judge_imports(imports, wanted: set) -> dict:
     """What the tests may use of the program's imports ({name: [module, attribute]} from its hello),
     as the usual harnesses allow (`math.isclose`, `Counter`), built by the judge alone: it imports
     each module itself, by name: a standard-library module under its own name (`import sys`) or, under
     any name, a module of PURE_MODULES (`import re as regex`) or a public name of one
-    (resolve_named). Malformed or disallowed entries are skipped (a test using one gets NameError:
-    the program's failure)."""
+    (resolve_named). Only the names the tests use (wanted) are imported. Malformed or disallowed
+    entries are skipped (a test using one gets NameError: the program's failure)."""
     out = {}
     if type(imports) is not dict:
         return out
     for name, origin in list(imports.items())[:256]:
-        if type(name) is not str or not name.isidentifier() or name.startswith("__") \
+        if name not in wanted or type(name) is not str or not name.isidentifier() or name.startswith("__") \
                 or type(origin) is not list or len(origin) != 2 or not all(type(s) is str for s in origin):
             continue
         module, attr = origin
@@ -1293,7 +856,7 @@ def judge_main(tree: ast.Module, code: types.CodeType, entry_point: str | None, 
                   if type(name) is str and name.isidentifier() and not name.startswith("__")
                   and type(packed) is bytes}
         used = _TestNames(tree)
-        _bind_program_names(ns, values, _judge_imports(hello.get("imports")), used, entry_point)
+        _bind_program_names(ns, values, _judge_imports(hello.get("imports"), used.loads), used, entry_point)
         if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         chan.tested = {v._oubliette_cid for n in used.loads if isinstance(v := ns.get(n), ProgramClass)}

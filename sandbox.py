@@ -2,13 +2,13 @@
 
 Trusted code, on the trusted side of the boundary: the executor and the launcher it forks never run a
 line of the program or of the tests (the candidate and the judge are children the launcher forks and
-confines: judge.py is their code, isolation.py the confinement). verifier.py is the role (API,
-executor pool, ZeroMQ service); the pool starts each executor as
+confines: candidate.py and judge.py are their code, isolation.py the confinement). verifier.py is the
+role (API, executor pool, ZeroMQ service); the pool starts each executor as
 `python -E -s sandbox.py --executor CONFIG` with a minimal environment: a fresh pre-imported
 interpreter that enters the sandbox once (isolation.enter_sandbox) and talks length-prefixed msgpack
 on its stdin/stdout. Everything it and its children import is imported here, before the sandbox
-hides the project's files: the standard library, msgpack, verdicts.py, isolation.py and judge.py
-(no numpy, no zmq). verifier.py's docstring explains why a verdict cannot be forged.
+hides the project's files: the standard library, msgpack, verdicts.py, isolation.py, boundary.py,
+candidate.py and judge.py (no numpy, no zmq). verifier.py's docstring explains why a verdict cannot be forged.
 """
 
 import dataclasses
@@ -28,8 +28,9 @@ from isolation import (MNT_DETACH, MS_NODEV, MS_NOEXEC, MS_NOSUID, PR_SET_CHILD_
                        ProgramBreach, SandboxBreach, check_ret, close_fds_except, confine,
                        enter_sandbox, kill_children, kill_uid, libc, mount, prctl, refuse, remove_tree,
                        seccomp_program, wait_child)
-from boundary import PURE_MODULES, from_bytes, pack, recv_frame, send_frame
-from judge import JUDGE_STATUSES, candidate_main, describe, io_candidate_main, judge_job
+from boundary import PURE_MODULES, describe, from_bytes, pack, recv_frame, send_frame
+from candidate import candidate_main, io_candidate_main
+from judge import JUDGE_STATUSES, judge_job
 from verdicts import INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict, make_verdict
 
 # ============================================================================ executor (one job at a time)

