@@ -198,14 +198,15 @@ class Candidate(Peer):
                 return self._next_batch(self._own(target), arg)
             else:
                 obj = self._own(target)
-                if op == "call":
-                    args, kwargs = arg
+                if op == "call":  # arg: the packed [args, kwargs], kept to tell whether the call changed them
+                    raw, arg = arg, from_bytes(arg, self.hooks) if type(arg) is bytes else None
+                    if type(arg) is not list or len(arg) != 2 or type(arg[0]) is not list or type(arg[1]) is not dict:
+                        raise BoundaryError("malformed call")
                     inside = containers(arg)
-                    before = pack(self.enc(arg)) if inside else None
-                    result = obj(*args, **kwargs)
+                    result = obj(*arg[0], **arg[1])
                     if inside:
                         after = self.enc(arg)
-                        after = None if pack(after) == before else after
+                        after = None if pack(after) == raw else after
                         return self._reply(result, after, {id(c): k for k, c in enumerate(inside)})
                 elif op == "op":
                     name, reflected, others = arg

@@ -47,7 +47,7 @@ import types
 
 from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, NAMED, OK, PREFETCH_AFTER,
                       PREFETCH_MAX, PURE_MODULES, RAISED, REFUSED, Peer, containers, describe, ext, from_bytes,
-                      named_ref, resolve_named, send_frame, to_plain)
+                      named_ref, pack, resolve_named, send_frame, to_plain)
 from verdicts import INFRA_ERROR, BoundaryError
 
 _LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
@@ -536,7 +536,7 @@ def _call(chan: _Channel, target: int, label: str, args: tuple, kwargs: dict):
     sent = [list(args), dict(kwargs)]
     chan.argrefs.append(containers(sent))
     try:
-        return chan.ask("call", target, f"{label}(...)", [chan.enc(sent[0]), chan.enc(sent[1])], args_sent=sent)
+        return chan.ask("call", target, f"{label}(...)", pack(chan.enc(sent)), args_sent=sent)
     finally:
         chan.argrefs.pop()
 
@@ -699,6 +699,14 @@ class _TestNames(ast.NodeVisitor):
     attribute of (attr_hosts: `math.isclose` uses math as a module) and the names it binds at module
     level (its own variables)."""
 
+    @classmethod
+    def from_superset(cls, names: set) -> "_TestNames":
+        """Without parsing: when the program has no class, no name of a builtin or a module and no live
+        global the tests mention, the names the tests' code mentions are enough (_judge_imports)."""
+        used = cls.__new__(cls)
+        used.loads, used.attr_hosts, used.module_stores = names, set(), set()
+        return used
+
     def __init__(self, tree: ast.AST):
         self.loads, self.attr_hosts, self.module_stores = set(), set(), set()
         for node in ast.walk(tree):
@@ -713,6 +721,16 @@ class _TestNames(ast.NodeVisitor):
                 self.module_stores.add(node.name)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 self.module_stores.update((a.asname or a.name).partition(".")[0] for a in node.names)
+
+
+def _code_names(code: types.CodeType) -> set:
+    """Every name the compiled tests mention (globals, attributes, locals' names aside)."""
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
 
 
 def _module_level(tree: ast.AST):
@@ -832,7 +850,7 @@ def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames,
         ns[name] = value
 
 
-def judge_main(tree: ast.Module, code: types.CodeType, entry_point: str | None, fd: int) -> dict:
+def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: int) -> dict:
     """Runs in the judge process, once the tests compiled: build the tests' namespace, run the tests,
     return the report {"status", "detail"} (status in JUDGE_STATUSES).
 
@@ -855,13 +873,20 @@ def judge_main(tree: ast.Module, code: types.CodeType, entry_point: str | None, 
         values = {name: from_bytes(packed, chan.hooks) for name, packed in names.items()
                   if type(name) is str and name.isidentifier() and not name.startswith("__")
                   and type(packed) is bytes}
-        used = _TestNames(tree)
-        _bind_program_names(ns, values, _judge_imports(hello.get("imports"), used.loads), used, entry_point)
+        names_used = _code_names(code)  # a superset of the names the tests read: cheap, and often enough
+        program_classes = any(isinstance(v, ProgramClass) for v in values.values())
+        imports = hello.get("imports") if type(hello.get("imports")) is dict else {}
+        shadowing = any(n in _BUILTIN_NAMES or n in sys.stdlib_module_names for n in [*values, *imports])
+        live = {n for n in live if type(n) is str}
+        tree = ast.parse(tests, "<tests>") if program_classes or shadowing or names_used & live else None
+        used = _TestNames(tree) if tree is not None else _TestNames.from_superset(names_used)
+        _bind_program_names(ns, values, _judge_imports(imports, used.loads), used, entry_point)
         if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         chan.tested = {v._oubliette_cid for n in used.loads if isinstance(v := ns.get(n), ProgramClass)}
-        read_through = {n for n in live if type(n) is str and n in ns} & used.loads - used.module_stores
-        if read_through:
+        # only the program's own names: a module the judge imported for the tests stays the judge's
+        read_through = {n for n in live if n in values and ns.get(n) is values[n]} & used.loads - used.module_stores
+        if read_through and tree is not None:
             tree = ast.fix_missing_locations(_ReadThrough(read_through).visit(tree))
             code = compile(tree, "<tests>", "exec")
             ns["__oubliette_global__"] = lambda name: chan.ask("global", -1, name, name)
@@ -886,15 +911,14 @@ def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int) -> di
     whatever happens: a failure the program can cause that escapes judge_main (while building its
     report) is still the program's; anything else is a bug of ours, infra_error."""
     try:
-        tree = ast.parse(tests, "<tests>")
-        code = compile(tree, "<tests>", "exec")
+        code = compile(tests, "<tests>", "exec")
     except BaseException as e:  # noqa: BLE001
         return {"status": INFRA_ERROR, "detail": f"the tests do not compile: {describe(e)}"}
     linecache.cache["<tests>"] = (len(tests), None, tests.splitlines(True), "<tests>")
     os.write(marks_fd, b"P")
     os.close(marks_fd)
     try:
-        return judge_main(tree, code, entry_point, fd)
+        return judge_main(tests, code, entry_point, fd)
     except (MemoryError, CandidateGone, BoundaryError, RecursionError) as e:
         return _failure_report(e)
     except BaseException as e:  # noqa: BLE001

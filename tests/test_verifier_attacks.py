@@ -575,3 +575,99 @@ def test_a_killed_verifiers_cgroups_are_removed_by_the_next_pool():
         assert all(os.path.isdir(f"/sys/fs/cgroup/pids/oubliette-{x}") for x in p.executor_pids())
     finally:
         p.close()
+
+
+# ----------------------------------------------------------------------------- the richer codec, forged
+
+# The program rewrites its hello (as FORGED_HELLO does) to name things the codec can carry now:
+# builtins and module functions by name, exception classes, live globals. Each forgery would make
+# a wrong program pass if the judge trusted it.
+FORGE_CODEC = r"""
+import sys
+_B = sys.modules["boundary"]
+def f(x):
+    return 0
+_send = _B.send_frame
+def _forge(fd, obj):
+    if isinstance(obj, dict) and "names" in obj:
+        obj["names"].update(FORGED)
+        obj["live"] = LIVE
+    _send(fd, obj)
+sys.modules["candidate"].send_frame = _forge
+"""
+FORGED_NAMES = {
+    # the judge's own eval, or os.system, under the name the tests call: refused by name
+    "eval_by_name": ("FORGED = {'f': _B.pack(_B.ext(_B.NAMED, ['builtins', 'eval']))}\nLIVE = []",
+                     "assert f('918273645') == 918273645\n"),
+    "os_by_name": ("FORGED = {'f': _B.pack(_B.ext(_B.NAMED, ['os', 'getpid']))}\nLIVE = []",
+                   "assert f() > 0\n"),
+    "private_method_by_name": ("FORGED = {'f': _B.pack(_B.ext(_B.NAMED, ['builtins', 'int.__new__']))}\nLIVE = []",
+                               "assert f(int, '7') == 7\n"),
+    # a module the judge imported for the tests, claimed live: it stays the judge's module
+    "live_module": ("import math\nFORGED = {}\nLIVE = ['math']\n"
+                    "class _M:\n    def isclose(self, *a, **k): return True\n"
+                    "def g(x):\n    global math\n    math = _M()\n    return 0\n",
+                    "r = g(2)\nassert math.isclose(r, 2 ** 0.5)\n"),
+    # an argument reference the call never had
+    "argref_out_of_range": ("FORGED = {'f': _B.pack(_B.ext(_B.ARGREF, 3))}\nLIVE = []",
+                            "assert f == [918273645]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGED_NAMES))
+def test_a_program_cannot_forge_what_the_codec_names(pool, name):
+    forgery, tests = FORGED_NAMES[name]
+    assert_program_status(run(pool, FORGE_CODEC + forgery + "\n", tests), passed=False)
+
+
+def test_a_program_cannot_reach_past_what_the_tests_lent_it(pool):
+    """The tests lend the program a generator and a lambda; the program speaks the judge's protocol
+    directly (through the candidate's own Candidate object) to walk from them to the tests' frames
+    and globals. Every step is refused: only the tests' own objects' public attributes are served."""
+    program = r'''
+import sys
+def probe(gen, fn):
+    cand = object.__getattribute__(fn, "_cand")
+    jid_gen, jid_fn = object.__getattribute__(gen, "_jid"), object.__getattribute__(fn, "_jid")
+    got = []
+    for jid, name in ((jid_gen, "gi_frame"), (jid_gen, "gi_code"), (jid_fn, "__globals__"),
+                      (jid_fn, "__closure__"), (jid_fn, "func_globals"), (jid_gen, "__class__")):
+        try:
+            got.append(cand.result(cand.request("getattr", jid, name)))
+        except BaseException as e:
+            got.append(type(e).__name__)
+    for jid in range(jid_fn + 1, jid_fn + 4):  # objects never lent
+        try:
+            got.append(cand.result(cand.request("call", jid, [[], {}])))
+        except BaseException as e:
+            got.append(type(e).__name__)
+    return got
+'''
+    tests = r'''
+SECRET = 918273645
+def make():
+    hidden = SECRET
+    def gen():
+        yield 1
+    return gen(), (lambda: hidden)
+g, fn = make()
+got = probe(g, fn)
+assert all(x in ("AttributeError", "RuntimeError") for x in got), got
+'''
+    v = run(pool, program, tests)
+    assert v.passed, v  # every probe was refused, and the tests could say so
+
+
+def test_a_program_exception_is_its_own_not_the_judges(pool):
+    """Exceptions cross as their class: a program cannot make the judge raise a status the judge
+    reserves (SystemExit, KeyboardInterrupt, MemoryError all score as the program's), nor fake a
+    test's own AssertionError into a pass."""
+    for exc in ("SystemExit(0)", "KeyboardInterrupt()", "MemoryError()", "AssertionError('x')",
+                "StopIteration()", "GeneratorExit()"):
+        v = run(pool, f"def f(x):\n    raise {exc}\n",
+                "try:\n    f(1)\nexcept Exception:\n    pass\nassert f(1) == 918273645\n")
+        assert_program_status(v, passed=False)
+    # a program class named like a builtin exception is rebuilt with its own bases, never the builtin
+    v = run(pool, "class ValueError(Exception):\n    pass\ndef f(x):\n    raise ValueError('no')\n",
+            "import builtins\ntry:\n    f(1)\nexcept builtins.ValueError:\n    pass\n")
+    assert_program_status(v, passed=False)
