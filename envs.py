@@ -7,9 +7,9 @@ verifier role for verdicts, the verdict's reward is what GRPO sees):
   ---------  -------------------------------------------  ------------------------------------------
   code       HumanEval / MBPP / asserts / stdin-stdout    the sandbox runs the program (sandbox.py)
              (tasks.py reads them)
-  math       GSM8K: question + answer ending "#### 42";   math_verdict: the final answer extracted
-             MATH: problem + solution with \\boxed{...};   (boxed, "####", or the last number, in that
-             MATH-500: problem + answer                   order) and compared with math-verify
+  math       GSM8K: question + answer ending "#### 42";   math_answers.py: the final answer after any
+             MATH: problem + solution with \\boxed{...};   </think> (boxed, "####", or the last number,
+             MATH-500: problem + answer                   in that order), read as its dataset writes it
   reward     any row with a "prompt" (text) or            your function, REWARD=file.py:function:
              "messages" (a chat list), any other fields   function(completion: str, row: dict) -> float
 
@@ -21,16 +21,17 @@ A completion's verdict is {passed, reward, status, detail, fraction}, as the san
 these kinds: "passed" (math: the right answer in the requested format), "lenient" (the right answer,
 found only by a looser extraction: the metrics report strict and lenient accuracy apart, since a gain
 in format alone looks like a gain in accuracy), "failed" (a wrong answer, none, one longer than
-MAX_ANSWER_CHARS, or one whose reading runs past the job's time limit), and REWARD_ERROR: the reward
-function raised, returned something that is not a real number or not finite as a float32, or ran past
-its time limit. REWARD_ERROR is, like the sandbox's infra_error, never a silent 0: the group is not
-trained on (lifecycle.infra_failures) and it is counted (verifier/infra_error_frac).
+math_answers.MAX_ANSWER_CHARS, or one whose reading runs past the job's time limit), and REWARD_ERROR:
+the reward function raised, returned something that is not a real number or not finite as a float32,
+or ran past its time limit. REWARD_ERROR is, like the sandbox's infra_error, never a silent 0: the
+group is not trained on (lifecycle.infra_failures) and it is counted (verifier/infra_error_frac).
 
 The verifier role scores math and reward jobs (Scorer), each in a child process killed at the job's
-time limit: a reward function in a process started for each call (by a fork server), a math answer in
-a grading process that math-verify is loaded in once and that is replaced when killed. A function that
-hangs or crashes, or an answer made to be slow to parse, costs one verdict, and the jobs beside it wait
-for neither. Math needs the math extra: pip install -r requirements-math.txt.
+time limit: a reward function in a process started for each call (by a fork server), a math answer
+(math_answers.math_verdict) in a grading process that math-verify is loaded in once and that is
+replaced when killed. A function that hangs or crashes, or an answer made to be slow to parse, costs
+one verdict, and the jobs beside it wait for neither. Math needs the math extra: pip install -r
+requirements-math.txt.
 
 Run the tests:  python -m pytest -q tests/test_envs.py
 """
@@ -40,160 +41,21 @@ import concurrent.futures
 import decimal
 import importlib.util
 import json
-import logging
 import math
 import numbers
 import os
 import queue
-import re
 import resource
 import threading
 
+from math_answers import MathVerifyMissing, math_verdict  # curate.py reads envs.MathVerifyMissing too
+from math_answers import MATH_FORMATS, MAX_ANSWER_CHARS  # noqa: F401  (verifier.py reads them from envs)
 from verdicts import REWARD_ERROR
-
-MATH_FORMATS = ("boxed", "hash")  # MATH's \boxed{...}; GSM8K's "#### answer"
-
-
-# ----------------------------------------------------------------------------- math answers
-# Answers are graded by Hugging Face's math-verify (requirements-math.txt), as TRL and open-r1 grade:
-# LaTeX and plain answers are read into sympy and compared as values (1/2 = \frac12 = 0.5, 90^\circ =
-# 90, 5\text{ cm} = 5, \$18.90 = 18.9, intervals, sets, expressions). Which text is the answer is
-# decided here, by scans that are linear in the completion's length (_boxed, _after_hash, _NUMBER);
-# an answer longer than MAX_ANSWER_CHARS is never parsed. Parsing itself can still be slow on purpose
-# (nested parentheses take seconds in the LaTeX grammar), so the verifier role runs math_verdict in a
-# grading process killed at the job's time limit (Scorer, _Grader).
-
-MATH_EXTRA = "requirements-math.txt"
-MAX_ANSWER_CHARS = 400  # longer final answers are refused unparsed: the completion's failure
-
-
-class MathVerifyMissing(RuntimeError):
-    """math-verify is not installed, so math rows cannot be graded."""
-
-
-def math_verify_module():
-    """Hugging Face's math-verify; MathVerifyMissing, naming the requirements file, when it is absent."""
-    try:
-        import math_verify
-    except ImportError as e:
-        raise MathVerifyMissing(f"math rows are graded with Hugging Face's math-verify, which is not installed "
-                                f"({e}): pip install -r {MATH_EXTRA}") from None
-    # its one warning says that the caller enforces the time limit, which the grading process's parent does
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    return math_verify
-
-
-def _boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = text.index("{", start) + 1
-    depth, j = 1, i
-    while j < len(text) and depth:
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        j += 1
-    return text[i:j - 1].strip() if depth == 0 else None
-
-
-def _after_hash(text: str) -> str | None:
-    """What follows the last "####" up to the end of its line; None if there is none."""
-    at = text.rfind("####")
-    if at < 0:
-        return None
-    line = text[at + 4:].strip().split("\n")[0].strip()
-    return line or None
-
-
-# A number: sign (ASCII or U+2212), digits with optional thousands groups (a comma followed by exactly
-# three digits), optional decimals, optional "/digits". Every part after the first digits starts with
-# its own character and is optional, so the scan never backtracks: linear time. "42, done" gives 42.
-_NUMBER = re.compile(r"[-\u2212]?(?:\d+(?:,\d{3}(?!\d))*(?:\.\d+)?|\.\d+)(?:/\d+)?")
-
-
-def _last_number(text: str) -> str | None:
-    found = None
-    for found in _NUMBER.finditer(text):
-        pass
-    return found.group(0) if found else None
-
-
-def extract_answer(text: str) -> tuple[str | None, str]:
-    """(the final answer, how it was found): boxed, then "####", then the last number in the text."""
-    for how, find in (("boxed", _boxed), ("hash", _after_hash), ("last_number", _last_number)):
-        if (found := find(text)) is not None:
-            return found, how
-    return None, "none"
-
-
-def _parse(text: str, how: str) -> list:
-    """An answer as math-verify reads it ([] when it finds none). A boxed answer is read as LaTeX
-    (\\boxed{...} around it); any other as math-verify reads free text, which takes "18 dollars" as 18."""
-    mv = math_verify_module()
-    text = text.replace("\u2212", "-")  # U+2212, the minus sign of typeset text
-    if how == "boxed":
-        text = "\\boxed{" + text + "}"
-    return mv.parse(text, parsing_timeout=None)  # the time limit is the grading process's (Scorer)
-
-
-def parse_reference(answer: str, fmt: str) -> list:
-    """A reference final answer as math-verify reads it; ValueError if it is too long or reads as nothing.
-    fmt "boxed": a LaTeX answer (MATH's \\boxed content, MATH-500's `answer`); "hash": GSM8K's "#### n"."""
-    if fmt not in MATH_FORMATS:
-        raise ValueError(f"math answer format must be one of {MATH_FORMATS}, got {fmt!r}")
-    if not isinstance(answer, str) or not answer.strip():
-        raise ValueError("the reference answer is empty")
-    if len(answer) > MAX_ANSWER_CHARS:
-        raise ValueError(f"the reference answer is longer than {MAX_ANSWER_CHARS} characters")
-    gold = _parse(answer, fmt)
-    if not gold:
-        raise ValueError(f"the reference answer {answer[:80]!r} is not read as math by math-verify")
-    return gold
-
-
-def _right(gold: list, answer: str, how: str) -> bool:
-    if len(answer) > MAX_ANSWER_CHARS:
-        return False
-    pred = _parse(answer, how)
-    return bool(pred) and math_verify_module().verify(gold, pred, timeout_seconds=None)
-
-
-def math_verdict(completion: str, answer: str, fmt: str) -> dict:
-    """The verdict on a math completion against the reference final answer, graded by math-verify.
-    Strict: the answer in the requested format (fmt "boxed": the last \\boxed{}; "hash": after the last
-    "####") is right; lenient: the first answer extract_answer finds is right. reward = 1 for strict,
-    else 0 (a policy is rewarded for answering as asked). ValueError if the reference does not read."""
-    gold = parse_reference(answer, fmt)
-    requested = (_boxed if fmt == "boxed" else _after_hash)(completion)
-    if requested is not None and _right(gold, requested, fmt):
-        return _v("passed", 1.0, f"{fmt}: {requested[:80]}")
-    found, how = extract_answer(completion)
-    if found is not None and (found, how) != (requested, fmt) and _right(gold, found, how):
-        return _v("lenient", 0.0, f"right answer found by {how}, not in the {fmt} format")
-    if found is not None and len(found) > MAX_ANSWER_CHARS:
-        return _v("failed", 0.0, f"{how}: the answer is longer than {MAX_ANSWER_CHARS} characters, not read")
-    return _v("failed", 0.0, f"{how}: {str(found)[:80]}" if found is not None else "no answer found")
 
 
 def _v(status: str, reward: float, detail: str) -> dict:
     return {"passed": status == "passed", "reward": float(reward), "status": status, "detail": detail[:500],
             "fraction": 1.0 if status == "passed" else 0.0}
-
-
-def math_reference(rec: dict) -> tuple[str, str, str] | None:
-    """(question, final answer, format) of a GSM8K-, MATH- or MATH-500-style row; None if it is none of
-    them. GSM8K: `question`, `answer` holding "#### n"; MATH-500: `problem`, `answer` (the final answer
-    itself, LaTeX); MATH: `problem`, `solution` holding \\boxed{...}."""
-    if isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str) and "####" in rec["answer"]:
-        return rec["question"], _after_hash(rec["answer"]) or "", "hash"
-    if isinstance(rec.get("problem"), str):
-        if isinstance(rec.get("answer"), str) and rec["answer"].strip():
-            return rec["problem"], rec["answer"].strip(), "boxed"
-        if isinstance(rec.get("solution"), str):
-            boxed = _boxed(rec["solution"])
-            if boxed is not None:
-                return rec["problem"], boxed, "boxed"
-    return None
 
 
 # ----------------------------------------------------------------------------- a reward in a file
@@ -254,12 +116,13 @@ _CONTEXT = None
 
 def _context():
     """The fork server that starts reward and grading processes (safe beside the verifier's threads);
-    it imports envs and math-verify once, so a process it forks starts with both loaded."""
+    it imports envs (the processes' code), math_answers and math-verify once, so a process it forks
+    starts with them loaded."""
     global _CONTEXT
     if _CONTEXT is None:
         import multiprocessing
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["envs", "math_verify"])  # a module that is not installed is skipped
+        ctx.set_forkserver_preload(["envs", "math_answers", "math_verify"])  # one not installed is skipped
         _CONTEXT = ctx
     return _CONTEXT
 

@@ -50,10 +50,10 @@ Two sources of problems, one `Problem` type:
    `solution` and `solutions` (a list of strings, or APPS's JSON string holding one) are all kept in
    Problem.solutions; any one passing is enough. How a problem is shown to the model and how a
    completion becomes a program (chat or completion format) is prompts.py's.
-   - Math (envs.py scores them: the final answer compared by Hugging Face's math-verify, the math extra,
-     requirements-math.txt): GSM8K style, `question` and `answer` ending in "#### <answer>"; MATH-500
-     style, `problem` and `answer` (the final answer, LaTeX); MATH style, `problem` and `solution`
-     holding \\boxed{...}. A reference answer math-verify reads as nothing is a bad line.
+   - Math (math_answers.py grades them: the final answer compared by Hugging Face's math-verify, the
+     math extra, requirements-math.txt): GSM8K style, `question` and `answer` ending in "#### <answer>";
+     MATH-500 style, `problem` and `answer` (the final answer, LaTeX); MATH style, `problem` and
+     `solution` holding \\boxed{...}. A reference answer math-verify reads as nothing is a bad line.
    - With a reward function (trainer --reward, launch.sh REWARD=file.py:function): any row with a
      `prompt` (text) or `messages` (a chat list) and any other fields, which the function receives.
    Every bad line (invalid JSON, missing or mistyped fields) is collected and reported together in one
@@ -81,7 +81,7 @@ from typing import Iterator
 
 import numpy as np
 
-import envs
+import math_answers
 import prompts
 
 # ----------------------------------------------------------------------------- config
@@ -174,7 +174,8 @@ class Problem:
     shown_test: str = ""
     """MBPP: the first test, shown to the model in the prompt."""
     answer: str = ""
-    """kind "math": the reference final answer (LaTeX or plain text that math-verify reads: envs.parse_reference)."""
+    """kind "math": the reference final answer (LaTeX or plain text that math-verify reads:
+    math_answers.parse_reference)."""
     answer_format: str = ""
     """kind "math": how the answer is asked for, "hash" (GSM8K: after ####) or "boxed" (MATH)."""
     row: str = ""
@@ -496,9 +497,9 @@ def _problem_from_record(rec: dict, default_id: str, reward: bool = False) -> Pr
                                                                                    rec.get("id", default_id))))))
     if reward:
         return _reward_problem(rec, item_id)
-    if (math_row := envs.math_reference(rec)) is not None:  # GSM8K, MATH or MATH-500
+    if (math_row := math_answers.math_reference(rec)) is not None:  # GSM8K, MATH or MATH-500
         question, answer, fmt = math_row
-        envs.parse_reference(answer, fmt)  # ValueError if math-verify reads nothing; MathVerifyMissing
+        math_answers.parse_reference(answer, fmt)  # ValueError if math-verify reads nothing; MathVerifyMissing
         solution = rec["answer"] if fmt == "hash" else rec.get("solution")
         return Problem(item_id=item_id, prompt=question, tests="", entry_point="", kind="math",
                        answer=answer, answer_format=fmt,
@@ -687,7 +688,7 @@ def scan_jsonl(path: str, reward: bool = False) -> tuple[list[tuple[int, Problem
     ...], errors), every error a "path:line: reason" string, or "path: row N: reason" for a JSON list,
     Parquet or Hugging Face source (invalid JSON, not an object, a missing or mistyped field, a duplicate
     id); the number is the line (or row) number. Blank lines are skipped. ValueError only if the source
-    cannot be read; envs.MathVerifyMissing if it holds math rows and math-verify is not installed."""
+    cannot be read; math_answers.MathVerifyMissing if it holds math rows and math-verify is not installed."""
     problems, errors, seen = [], [], {}
     for where, rec in dataset_rows(path):
         at = f"{path}:{where}" if isinstance(where, int) else f"{path}: {where}"

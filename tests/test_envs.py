@@ -1,5 +1,5 @@
-"""Tasks besides code (envs.py): math answers and a reward function in a file, from the dataset row to
-the verifier's verdict.
+"""Tasks besides code (envs.py, math_answers.py): math answers and a reward function in a file, from the
+dataset row to the verifier's verdict.
 
 Run: python -m pytest -q tests/test_envs.py       (about 40 s on a 2-core CPU)
 """
@@ -18,6 +18,7 @@ import pytest
 import curate
 import envs
 import lifecycle
+import math_answers
 import prompts
 import tasks
 import verifier
@@ -52,7 +53,7 @@ RIGHT = [
 
 @pytest.mark.parametrize("completion, answer, fmt", RIGHT)
 def test_right_answers_as_the_field_writes_them_score_1(completion, answer, fmt):
-    v = envs.math_verdict(completion, answer, fmt)
+    v = math_answers.math_verdict(completion, answer, fmt)
     assert (v["status"], v["reward"], v["passed"]) == ("passed", 1.0, True), v
 
 
@@ -76,7 +77,7 @@ WRONG = [
 
 @pytest.mark.parametrize("completion, answer, fmt", WRONG)
 def test_wrong_answers_score_0(completion, answer, fmt):
-    v = envs.math_verdict(completion, answer, fmt)
+    v = math_answers.math_verdict(completion, answer, fmt)
     assert (v["status"], v["reward"], v["passed"]) == ("failed", 0.0, False), v
 
 
@@ -92,7 +93,7 @@ def test_wrong_answers_score_0(completion, answer, fmt):
     ("\\boxed{12", ("12", "last_number")),                                             # unbalanced box
 ])
 def test_extract_answer_in_order(text, want):
-    assert envs.extract_answer(text) == want
+    assert math_answers.extract_answer(text) == want
 
 
 @pytest.mark.parametrize("completion, answer, fmt, status, reward", [
@@ -107,26 +108,26 @@ def test_extract_answer_in_order(text, want):
     ("", "3", "boxed", "failed", 0.0),
 ])
 def test_math_verdict_strict_and_lenient(completion, answer, fmt, status, reward):
-    v = envs.math_verdict(completion, answer, fmt)
+    v = math_answers.math_verdict(completion, answer, fmt)
     assert (v["status"], v["reward"], v["passed"]) == (status, reward, status == "passed")
 
 
 def test_math_verdict_refuses_a_bad_reference():
     with pytest.raises(ValueError, match="empty"):
-        envs.math_verdict("#### 3", " ", "hash")
+        math_answers.math_verdict("#### 3", " ", "hash")
     with pytest.raises(ValueError, match="longer than 400"):
-        envs.math_verdict("#### 3", "3" * 401, "hash")
+        math_answers.math_verdict("#### 3", "3" * 401, "hash")
     with pytest.raises(ValueError, match="not read as math"):
-        envs.math_verdict("#### 3", "three", "hash")
+        math_answers.math_verdict("#### 3", "three", "hash")
     with pytest.raises(ValueError, match="format"):
-        envs.math_verdict("#### 3", "3", "latex")
+        math_answers.math_verdict("#### 3", "3", "latex")
 
 
 def test_without_math_verify_a_math_dataset_is_refused_naming_the_extra(tmp_path, monkeypatch):
     """The math extra is optional: without it a math file stops the trainer at load with the file to
     install, and a code file loads as before."""
     monkeypatch.setitem(sys.modules, "math_verify", None)  # import math_verify raises ImportError
-    with pytest.raises(envs.MathVerifyMissing, match="pip install -r requirements-math.txt"):
+    with pytest.raises(math_answers.MathVerifyMissing, match="pip install -r requirements-math.txt"):
         tasks.load_jsonl(write(tmp_path / "m.jsonl", GSM8K))
     code = {"prompt": "def f():\n", "test": "def check(c): pass", "entry_point": "f"}
     assert tasks.load_jsonl(write(tmp_path / "c.jsonl", [code]))[0].kind == "assert"
@@ -449,7 +450,7 @@ def test_a_two_turn_episode_reaches_the_trainer_token_for_token():
                          kind="math", answer="5", answer_format="hash", env="python_tool", max_turns=3)
     import inference_worker
     jobs = inference_worker.verify_jobs([item], [e.final_text for e in eps])
-    assert [envs.math_verdict(j["completion"], "5", "hash")["status"] for j in jobs] == ["passed", "failed"]
+    assert [math_answers.math_verdict(j["completion"], "5", "hash")["status"] for j in jobs] == ["passed", "failed"]
 
 
 def test_episodes_end_at_the_turn_limit_the_budget_or_the_row_length():

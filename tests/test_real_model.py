@@ -188,7 +188,7 @@ def run_task(checkpoint, tmp_path, data_rows, **env):
 
 
 def test_a_gsm8k_style_file_with_the_math_reward(tmp_path, checkpoint):
-    """GSM8K-style rows in the chat format: scored by the final answer (envs.math_verdict), strict and
+    """GSM8K-style rows in the chat format: scored by the final answer (math_answers.math_verdict), strict and
     lenient accuracy logged every step."""
     rows = [{"question": f"Sam has {a} marbles and finds {b} more. How many marbles does Sam have now?",
              "answer": f"{a} + {b} = {a + b}\n#### {a + b:,}"} for a, b in

@@ -1,0 +1,628 @@
+"""math_answers.py: how a math completion's final answer is read and graded, as the dataset's own grader
+reads it (GSM8K's "#### n", MATH's \\boxed{...}, MATH-500's answer).
+
+The verdict's reward is the training signal: a policy learns to write whatever scores 1. So an answer is
+read as its dataset means it, and one that could be read as two answers is read as none: `#### 4 or 5`,
+`#### 4-5`, `\\boxed{4 \\text{ or } 5}` and `\\boxed{7, 8}` score 0 whichever of their numbers is the
+reference, or a policy would learn to hedge. The reading, in order:
+
+  which text is the answer  what follows the last "</think>" (none while a "<think>" is open); in it the
+                            last \\boxed{...} (MATH), else what follows the last "####" (GSM8K), else
+                            the last number (extract_answer)
+  a "####" answer           one number (_hash_number): the first number on the line, with the units and
+                            currency around it, and nothing on the line that could be a second answer;
+                            compared with the reference's number exactly
+  a boxed answer            put in one written form (_normalize, _strip_percent, _as_interval: thousands
+                            separators and thin spaces, scientific notation, percent as a unit,
+                            inequalities as intervals), then compared by Hugging Face's math-verify
+                            (requirements-math.txt) as TRL and open-r1 compare: read into sympy as values
+                            (1/2 = \\frac12 = 0.5, 90^\\circ = 90, 5\\text{ cm} = 5, intervals, sets,
+                            expressions), written as one answer (_plain_notation)
+  a text reference          Yes, Monday, \\text{(C)}: compared as words (_words), since math-verify reads
+                            "Yes" as the product of three symbols
+
+math_verdict is the verdict: "passed" (reward 1) when the answer in the format the prompt asked for is
+right, "lenient" (reward 0) when only an answer found by the looser reading is, else "failed".
+parse_reference reads a reference answer (the trainer reads every one at load, tasks.py) and
+math_reference finds it in a GSM8K, MATH or MATH-500 row.
+
+Every scan here is linear in the completion's length, and an answer longer than MAX_ANSWER_CHARS is
+never read. math-verify's parsing can still be slow on purpose (nested parentheses take seconds in its
+LaTeX grammar), so the verifier role runs math_verdict in a grading process killed at the job's time
+limit (envs.py: Scorer, _Grader). Standard library only, but for math-verify (the math extra), imported
+when first needed: MathVerifyMissing, naming the extra, when it is not installed.
+
+Run the tests:  python -m pytest -q tests/test_math_grading.py tests/test_envs.py
+"""
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import logging
+import re
+from fractions import Fraction
+
+MATH_FORMATS = ("boxed", "hash")  # MATH's \boxed{...}; GSM8K's "#### answer"
+MATH_EXTRA = "requirements-math.txt"
+MAX_ANSWER_CHARS = 400  # longer final answers are refused unparsed: the completion's failure
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+class MathVerifyMissing(RuntimeError):
+    """math-verify is not installed, so math rows cannot be graded."""
+
+
+def math_verify_module():
+    """Hugging Face's math-verify; MathVerifyMissing, naming the requirements file, when it is absent."""
+    try:
+        import math_verify
+    except ImportError as e:
+        raise MathVerifyMissing(f"math rows are graded with Hugging Face's math-verify, which is not installed "
+                                f"({e}): pip install -r {MATH_EXTRA}") from None
+    # its one warning says that the caller enforces the time limit, which the grading process's parent does
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return math_verify
+
+
+# ----------------------------------------------------------------------------- which text is the answer
+
+def _final_text(completion: str) -> str | None:
+    """The part of a completion that holds its answer: what follows the last "</think>" (a \\boxed{}
+    in the reasoning is not the answer), or all of it when there is none; None while a "<think>" is
+    open after that point (the reasoning never ended, so nothing was answered)."""
+    end = completion.rfind(THINK_CLOSE)
+    tail = completion if end < 0 else completion[end + len(THINK_CLOSE):]
+    return None if THINK_OPEN in tail else tail
+
+
+def _boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start) + 1
+    depth, j = 1, i
+    while j < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    return text[i:j - 1].strip() if depth == 0 else None
+
+
+def _after_hash(text: str) -> str | None:
+    """What follows the last "####" up to the end of its line; None if there is none."""
+    at = text.rfind("####")
+    if at < 0:
+        return None
+    line = text[at + 4:].strip().split("\n")[0].strip()
+    return line or None
+
+
+# A number: sign (ASCII or U+2212), digits with optional thousands groups (a comma followed by exactly
+# three digits), optional decimals, optional "/digits". Every part after the first digits starts with
+# its own character and is optional, so the scan never backtracks: linear time. "42, done" gives 42.
+_NUMBER = re.compile(r"[-\u2212]?(?:\d+(?:,\d{3}(?!\d))*(?:\.\d+)?|\.\d+)(?:/\d+)?")
+
+
+def _last_number(text: str) -> str | None:
+    found = None
+    for found in _NUMBER.finditer(text):
+        pass
+    return found.group(0) if found else None
+
+
+def extract_answer(text: str) -> tuple[str | None, str]:
+    """(the final answer, how it was found): boxed, then "####", then the last number in the text."""
+    for how, find in (("boxed", _boxed), ("hash", _after_hash), ("last_number", _last_number)):
+        if (found := find(text)) is not None:
+            return found, how
+    return None, "none"
+
+
+# ----------------------------------------------------------------------------- a "####" answer: one number
+
+# An unsigned number as GSM8K writes one: digits, with commas only between groups of exactly three
+# (1,200; 1,2 is not one number), decimals (2.5, .5), an exponent of at most three digits (1.5e3), a
+# denominator (3/4: a fraction is one number). Each optional part starts with its own character.
+_PLAIN = r"(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d{1,3}(?!\d))?(?:/\d+)?"
+_PLAIN_NUMBER = re.compile(_PLAIN)
+# What may stand before the answer's number: spaces, markup, currency and one minus sign.
+_HASH_PREFIX = re.compile(r"(?:\s|\*|\\[(\[]|\\boxed\{|\{|\\?\$|[\u20ac\u00a3\u00a5\u20b9]|[-\u2212])*")
+_NUMBER_WORD = re.compile(
+    r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+    r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+    r"thousand|million|billion|trillion|dozen|half)\b", re.IGNORECASE)
+# A unit's power is part of the unit: m^2, \text{cm}^{3}, m followed by a superscript two or three.
+_UNIT_POWER = re.compile(r"(?<=[A-Za-z}])(?:\^\{?[23]\}?|[\u00b2\u00b3])(?!\d)")
+_YEAR = re.compile(r"\b(?:in|by|since|during|until|before|after)\s+(?:1\d{3}|20\d{2})\b", re.IGNORECASE)
+_TOKEN = re.compile(r"\s*(?:(?P<num>" + _PLAIN + r")|(?P<op>[-+*/\u00d7\u00f7\u00b7\u2212]|\\times|\\cdot|\\div"
+                    r"|[xX](?![A-Za-z]))|(?P<paren>[()])|(?P<cur>\\?\$))")
+_OPERATORS = {"\u00d7": "*", "\\times": "*", "x": "*", "X": "*", "\u00b7": "*", "\\cdot": "*",
+              "\u00f7": "/", "\\div": "/", "\u2212": "-"}
+# Units a restatement may convert between: (what it measures, its size in that measure's unit here).
+_UNITS = {
+    "second": ("time", 1), "sec": ("time", 1), "minute": ("time", 60), "min": ("time", 60),
+    "hour": ("time", 3600), "hr": ("time", 3600), "day": ("time", 86400), "week": ("time", 604800),
+    "month": ("months", 1), "year": ("months", 12), "yr": ("months", 12),
+    "cent": ("money", 1), "dollar": ("money", 100),
+    "inch": ("inches", 1), "foot": ("inches", 12), "feet": ("inches", 12), "ft": ("inches", 12),
+    "yard": ("inches", 36), "mile": ("inches", 63360),
+    "millimeter": ("mm", 1), "mm": ("mm", 1), "centimeter": ("mm", 10), "cm": ("mm", 10),
+    "meter": ("mm", 1000), "metre": ("mm", 1000), "m": ("mm", 1000), "kilometer": ("mm", 10 ** 6),
+    "km": ("mm", 10 ** 6),
+    "ounce": ("ounces", 1), "oz": ("ounces", 1), "pound": ("ounces", 16), "lb": ("ounces", 16),
+    "gram": ("grams", 1), "g": ("grams", 1), "kilogram": ("grams", 1000), "kg": ("grams", 1000),
+    "milliliter": ("ml", 1), "ml": ("ml", 1), "liter": ("ml", 1000), "litre": ("ml", 1000),
+}
+
+
+def _hash_number(line: str) -> Fraction | None:
+    """The number a "####" line answers with; None when it offers none, or more than one.
+
+    A policy is rewarded for this reading, so a line that could be read as two answers reads as none:
+      * The answer is the first number on the line: `72`, `1,234` (commas only before groups of
+        exactly three digits), `2.5`, `.5`, `3/4` (a fraction is one number), `1.5e3`, negative with
+        one minus sign (ASCII or U+2212) before it or before its currency sign (`-$5`, `$-5`).
+      * Before it only spaces, markup and currency: `$1,200`, `\\$5`, `**42**`, `\\(42\\)`, `\\boxed{42}`.
+        A word there changes what is meant (`about 40`, `at least 40`, `x = 40`): the line reads as none.
+      * After it, anything that names no number: a unit (`18 dollars`, `40%`, `25 m^2`), markup, a
+        period. A digit, another numeric character (a superscript, a vulgar fraction) or a number word
+        (`4 or 5`, `10, not 42`, `28 out of 40`, `4-5`, `4 or five`, `5 thousand`) makes a second
+        candidate: the line reads as none, whichever number is meant.
+      * Except a restatement of the answer, in parentheses or after "=": arithmetic equal to it
+        (`15 (5 + 10)`, `15 = 3 x 5`), or the same quantity in another unit of a fixed conversion
+        (`120 minutes = 2 hours`, `$1.50 (150 cents)`). A restatement that is not equal to the answer
+        (`4 (or 5)`, `4 = 5`, `120 minutes = 3 hours`, `3 boxes = 36 crayons`) reads as none.
+      * And a year after in, by, since, during, until, before or after (`$1,200 in 2023`): a date
+        is context, never another answer."""
+    found = _PLAIN_NUMBER.search(line)
+    if found is None:
+        return None
+    prefix = line[:found.start()]
+    value = _plain_value(found.group(0))
+    minus = prefix.count("-") + prefix.count("\u2212")
+    if value is None or not _HASH_PREFIX.fullmatch(prefix) or minus > 1:
+        return None
+    value = -value if minus else value
+    parts = _restatement_parts(_YEAR.sub(" ", line[found.end():]))
+    if parts is None:
+        return None
+    own, restatements = parts
+    unit = _unit(own) or ("dollar" if "$" in prefix else None)
+    if _holds_a_number(own):
+        return None
+    return value if all(_restates(text, value, unit) for text in restatements) else None
+
+
+def _plain_value(token: str) -> Fraction | None:
+    """The exact value of a _PLAIN number; None when its denominator is 0."""
+    mantissa, _, denominator = token.replace(",", "").partition("/")
+    value = Fraction(decimal.Decimal(mantissa))
+    if denominator:
+        return None if int(denominator) == 0 else value / int(denominator)
+    return value
+
+
+def _restatement_parts(tail: str) -> tuple[str, list[str]] | None:
+    """The text after the answer's number, split: (the text outside parentheses before any "=", [each
+    parenthesized group's text and each "=" clause, split at "=" themselves]); None if the
+    parentheses do not balance."""
+    tail = re.sub(r"\\[()\[\]]", " ", tail)  # \( \) \[ \]: math delimiters, not groups
+    outside, groups, depth, start = [], [], 0, 0
+    for i, ch in enumerate(tail):
+        if ch == "(":
+            if depth == 0:
+                outside.append(tail[start:i])
+                start = i + 1
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                return None
+            if depth == 0:
+                groups.append(tail[start:i])
+                start = i + 1
+    if depth:
+        return None
+    outside.append(tail[start:])
+    own, *clauses = " ".join(outside).split("=")
+    return own, [part for group in groups for part in group.split("=")] + clauses
+
+
+def _holds_a_number(text: str) -> bool:
+    """Whether the text names a number: any numeric character (digits in any script, superscripts,
+    vulgar fractions; a unit's power, m^2, aside) or a number word."""
+    return any(ch.isnumeric() for ch in _UNIT_POWER.sub("", text)) or _NUMBER_WORD.search(text) is not None
+
+
+def _unit(text: str) -> str | None:
+    """The unit a text after a number starts with ("%" or its first word, singular, lower case); None."""
+    found = re.match(r"[^\w%]*(%|[A-Za-z]+)", text)
+    if found is None:
+        return None
+    word = found.group(1).lower()
+    for name in (word, word[:-1] if word.endswith("s") else "", word[:-2] if word.endswith("es") else ""):
+        if name in _UNITS:
+            return name
+    return word[:-1] if word.endswith("s") else word
+
+
+def _restates(text: str, value: Fraction, unit: str | None) -> bool:
+    """Whether a parenthesized group or "=" clause after the answer restates it (or names no number)."""
+    if not _holds_a_number(text):
+        return True
+    quantity = _quantity(text)
+    if quantity is None:
+        return False
+    amount, its_unit = quantity
+    if unit is None or its_unit is None or unit == its_unit:
+        return amount == value
+    (measure, size), (its_measure, its_size) = _UNITS.get(unit, (unit, 0)), _UNITS.get(its_unit, (its_unit, 0))
+    return bool(size) and measure == its_measure and amount * its_size == value * size
+
+
+def _quantity(text: str) -> tuple[Fraction, str | None] | None:
+    """(value, unit) of arithmetic followed by a unit (`5 + 10`, `2 hours`, `$1.50`, `3 x 5 dollars`);
+    None if the text is no such thing, or names a number after the arithmetic."""
+    tokens, pos, dollars = [], 0, False
+    while (token := _TOKEN.match(text, pos)) is not None:
+        pos = token.end()
+        if token.group("cur"):
+            dollars = True
+        elif token.group("num"):
+            tokens.append(_plain_value(token.group("num")))
+        else:
+            symbol = token.group(0).strip()
+            tokens.append(_OPERATORS.get(symbol, symbol))
+    rest = text[pos:]
+    if _holds_a_number(rest) or None in tokens:
+        return None
+    amount = _evaluate(tokens)
+    return None if amount is None else (amount, _unit(rest) or ("dollar" if dollars else None))
+
+
+class _NotArithmetic(Exception):
+    pass
+
+
+def _evaluate(tokens: list) -> Fraction | None:
+    """The exact value of numbers (Fractions) joined by "+", "-", "*", "/" and parentheses (nested at
+    most 10 deep); None if the tokens are not one such expression or divide by 0. No powers, so no
+    value grows past the size of the text."""
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take():
+        nonlocal pos
+        if pos == len(tokens):
+            raise _NotArithmetic
+        pos += 1
+        return tokens[pos - 1]
+
+    def expression(depth):
+        value = term(depth)
+        while peek() in ("+", "-"):
+            sign = 1 if take() == "+" else -1
+            value += sign * term(depth)
+        return value
+
+    def term(depth):
+        value = factor(depth)
+        while peek() in ("*", "/"):
+            if take() == "*":
+                value *= factor(depth)
+            else:
+                divisor = factor(depth)
+                if divisor == 0:
+                    raise _NotArithmetic
+                value /= divisor
+        return value
+
+    def factor(depth):
+        token = take()
+        sign = 1
+        while token == "-":  # a run of unary minus signs, read in a loop, not by recursion
+            sign, token = -sign, take()
+        if isinstance(token, Fraction):
+            return sign * token
+        if token == "(" and depth < 10:
+            value = expression(depth + 1)
+            if take() != ")":
+                raise _NotArithmetic
+            return sign * value
+        raise _NotArithmetic
+
+    try:
+        value = expression(0)
+    except _NotArithmetic:
+        return None
+    return value if pos == len(tokens) else None
+
+
+# ----------------------------------------------------------------------------- a boxed answer: math-verify
+
+_SYMBOLS = str.maketrans({"\u2212": "-", "\u00d7": "\\times ", "\u00b7": "\\cdot ", "\u2264": "\\le ",
+                          "\u2265": "\\ge ", "\u00b0": "^\\circ "})
+# Separators that are never a list's comma: {,} ,\! \, \; \: \! "\ " ~ and the thin, narrow and
+# no-break spaces. A plain comma is a thousands separator only when the reference is one number.
+_THIN_SEPARATOR = r"\{,\}|,\\!|\\[,;:! ]|~|[\u2009\u202f\u00a0]"
+_GROUPS = {commas: re.compile(r"(?<![\d.])\d{1,3}(?:(?:" + _THIN_SEPARATOR + ("|," if commas else "")
+                              + r")\d{3})+(?!\d)") for commas in (False, True)}
+_SCIENTIFIC = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?|\.\d+)[eE]([-+]?\d{1,3})(?![\w.])")
+_LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![A-Za-z])")
+_PERCENT = re.compile(r"(?:\\?%|\\(?:text|mbox|mathrm)\{\s*(?:\\?%|percent)\s*\}|\bpercent)\s*\.?\s*$")
+_RELATION = re.compile(r"(\\le(?:q(?:slant)?)?(?![A-Za-z])|\\ge(?:q(?:slant)?)?(?![A-Za-z])|\\[lg]t(?![A-Za-z])"
+                       r"|<=?|>=?)")
+_VARIABLE = re.compile(r"\s*(?:[A-DF-HJ-Za-df-hj-z]|\\(?!pi(?![A-Za-z])|infty(?![A-Za-z]))[A-Za-z]+)\s*")
+_TEXT_COMMAND = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal|up)?|math(?:rm|bf|it|sf)|mbox|operatorname)"
+                           r"\s*\{([^{}]*)\}")
+_WORDS = re.compile(r"[A-Za-z]+(?:(?:\s+|['-])[A-Za-z]+)*")
+_LETTERLESS_TEXT = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal|up)?|mathrm|mbox)\s*\{([^{}A-Za-z]*)\}")  # \text{5}
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word of two or more letters, not a \command
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[A-Za-z*]*\}")  # \begin{pmatrix}: its name is no word
+# "=" after a variable's name: x = 2, y = 3; x_1 = -1; \theta = 30^\circ
+_LABELLED_EQUALS = re.compile(r"(?<![\w\\])(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w{1,3}\}?)?\s*=")
+_CONNECTIVE = re.compile(r"\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}|\b(?:or|and)\b")
+# The notation of an answer: each \command, escaped symbol and sign (letters, digits, spaces aside).
+_NOTATION_TOKEN = re.compile(r"\\(?:[A-Za-z]+|.)|[^\w\s]")
+# Notation any answer may use: arithmetic, grouping, spacing, functions, constants, units and text. What
+# math-verify reads by dropping all but one side (12 | 34, 12 \to 34, 12 \approx 34, 12 \\ 34,
+# 12 \cup 34, 12 \dots 34 are each read as one of the two) is allowed only where the reference uses it.
+_NOTATION = frozenset(["\\" + name for name in (
+    "frac dfrac tfrac cfrac sqrt pi infty circ degree cdot times div left right big Big bigl bigr Bigl Bigr "
+    "lfloor rfloor lceil rceil log ln lg exp sin cos tan sec csc cot arcsin arccos arctan sinh cosh tanh binom "
+    "dbinom tbinom overline displaystyle textstyle text textbf textrm textit textsf texttt textup textnormal "
+    "mathrm mathbf mathit mathbb mbox operatorname quad qquad alpha beta gamma delta epsilon varepsilon zeta "
+    "eta theta vartheta iota kappa lambda mu nu xi rho sigma tau upsilon phi varphi chi psi omega Gamma Delta "
+    "Theta Lambda Xi Pi Sigma Phi Psi Omega % $ , ; : !").split()]
+    + ["\\ "] + list("+-*/^!()[]{}.,'~=\u221a"))  # "=": where _boxed_right allows it
+# Also where the reference is no single number: sets, membership, plus-minus (compared as whole sets).
+_COLLECTION_NOTATION = frozenset(["\\{", "\\}", "\\in", "\\pm", "\\mp", "\\emptyset", "\\varnothing"])
+
+
+def _normalize(latex: str, commas: bool | None) -> str:
+    """A boxed answer in one written form: typeset signs as LaTeX (U+2212 minus, U+00D7 times, U+2264,
+    U+2265, the degree sign), text without letters as what it holds (`\\text{5}`: 5), no final period,
+    `\\lor` and `\\vee` as "or", digits in thousands groups as one number (12\\,300, 1{,}000, 10,\\!000:
+    12300, 1000, 10000; only when every group after the first has exactly three digits, so 12\\,30 and
+    1,2 stay), and scientific notation as a power of ten (1.5e3: 1.5\\times10^{3}; an exponent of at
+    most three digits). commas: whether a plain comma between groups of three is a thousands separator
+    (True: 12,300 is 12300, as when the reference is one number), a list's comma (False: 1,234 is the
+    two numbers 1 and 234, as when the reference is a tuple, an interval or a set), or left as
+    math-verify reads it (None: the reference itself)."""
+    text = _LOGICAL_OR.sub(" or ", _LETTERLESS_TEXT.sub(r"\1", latex.translate(_SYMBOLS)))
+    text = _GROUPS[bool(commas)].sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
+    if commas is False:
+        text = re.sub(r"(?<=\d),(?=\d)", ", ", text)
+    text = _SCIENTIFIC.sub(r"\1\\times10^{\2}", text).strip()
+    return text[:-1].rstrip() if text.endswith(".") else text
+
+
+def _strip_percent(latex: str) -> str:
+    """The answer without a final percent sign (`40\\%`, `40%`, `40\\text{ percent}`: 40). A percent
+    sign is read as a unit, as GSM8K and MATH write percentages: `#### 40%` answers "what percent"
+    with gold 40, and `40` answers it with gold `40\\%`; so `4000\\%` is 4000 (never 40) and `0.4` is
+    0.4 (never 40\\%)."""
+    found = _PERCENT.search(latex)
+    return latex[:found.start()].rstrip() if found else latex
+
+
+def _as_interval(latex: str) -> str:
+    """An inequality in one variable as the interval it describes (`2 \\le x \\le 5`: [2,5];
+    `x \\ge 3`: [3,\\infty); `-1 < x \\le 2`: (-1,2]; `5 > x`: (-\\infty,5)); any other text as it is."""
+    parts = _RELATION.split(latex)
+    if len(parts) == 3 and _VARIABLE.fullmatch(parts[0]) and not _VARIABLE.fullmatch(parts[2]):
+        low_side = parts[1].startswith(("\\g", ">"))  # x > b: b is the lower end
+        bound = (parts[2], _strict(parts[1]))
+        ends = (bound, None) if low_side else (None, bound)
+    elif len(parts) == 3 and _VARIABLE.fullmatch(parts[2]) and not _VARIABLE.fullmatch(parts[0]):
+        low_side = parts[1].startswith(("\\l", "<"))  # a < x: a is the lower end
+        bound = (parts[0], _strict(parts[1]))
+        ends = (bound, None) if low_side else (None, bound)
+    elif len(parts) == 5 and _VARIABLE.fullmatch(parts[2]):
+        a, b = (parts[0], _strict(parts[1])), (parts[4], _strict(parts[3]))
+        rising = [p.startswith(("\\l", "<")) for p in (parts[1], parts[3])]
+        if rising == [True, True]:
+            ends = (a, b)
+        elif rising == [False, False]:
+            ends = (b, a)
+        else:
+            return latex
+    else:
+        return latex
+    if any(end is not None and not end[0].strip() for end in ends):
+        return latex
+    (low, open_low), (high, open_high) = ends[0] or ("-\\infty", True), ends[1] or ("\\infty", True)
+    return f"{'(' if open_low else '['}{low.strip()},{high.strip()}{')' if open_high else ']'}"
+
+
+def _strict(relation: str) -> bool:
+    return relation in ("<", ">", "\\lt", "\\gt")
+
+
+def _words(answer: str) -> str | None:
+    """A text answer as text answers are compared: `\\text{}` (and the like) unwrapped, surrounding
+    spaces, punctuation and parentheses removed, lower case, one space between words (`\\text{Yes}`,
+    `yes.`, `YES`: "yes"; `\\text{(C)}`, `(C)`: "c"); None if what is left is not letters and words."""
+    text = answer
+    for _ in range(3):  # \text{\textbf{Yes}}
+        text = _TEXT_COMMAND.sub(r"\1", text)
+    text = text.replace("\\ ", " ").replace("~", " ").strip(" \t\n.,;:!?()[]\"'$")
+    return " ".join(text.lower().split()) if _WORDS.fullmatch(text) else None
+
+
+def _text_before_a_digit(latex: str) -> bool:
+    """Whether a word of two or more letters, bare or in \\text{}, comes before a digit: `4 \\text{ or } 5`,
+    `5 \\text{ (not } 4)`, `4 or maybe 5`. math-verify reads such an answer as one of its numbers (or a
+    product with words), so it is two answers in one; a unit after the number (`5\\text{ cm}`,
+    `25\\text{ cm}^2`) and an environment's name (`\\begin{pmatrix}`) are not."""
+    text = _ENVIRONMENT.sub(" ", _UNIT_POWER.sub("", latex))
+    last_digit = max((i for i, ch in enumerate(text) if ch.isdigit()), default=-1)
+    return _WORD.search(text, 0, max(last_digit, 0)) is not None
+
+
+def _sides(latex: str) -> list[str] | None:
+    """An answer written as a chain of equalities, as its sides: a first side without a digit is a label
+    and is dropped (`x = 5`, `\\text{Area} = 25`: "5", "25"); `3 + 4 = 7` is two sides, each of which
+    must be right. None for more than three sides."""
+    sides = latex.split("=")
+    if len(sides) > 1 and not re.search(r"\d", sides[0]):
+        sides = sides[1:]
+    return sides if len(sides) <= 3 else None
+
+
+def _plain_notation(ref: Reference, latex: str) -> bool:
+    """Whether an answer is written as one answer: no notation outside _NOTATION that the reference does
+    not use (_COLLECTION_NOTATION as well for a reference that is no single number), and no text
+    before a digit unless the reference has some."""
+    allowed = _NOTATION | ref.notation | (frozenset() if ref.one_number else _COLLECTION_NOTATION)
+    if any(token.group(0) not in allowed for token in _NOTATION_TOKEN.finditer(latex)):
+        return False
+    return ref.prose or not _text_before_a_digit(latex)
+
+
+def _parse(latex: str) -> list:
+    """A boxed answer as math-verify reads it ([] when it reads nothing)."""
+    return math_verify_module().parse("\\boxed{" + latex + "}", parsing_timeout=None)  # the limit: envs.Scorer
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A reference final answer as answers are compared with it. fmt: "hash" (GSM8K) or "boxed" (MATH);
+    latex: it in normalized written form (_normalize, _strip_percent, _as_interval); parsed: that as
+    math-verify reads it; number: GSM8K's number (None for MATH); words: a text answer's words (None
+    unless it is one); one_number: math-verify reads it as one number (so a comma between groups of
+    three digits in an answer is a thousands separator); notation: its _NOTATION_TOKENs (an answer may
+    use them too); prose: it has text before a digit (so an answer may too)."""
+    fmt: str
+    latex: str
+    parsed: list
+    number: Fraction | None = None
+    words: str | None = None
+    one_number: bool = False
+    notation: frozenset = frozenset()
+    prose: bool = False
+
+
+def parse_reference(answer: str, fmt: str) -> Reference:
+    """A reference final answer as answers are compared with it; ValueError if it is too long or reads
+    as nothing. fmt "hash": GSM8K's "#### n", one number (_hash_number); "boxed": a LaTeX answer (MATH's
+    \\boxed content, MATH-500's `answer`), compared as words when it is text (Yes, Monday, \\text{(C)};
+    a bare single letter is math: x, e), else read by math-verify."""
+    if fmt not in MATH_FORMATS:
+        raise ValueError(f"math answer format must be one of {MATH_FORMATS}, got {fmt!r}")
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError("the reference answer is empty")
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise ValueError(f"the reference answer is longer than {MAX_ANSWER_CHARS} characters")
+    math_verify_module()  # math rows are graded with it (a GSM8K answer's number is read here)
+    if fmt == "hash":
+        number = _hash_number(answer)
+        if number is None:
+            raise ValueError(f"the reference answer {answer[:80]!r} is not read as math: a GSM8K answer is "
+                             f"one number")
+        latex = str(number)
+        return Reference(fmt, latex, _parse(latex), number=number, one_number=True)
+    answer = answer.strip()
+    words = None if re.fullmatch(r"[A-Za-z]", answer) else _words(answer)
+    if words is not None:
+        return Reference(fmt, answer, [], words=words)
+    latex = _as_interval(_strip_percent(_normalize(answer, commas=None)))
+    parsed = _parse(latex)
+    if not parsed:
+        raise ValueError(f"the reference answer {answer[:80]!r} is not read as math by math-verify")
+    return Reference(fmt, latex, parsed, one_number=getattr(parsed[0], "is_number", False) is True,
+                     notation=frozenset(t.group(0) for t in _NOTATION_TOKEN.finditer(latex)),
+                     prose=_text_before_a_digit(latex))
+
+
+def _boxed_right(ref: Reference, answer: str) -> bool:
+    """Whether a boxed answer equals the reference: both in one written form, each side of the answer
+    (_answer_sides) written as one answer (_plain_notation) and equal to the reference as math-verify
+    compares them. Against a reference that is no single number, "or" and "and" list its elements
+    (`-1 \\text{ or } 3`: -1, 3), as math-verify reads them. A percent sign left inside the answer
+    where the reference has none is wrong (math-verify would read 4000\\% as 40)."""
+    latex = _as_interval(_strip_percent(_normalize(answer, commas=ref.one_number)))
+    if not ref.one_number:
+        latex = _CONNECTIVE.sub(",", latex)
+    if "%" in latex and "%" not in ref.latex:
+        return False
+    sides = _answer_sides(ref, latex)
+    return sides is not None and all(_plain_notation(ref, side) and _equal(ref, side) for side in sides)
+
+
+def _answer_sides(ref: Reference, latex: str) -> list[str] | None:
+    """What of an answer is compared with the reference: all of it where the reference is itself an
+    equation or the answer has no "="; against one number, each side (_sides: `3 + 4 = 7` is right
+    for 7, `12 = 34` for neither); against anything else, all of it when each "=" follows a variable's
+    name (`x = -1, x = 3`; `x = 2, y = 3`), else nothing (`(1,2) = (3,4)`: None)."""
+    if "=" in ref.latex or "=" not in latex:
+        return [latex]
+    if ref.one_number:
+        return _sides(latex)
+    return [latex] if latex.count("=") == len(_LABELLED_EQUALS.findall(latex)) else None
+
+
+def _equal(ref: Reference, latex: str) -> bool:
+    """Whether math-verify reads the answer as equal to the reference."""
+    pred = _parse(latex)
+    return bool(pred) and math_verify_module().verify(ref.parsed, pred, timeout_seconds=None)
+
+
+def _right(ref: Reference, answer: str, how: str) -> bool:
+    """Whether an answer found by `how` ("boxed", "hash", "last_number") equals the reference: a text
+    reference as words; a boxed answer by _boxed_right; a "####" line or last number as one number
+    (_hash_number), equal to a GSM8K reference exactly, to a MATH one by _boxed_right."""
+    if len(answer) > MAX_ANSWER_CHARS:
+        return False
+    if ref.words is not None:
+        return _words(answer) == ref.words
+    if how == "boxed":
+        return _boxed_right(ref, answer)
+    number = _hash_number(answer)
+    if number is None:
+        return False
+    return number == ref.number if ref.number is not None else _boxed_right(ref, str(number))
+
+
+def math_verdict(completion: str, answer: str, fmt: str) -> dict:
+    """The verdict on a math completion against the reference final answer. The answer is looked for
+    after the last "</think>" (none while a "<think>" is open). Strict: the answer in the requested
+    format (fmt "boxed": the last \\boxed{}; "hash": after the last "####") is right; lenient: the
+    first answer extract_answer finds is right. reward = 1 for strict, else 0 (a policy is rewarded for
+    answering as asked). ValueError if the reference does not read."""
+    ref = parse_reference(answer, fmt)
+    text = _final_text(completion)
+    if text is None:
+        return _v("failed", 0.0, f"no answer: the reasoning ({THINK_OPEN}) is never closed")
+    requested = (_boxed if fmt == "boxed" else _after_hash)(text)
+    if requested is not None and _right(ref, requested, fmt):
+        return _v("passed", 1.0, f"{fmt}: {requested[:80]}")
+    found, how = extract_answer(text)
+    if found is not None and (found, how) != (requested, fmt) and _right(ref, found, how):
+        return _v("lenient", 0.0, f"right answer found by {how}, not in the {fmt} format")
+    if found is not None and len(found) > MAX_ANSWER_CHARS:
+        return _v("failed", 0.0, f"{how}: the answer is longer than {MAX_ANSWER_CHARS} characters, not read")
+    return _v("failed", 0.0, f"{how}: {str(found)[:80]}" if found is not None else "no answer found")
+
+
+def _v(status: str, reward: float, detail: str) -> dict:
+    return {"passed": status == "passed", "reward": float(reward), "status": status, "detail": detail[:500],
+            "fraction": 1.0 if status == "passed" else 0.0}
+
+
+def math_reference(rec: dict) -> tuple[str, str, str] | None:
+    """(question, final answer, format) of a GSM8K-, MATH- or MATH-500-style row; None if it is none of
+    them. GSM8K: `question`, `answer` holding "#### n"; MATH-500: `problem`, `answer` (the final answer
+    itself, LaTeX); MATH: `problem`, `solution` holding \\boxed{...}."""
+    if isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str) and "####" in rec["answer"]:
+        return rec["question"], _after_hash(rec["answer"]) or "", "hash"
+    if isinstance(rec.get("problem"), str):
+        if isinstance(rec.get("answer"), str) and rec["answer"].strip():
+            return rec["problem"], rec["answer"].strip(), "boxed"
+        if isinstance(rec.get("solution"), str):
+            boxed = _boxed(rec["solution"])
+            if boxed is not None:
+                return rec["problem"], boxed, "boxed"
+    return None
