@@ -3,6 +3,7 @@
     python curate.py --model checkpoints/coldstart --out runs/curated                 # the embedded task
     python curate.py --model CKPT --data train.jsonl --k 8 --out runs/curated         # a dataset
     python curate.py --model CKPT --data train.jsonl --low 0.1 --high 0.9 --out DIR   # a narrower band
+    python curate.py check train.jsonl [--format chat|completion]                     # check a dataset first
 
 Why. RLAX (Apple 2025) credits part of its gain to curating the dataset. With binary rewards, GRPO's
 advantage is a sample's reward minus its group's mean: a problem the starting policy solves in every
@@ -48,6 +49,23 @@ k below 100; --low 0.25 --include-low with k=8 keeps 2/8 to 7/8. A problem witho
 long, or every verdict an infra failure) has no rate and is never kept. The histogram puts a problem
 with infra failures at its rate rounded to the nearest k-th. An empty band is not an error: every file
 is written, the report says so, and the exit status is 0 (trainer --curated refuses an empty list).
+
+The dataset check (`python curate.py check FILE`, check_dataset): every bad line of the file, then every
+problem whose reference solutions all fail when verified exactly as the worker verifies a model's
+completion (the program built by prompts.py, judged in the verifier's sandbox). A code problem (assert
+or io) that fails there runs once more, its first failing job unchanged, in the dataset's own harness
+(reference.py: program and tests in one plain Python process), and its line says which failure it is:
+  FILE:LINE: ID: the reference solution fails: STATUS (DETAIL)
+      it fails in one process too: the reference (or the row's tests) is wrong;
+  FILE:LINE: ID: the verifier fails the reference solution that one Python process passes (STATUS:
+  DETAIL); a verifier limit (docs/verifier.md, "Differences from one process"): leave this problem out
+  or change its tests
+      (one line) only the verifier fails it, e.g. the tests seed `random` in their own process and the
+      program draws from another's: training on that problem would reward even a right program 0.
+The last line is "checked N problems: P reference solutions pass, F fail, B bad lines", "F fail" reading
+"F fail (L of them only in the verifier)" when L > 0 of them are verifier limits; the exit status is 1
+when F or B > 0. reference.py runs programs WITHOUT a sandbox: only the file's own reference solutions go
+through it (trusted, as the dataset is), never generated code.
 
 Time: the embedded default (1024 problems x 8 samples of checkpoints/coldstart) took 2 min 4 s on a
 2-core CPU shared with another job (2026-12-02); 681 problems (0.665) were in the default band, mean
@@ -311,42 +329,65 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
     solution, and the pool is closed before returning. A problem passes if any of its references
     passes: references are tried in rounds (the first of every problem, then the second of those
     still failing, ...), so a dataset with many references per problem (APPS) costs about one run per
-    problem. Prints one line per bad line and per failing problem, then as its last line
-    "checked N problems: P reference solutions pass, F fail, B bad lines" (N problems loaded, of
-    which N - P - F have no reference). Returns the exit status: 1 if F or B > 0 or the file holds
-    no problem, else 0."""
+    problem.
+
+    A code problem (assert or io, not math) whose references all fail in the verifier is then told
+    apart: its first failing job (the same program and tests or cases) runs once more through the
+    dataset's own harness, reference.reference_batch (program and tests in ONE plain Python process,
+    2 at a time). If that passes, the verifier, not the reference, is what fails: a verifier limit
+    (docs/verifier.md; tests that change the program's world from outside, such as seeding `random` in
+    the tests), on which training would give a wrong reward, so its line says to leave the problem out
+    or change its tests. If it fails too, the reference is wrong (or the row's tests are). The
+    reference harness runs the program WITHOUT a sandbox: only the dataset's own reference solutions
+    go through it, never generated code.
+
+    Prints one line per bad line and per failing problem, then as its last line
+    "checked N problems: P reference solutions pass, F fail, B bad lines", with "F fail (L of them only
+    in the verifier)" when L > 0 of the F pass in one process (N problems loaded, of which N - P - F
+    have no reference). Returns the exit status: 1 if F or B > 0 or the file holds no problem, else 0."""
     out = out or sys.stdout
     numbered, errors = tasks.scan_jsonl(path)
     for e in errors:
         print(e, file=out)
+    problems = [p for _, p in numbered]
     refs = {i: list(p.solutions) if p.kind == "math" else prompts.reference_completions(p, fmt)
-            for i, (_, p) in enumerate(numbered)}
+            for i, p in enumerate(problems)}
     pending = [i for i in refs if refs[i]]
-    passed, first_failure = _run_references([p for _, p in numbered], refs, pending, make_pool, fmt, timeout_s)
+    passed, first_failure = _run_references(problems, refs, pending, make_pool, fmt, timeout_s)
     failed = [i for i in pending if i not in passed]
+    only_verifier = _passes_in_one_process(problems, failed, first_failure)
     for i in failed:
         lineno, p = numbered[i]
-        status, detail = first_failure[i]
+        status, detail, _ = first_failure[i]
         n = len(refs[i])
-        which = "the reference solution fails" if n == 1 else f"all {n} reference solutions fail, the first"
         detail = " ".join(detail.split())[:200]
+        if i in only_verifier:
+            which = ("the verifier fails the reference solution that one Python process passes" if n == 1 else
+                     f"the verifier fails all {n} reference solutions, the first of which one Python process passes")
+            print(f"{path}:{lineno}: {p.item_id}: {which} ({status}" + (f": {detail}" if detail else "") +
+                  '); a verifier limit (docs/verifier.md, "Differences from one process"): '
+                  "leave this problem out or change its tests", file=out)
+            continue
+        which = "the reference solution fails" if n == 1 else f"all {n} reference solutions fail, the first"
         print(f"{path}:{lineno}: {p.item_id}: {which}: {status}" + (f" ({detail})" if detail else ""), file=out)
     if not numbered:
         print(f"{path}: holds no problems", file=out)
     if len(numbered) > len(pending):
         print(f"{len(numbered) - len(pending)} problem(s) have no reference solution", file=out)
-    print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail, "
+    limits = f" ({len(only_verifier)} of them only in the verifier)" if only_verifier else ""
+    print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail{limits}, "
           f"{len(errors)} bad lines", file=out, flush=True)
     return 1 if failed or errors or not numbered else 0
 
 
 def _run_references(problems: list, refs: dict, pending: list, make_pool, fmt: str, timeout_s: float):
     """(passed, first_failure) (check_dataset's step): the indices of `pending` problems of which some
-    reference passes, and each other's first failing (status, detail). Rounds: the first reference of
-    every pending problem, then the next of those still failing, ...; make_pool() is called only if
-    something is pending, and its pool closed before returning."""
+    reference passes, and each other's first failing (status, detail, job): the verifier's verdict and
+    the job it judged. Rounds: the first reference of every pending problem, then the next of those
+    still failing, ...; make_pool() is called only if something is pending, and its pool closed before
+    returning."""
     passed: set[int] = set()
-    first_failure: dict[int, tuple[str, str]] = {}
+    first_failure: dict[int, tuple[str, str, dict]] = {}
     if not pending:
         return passed, first_failure
     pool = make_pool()
@@ -354,14 +395,27 @@ def _run_references(problems: list, refs: dict, pending: list, make_pool, fmt: s
         for round_ in range(max(len(r) for r in refs.values())):
             todo = [i for i in pending if round_ < len(refs[i]) and i not in passed]
             jobs = [_reference_job(problems[i], refs[i][round_], fmt, timeout_s) for i in todo]
-            for i, v in zip(todo, pool.run(jobs)):
+            for i, job, v in zip(todo, jobs, pool.run(jobs)):
                 if v.passed:
                     passed.add(i)
                 else:
-                    first_failure.setdefault(i, (v.status, v.detail))
+                    first_failure.setdefault(i, (v.status, v.detail, job))
     finally:
         pool.close()
     return passed, first_failure
+
+
+def _passes_in_one_process(problems: list, failed: list, first_failure: dict) -> set:
+    """check_dataset's step: the indices of the `failed` code problems (assert or io) whose first failing
+    job passes in the dataset's own harness (reference.reference_batch, one batch, 2 workers): failures
+    of the verifier, not of the reference. Runs the jobs' programs UNSANDBOXED: only reference solutions
+    from the dataset may come here."""
+    todo = [i for i in failed if problems[i].kind in ("assert", "io")]
+    if not todo:
+        return set()
+    import reference
+    verdicts = reference.reference_batch([first_failure[i][2] for i in todo], workers=2)
+    return {i for i, v in zip(todo, verdicts) if v["passed"]}
 
 
 def _reference_job(p, completion: str, fmt: str, timeout_s: float) -> dict:
@@ -383,7 +437,9 @@ def _check_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python curate.py check",
         description="Report every bad line of a dataset and every problem whose reference solutions all fail, "
-                    "with the programs built exactly as the inference worker builds them (prompts.py).")
+                    "with the programs built exactly as the inference worker builds them (prompts.py); a code "
+                    "problem that fails is run again in one plain Python process (reference.py, unsandboxed: "
+                    "the dataset's own references only) to tell a verifier limit from a wrong reference.")
     parser.add_argument("file", help="the dataset: .jsonl, .json, .parquet or hf:<name>[:<config>[:<split>]]")
     parser.add_argument("--format", choices=prompts.FORMATS, default="completion",
                         help="the prompt format whose programs are checked (default: completion)")

@@ -16,7 +16,8 @@ first failing one)}.
 THIS RUNS CODE WITHOUT ANY SANDBOX: full access to this machine, as the user running it. Only for
 trusted programs (a dataset's reference solutions, the project's own test corpus), never for generated
 code; that is what verifier.py is for. Used by tests/test_fidelity.py (the verifier must agree with it
-on the corpus tests/fidelity_corpus.py); to be used by `python curate.py check`.
+on the corpus tests/fidelity_corpus.py) and by `python curate.py check` (a dataset's reference solution
+the verifier fails is run here once more: passing here, it is a verifier limit, not a wrong reference).
 """
 
 import concurrent.futures

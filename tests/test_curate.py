@@ -1,6 +1,6 @@
 """curate.py: the band and the report on known counts (no model), then the command end to end with the
 tiny cold-start checkpoint on a dataset whose pass rates do not depend on the model, the embedded
-task, and bad input.
+task, bad input, and `curate.py check` telling a verifier limit from a wrong reference.
 
 Run: python -m pytest -q tests/test_curate.py      (about 30 s on a 2-core CPU)
 """
@@ -213,6 +213,45 @@ def test_command_on_the_embedded_task(tmp_path):
     assert not (out / "kept.jsonl").exists()
     report = json.loads((out / "report.json").read_text())
     assert [h["passed"] for h in report["histogram"]] == [0, 1, 2] and report["problems"] == 16
+
+
+def test_check_tells_a_verifier_limit_from_a_wrong_reference(tmp_path):
+    """`curate.py check` runs the first failing reference of a code problem again in one plain Python
+    process (reference.py): a reference that passes there but fails in the verifier is a verifier limit
+    (here: the tests seed `random` in their own process, the program draws from another one's), said
+    apart from a wrong reference, which fails in both. One executor pool for the whole file."""
+    import io
+    import random
+    import verifier
+    mbpp = lambda task_id, code, tests, **more: {"task_id": task_id, "text": "Write a function.", "code": code,
+                                                 "test_list": tests, **more}
+    rows = [mbpp(1, "def add(a, b):\n    return a + b\n", ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]),
+            mbpp(2, "def add_one(a):\n    return a + 2\n", ["assert add_one(1) == 2"]),      # wrong: both fail
+            mbpp(3, "import random\n\ndef draw():\n    return random.random()\n",          # a verifier limit
+                 [f"assert draw() == {random.Random(7).random()!r}"], test_setup_code="import random\nrandom.seed(7)"),
+            {"item_id": "sum-io", "question": "Print the sum of two integers given on one line.",
+             "inputs": ["2 3\n", "10 -4\n"], "outputs": ["5\n", "6\n"],
+             "solution": "a, b = map(int, input().split())\nprint(a + b)\n"}]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pools = []
+
+    def make_pool():
+        pools.append(verifier.ExecutorPool(2))
+        return pools[-1]
+
+    out = io.StringIO()
+    assert curate.check_dataset(str(path), make_pool, out=out) == 1
+    lines = out.getvalue().splitlines()
+    assert len(pools) == 1
+    # the verifier's own detail (which assert) follows each status: its wording is the verifier's
+    assert lines[0].startswith(f"{path}:2: 2: the reference solution fails: failed ("), lines
+    assert lines[1].startswith(f"{path}:3: 3: the verifier fails the reference solution that one Python process "
+                               f"passes (failed"), lines
+    assert lines[1].endswith('); a verifier limit (docs/verifier.md, "Differences from one process"): '
+                             "leave this problem out or change its tests"), lines
+    assert lines[2:] == ["checked 4 problems: 2 reference solutions pass, 2 fail (1 of them only in the verifier), "
+                         "0 bad lines"], lines
 
 
 def test_bad_input_is_a_clear_error(tmp_path):
