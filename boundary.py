@@ -238,11 +238,12 @@ CONTAINERS = (list, dict, set, bytearray, collections.deque, collections.Counter
               collections.defaultdict)
 
 
-def containers(value, limit: int = 100_000) -> list:
-    """The mutable containers inside a call's arguments (exact CONTAINERS types, walked through exact
-    lists, tuples and dicts in order), the same list on both sides: the sender's originals and the
-    receiver's decoded copies line up index by index."""
-    out, stack, seen = [], [value], 0
+def containers(call: list, limit: int = 100_000) -> list:
+    """The mutable containers inside a call's [args, kwargs] (exact CONTAINERS types, walked through
+    exact lists, tuples and dicts in order), the same list on both sides: the sender's originals and
+    the receiver's decoded copies line up index by index. [] for plain scalars (most calls)."""
+    out, seen = [], 0
+    stack = [*reversed(call[1].values()), *reversed(call[0])]
     while stack and seen < limit:
         v = stack.pop()
         seen += 1
@@ -366,8 +367,8 @@ def from_bytes(data: bytes, hooks: dict | None = None, _depth: int = 0):
         raise
     except Exception as e:  # msgpack and the constructors raise many types on malformed input
         raise BoundaryError(f"malformed value: {type(e).__name__}: {e}"[:300]) from None
-    if _depth == 0 and type(value) in (list, dict):
-        _check_depth(value)
+    if _depth == 0 and type(value) in (list, dict) and len(data) > MAX_DEPTH:
+        _check_depth(value)  # a value nested deeper than MAX_DEPTH takes more than MAX_DEPTH bytes
     return value
 
 

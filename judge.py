@@ -50,6 +50,8 @@ from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT
                       named_ref, pack, resolve_named, send_frame, to_plain)
 from verdicts import INFRA_ERROR, BoundaryError
 
+ROUND_TRIPS_PER_MARK = 1024  # the judge tells the executor of its requests in steps of this many
+
 _LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -76,8 +78,9 @@ class _Channel(Peer):
     """The judge's end: one Handle per program object (h1 is h2 iff they name the same object), the
     tests' objects lent to the program, and the classes the tests name (Handle's operators)."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, progress_fd: int | None = None):
         super().__init__(fd)
+        self.progress_fd, self.round_trips = progress_fd, 0
         self.handles, self.classes, self.types, self.exc_classes, self.hybrids = {}, {}, {}, {}, {}
         self.argrefs: list = []  # per call in flight: the containers of its arguments (ARGREF)
         self.lent, self.lent_index = [], {}
@@ -243,6 +246,9 @@ class _Channel(Peer):
 
     # -- the conversation
     def ask(self, op: str, target: int, what: str, arg=None, args_sent=None):
+        self.round_trips += 1
+        if self.round_trips % ROUND_TRIPS_PER_MARK == 0 and self.progress_fd is not None:
+            send_frame(self.progress_fd, {"round_trips": ROUND_TRIPS_PER_MARK})  # the executor's deadline
         reply = self.request(op, target, arg)
         if reply[0] == OK:
             if len(reply) == 3 and args_sent is not None:
@@ -850,7 +856,8 @@ def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames,
         ns[name] = value
 
 
-def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: int) -> dict:
+def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: int,
+               progress_fd: int | None = None) -> dict:
     """Runs in the judge process, once the tests compiled: build the tests' namespace, run the tests,
     return the report {"status", "detail"} (status in JUDGE_STATUSES).
 
@@ -858,7 +865,7 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
     and the program's names (_bind_program_names) as values decoded by the codec or Handles to the
     candidate. Nothing of the program runs here, and no dunder name of the program is bound (a
     program-supplied `__builtins__` would make every builtin the tests call a call into the program)."""
-    chan = _Channel(fd)
+    chan = _Channel(fd, progress_fd)
     ns = {}
     try:
         hello = chan.receive("loading")
@@ -904,7 +911,7 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
     return {"status": "passed", "detail": "all tests passed"}
 
 
-def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int) -> dict:
+def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int, progress_fd: int | None = None) -> dict:
     """A judge's whole life, in a process forked for this one job: compile the tests (a failure is
     the tests' alone: infra_error), write b"P" on marks_fd (from here on it handles the program's
     values, so its death is the program's doing: Executor.run_assert), run judge_main. Its report
@@ -918,7 +925,7 @@ def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int) -> di
     os.write(marks_fd, b"P")
     os.close(marks_fd)
     try:
-        return judge_main(tests, code, entry_point, fd)
+        return judge_main(tests, code, entry_point, fd, progress_fd)
     except (MemoryError, CandidateGone, BoundaryError, RecursionError) as e:
         return _failure_report(e)
     except BaseException as e:  # noqa: BLE001

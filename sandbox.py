@@ -31,7 +31,8 @@ from isolation import (MNT_DETACH, MS_NODEV, MS_NOEXEC, MS_NOSUID, PR_SET_CHILD_
 from boundary import PURE_MODULES, describe, from_bytes, pack, recv_frame, send_frame
 from candidate import candidate_main, io_candidate_main
 from judge import JUDGE_STATUSES, judge_job
-from verdicts import INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict, make_verdict
+from verdicts import (INFRA_ERROR, LIMIT_KEYS, ROUND_TRIP_ALLOWANCE_S, BoundaryError, Limits, Verdict,
+                      make_verdict)
 
 # ============================================================================ executor (one job at a time)
 # Three kinds of process per executor, so that no process a program runs in ever held a job:
@@ -189,6 +190,7 @@ class Launcher:
                 candidate_main(program, extra[0])
         pid, marks_r = _child(candidate, fds=dict(zip((0, 1, 2), stdio)), keep={program_fd, *extra[:1]},
                               uid=self.uids[0], cwd=scratch, lim=lim, dumpable=True, cgroup=self.cgroup,
+                              cpu_s=math.ceil(lim.longest_s(req["kind"])),
                               new_ns=self.isolated, seccomp=self.seccomp)
         pidfd = os.pidfd_open(pid)
         judge = None
@@ -197,7 +199,7 @@ class Launcher:
         for fd in fds:
             os.close(fd)
         socket.send_fds(sock, [b"S"], [pidfd])
-        raw = _recv_frame_within(sock.fileno(), lim.timeout_s + LAUNCHER_REPLY_S)
+        raw = _recv_frame_within(sock.fileno(), lim.longest_s(req["kind"]) + LAUNCHER_REPLY_S)
         grace = from_bytes(raw).get("grace", 0.0) if raw else 0.0
         judge_status, judge_marks = self._end_judge(*judge) if judge else (None, b"")
         if grace:  # the candidate is finishing by itself: its status says how it ended
@@ -222,9 +224,9 @@ class Launcher:
         def body(marks_fd):
             job = from_bytes(_read_fd(tests_fd))
             os.close(tests_fd)
-            send_frame(report_fd, judge_job(job["tests"], job["entry_point"], channel_fd, marks_fd))
+            send_frame(report_fd, judge_job(job["tests"], job["entry_point"], channel_fd, marks_fd, report_fd))
         return _child(body, fds=dict(zip((0, 1, 2), stdio)), keep={channel_fd, tests_fd, report_fd},
-                      uid=self.uids[1], cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.timeout_s) + 1,
+                      uid=self.uids[1], cwd="/", lim=JUDGE_LIMITS, cpu_s=math.ceil(lim.longest_s("assert")) + 1,
                       dumpable=False, new_ns=self.isolated,
                       join_ns=candidate_pidfd if self.isolated else None, wait_fd=channel_fd,
                       seccomp=self.seccomp)
@@ -448,8 +450,12 @@ class Executor:
         return "eof"
 
     @staticmethod
-    def _read_report(fd: int, deadline: float) -> tuple[bytes, str]:
-        """The judge's report frame: (bytes, "report" | "eof" | "timeout")."""
+    def _read_report(fd: int, lim: Limits) -> tuple[bytes, str]:
+        """The judge's report frame: (bytes, "report" | "eof" | "timeout"). Before it the judge may
+        send {"round_trips": n} frames: each moves the deadline by n x ROUND_TRIP_ALLOWANCE_S, up to
+        lim.longest_s("assert") after the start (the limit is the program's time, not the boundary's)."""
+        start = time.monotonic()
+        deadline, last = start + lim.timeout_s, start + lim.longest_s("assert")
         buf = bytearray()
         while True:
             left = deadline - time.monotonic()
@@ -461,8 +467,19 @@ class Executor:
             if not chunk or len(buf) + len(chunk) > 1 << 20:
                 return bytes(buf), "eof"
             buf += chunk
-            if len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
-                return bytes(buf), "report"
+            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                n = struct.unpack(">I", buf[:4])[0]
+                frame = bytes(buf[:4 + n])
+                try:
+                    progress = from_bytes(frame[4:])
+                except BoundaryError:
+                    progress = None
+                if type(progress) is dict and set(progress) == {"round_trips"} \
+                        and type(progress["round_trips"]) is int and 0 < progress["round_trips"] <= 1 << 20:
+                    deadline = min(last, deadline + progress["round_trips"] * ROUND_TRIP_ALLOWANCE_S)
+                    del buf[:4 + n]
+                    continue
+                return frame, "report"
 
     @staticmethod
     def _parse_report(raw: bytes) -> dict | None:
@@ -519,7 +536,7 @@ class Executor:
             s_cand.close(), s_judge.close(), os.close(tests_fd), os.close(report_w)
         try:
             os.close(self.launcher.started())
-            raw, outcome = self._read_report(report_r, time.monotonic() + lim.timeout_s)
+            raw, outcome = self._read_report(report_r, lim)
         finally:
             os.close(report_r)
         report = self._parse_report(raw) if outcome == "report" else None

@@ -11,11 +11,23 @@ import dataclasses
 import math
 
 
+ROUND_TRIP_ALLOWANCE_S = 250e-6
+"""What one request across the candidate/judge boundary may cost on top of the program's own work, so
+that a test one process runs in a second is not a timeout here because it calls the program 300,000
+times: a call's round trip measured 80-150 us (2026-12-04, this 2-core VM, idle to loaded; bench/
+bench_verifier.py's micro "per call of the candidate"), and machines differ by up to 2x."""
+BOUNDARY_EXTENSION = 10
+"""An assert job's deadline grows by at most this many times its timeout (ROUND_TRIP_ALLOWANCE_S)."""
+
+
 @dataclasses.dataclass
 class Limits:
     """Per-execution limits; every field can be overridden per job (verify(..., memory_mb=256))."""
     timeout_s: float = 5.0
-    """Wall-clock limit of one execution (one io case); CPU limit is ceil(timeout_s)."""
+    """Wall-clock limit of one execution (one io case); CPU limit is ceil(timeout_s). An assert job's
+    limit is the program's time, not the boundary's: each request the tests make of the program
+    (a call, an attribute, a batch of items) adds ROUND_TRIP_ALLOWANCE_S to its deadline, up to
+    BOUNDARY_EXTENSION times timeout_s (longest_s)."""
     memory_mb: int = 1024
     """RLIMIT_AS of each sandboxed process (address space, so a bit above resident memory)."""
     max_procs: int = 16
@@ -30,6 +42,11 @@ class Limits:
     program is stopped and the case is output_limit. stderr is never a failure: it is drained and
     dropped (its last 4 KiB kept for the detail). assert-style: unused, stdout and stderr go to
     /dev/null (the tests see return values only), so output of any size is fine."""
+
+    def longest_s(self, kind: str) -> float:
+        """The longest one execution of this kind may run: an assert job with its boundary allowance
+        at its cap, an io case its timeout."""
+        return self.timeout_s * (1 + BOUNDARY_EXTENSION) if kind == "assert" else self.timeout_s
 
     def __post_init__(self):
         if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 120):

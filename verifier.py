@@ -93,8 +93,8 @@ import sandbox
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
                        kill_uid, remove_cgroup, remove_stale_cgroups, role_uids)
 from boundary import from_bytes, recv_frame, send_frame, to_plain
-from verdicts import (INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict, make_verdict,
-                      verdict_from_dict)
+from verdicts import (BOUNDARY_EXTENSION, INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict,
+                      make_verdict, verdict_from_dict)
 
 # ============================================================================ configuration
 
@@ -277,7 +277,9 @@ class _ExecutorProcess:
         except (OSError, ValueError) as e:  # ValueError: the pipe was already closed
             raise ExecutorDied(f"executor {self.proc.pid}: {e}") from None
         n = len(job.get("cases", [])) or 1
-        reply = from_bytes(self._read(job.get("timeout_s", 5.0) * n + 30.0))
+        timeout_s = job.get("timeout_s", 5.0)  # an assert job may run to its boundary allowance's cap
+        longest = timeout_s * (1 + BOUNDARY_EXTENSION) if job.get("kind") == "assert" else timeout_s
+        reply = from_bytes(self._read(longest * n + 30.0))
         if type(reply) is not dict or type(reply.get("retire")) is not bool:
             raise BoundaryError(f"executor {self.proc.pid} sent a malformed reply")
         return verdict_from_dict(reply.get("verdict")), reply["retire"]
