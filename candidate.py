@@ -91,9 +91,12 @@ class Candidate(Peer):
 
     # -- values
     def hid(self, x) -> int:
-        h = self.index.get(id(x))
+        """The id the judge knows x by. A bound method is made anew at every attribute read, so it is
+        known by its object and function: `obj.add` read 100,000 times is one handle, not 100,000."""
+        key = (id(x.__self__), id(x.__func__)) if type(x) is types.MethodType else id(x)
+        h = self.index.get(key)
         if h is None:
-            h = self.index[id(x)] = len(self.objects)
+            h = self.index[key] = len(self.objects)
             self.objects.append(x)
         return h
 

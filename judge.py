@@ -66,7 +66,7 @@ class CandidateMemoryError(MemoryError):
 
 # ============================================================================ judge side (trusted tests)
 
-_PROGRAM_EXCEPTIONS: set = set()  # ids of exceptions the judge raised for the program (live while raised)
+_FROM_PROGRAM = "_oubliette_from_program"  # set on each exception the judge raises for the program
 
 
 def _program_exc_str(self):
@@ -258,7 +258,7 @@ class _Channel(Peer):
             e = reply[1]
             if not isinstance(e, BaseException):
                 raise BoundaryError("malformed reply from the program")
-            _PROGRAM_EXCEPTIONS.add(id(e))
+            e.__dict__[_FROM_PROGRAM] = True
             raise e
         raise BoundaryError(f"{what}: {str(reply[1])[:200]}")
 
@@ -335,6 +335,8 @@ def _write_back(sent: list, after) -> None:
 
 
 def _sync(mine, theirs, depth: int = 0) -> None:
+    """Make the tests' container `mine` hold what the program's copy `theirs` holds now; nested
+    containers of the same type are synced in place, so a row the tests kept sees the change too."""
     if depth > 100 or mine is theirs:
         return
     if isinstance(mine, list) and isinstance(theirs, list):
@@ -354,8 +356,7 @@ def _sync(mine, theirs, depth: int = 0) -> None:
         mine.update(new)
     elif isinstance(mine, (set, bytearray, collections.deque)) and type(theirs) is type(mine):
         mine.clear()
-        mine.extend(theirs) if isinstance(mine, collections.deque) else \
-            (mine.update(theirs) if isinstance(mine, set) else mine.extend(theirs))
+        (mine.update if isinstance(mine, set) else mine.extend)(theirs)
 
 
 def _is_other_program_value(h: "Handle", other) -> bool:
@@ -466,7 +467,7 @@ class Handle:
         if ended:
             object.__setattr__(self, "_oubliette_end", exc if ended == 2 else StopIteration())
             if ended == 2:
-                _PROGRAM_EXCEPTIONS.add(id(exc))
+                exc.__dict__[_FROM_PROGRAM] = True
         if items:
             object.__setattr__(self, "_oubliette_buf", collections.deque(items[1:]))
             return items[0]
@@ -687,7 +688,7 @@ def _failure_report(e: BaseException) -> dict:
     if isinstance(e, MemoryError):  # the program's, or ours holding its values: both its doing
         return {"status": "memory", "detail": "out of memory" + (
             " in the program" if isinstance(e, CandidateMemoryError) else " holding the program's values")}
-    if id(e) in _PROGRAM_EXCEPTIONS:
+    if getattr(e, "__dict__", {}).get(_FROM_PROGRAM):
         return {"status": "runtime_error", "detail": f"the program raised {type(e).__name__}: {msg}{where}"}
     if isinstance(e, CandidateGone):
         return {"status": "crashed", "detail": msg}
