@@ -17,12 +17,13 @@ import time
 import traceback
 import types
 
-from boundary import (EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, MAX_RPC_BYTES, NAMED, OK, PREFETCH_BUDGET_S,
+from boundary import (CONTAINERS, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, MAX_RPC_BYTES, NAMED, OK, PREFETCH_BUDGET_S,
                       PREFETCH_MAX, PURE_MODULES, RAISED, REFUSED, Peer, TooBig, containers, describe, ext,
                       from_bytes, named_ref, pack, resolve_named, send_frame, to_plain)
 from verdicts import BoundaryError
 
 HELLO_VALUE_NODES = 100_000  # a module-level value bigger than this (or 1 MiB) is exported as a handle
+LIVE_NODES = 1_000  # a live global up to this size is compared by content after every request
 HELLO_VALUE_BYTES = 1 << 20
 
 # The operators a request may name: operator's functions, run on the candidate's objects.
@@ -85,7 +86,7 @@ class Candidate(Peer):
 
     def __init__(self, fd: int, ns: dict):
         super().__init__(fd)
-        self.ns, self.objects, self.index, self.lent = ns, [], {}, {}
+        self.ns, self.objects, self.index, self.lent, self.live = ns, [], {}, {}, {}
         self.hooks = {HANDLE: self._own, NAMED: lambda ref: resolve_named(ref, False), LENT: self._lent,
                       EXC: self._exception}
 
@@ -190,46 +191,98 @@ class Candidate(Peer):
         raise RuntimeError(f"the tests' object refused: {str(reply[1])[:200]}")
 
     def serve(self, msg) -> list:
+        """The reply to one request of the judge, with what the request changed that the tests can
+        see: the call's arguments ("after") and the program's live globals ("globals")."""
+        extras, refs = {}, None
         try:
             _, op, target, arg = msg
-            after = None
-            if op == "global":
-                if arg not in self.ns:
-                    raise NameError(f"name {arg!r} is not defined")
-                result = self.ns[arg]
-            elif op == "next":
-                return self._next_batch(self._own(target), arg)
-            else:
-                obj = self._own(target)
-                if op == "call":  # arg: the packed [args, kwargs], kept to tell whether the call changed them
-                    raw, arg = arg, from_bytes(arg, self.hooks) if type(arg) is bytes else None
-                    if type(arg) is not list or len(arg) != 2 or type(arg[0]) is not list or type(arg[1]) is not dict:
-                        raise BoundaryError("malformed call")
-                    inside = containers(arg)
+            if op == "next":
+                return self._with_globals(self._next_batch(self._own(target), arg), extras)
+            obj = self._own(target)
+            if op == "call":  # arg: the packed [args, kwargs], kept to tell whether the call changed them
+                raw, arg = arg, from_bytes(arg, self.hooks) if type(arg) is bytes else None
+                if type(arg) is not list or len(arg) != 2 or type(arg[0]) is not list or type(arg[1]) is not dict:
+                    raise BoundaryError("malformed call")
+                inside = containers(arg)
+                try:
                     result = obj(*arg[0], **arg[1])
-                    if inside:
-                        after = self.enc(arg)
-                        after = None if pack(after) == raw else after
-                        return self._reply(result, after, {id(c): k for k, c in enumerate(inside)})
-                elif op == "op":
-                    name, reflected, others = arg
-                    if name not in _OPERATORS or type(others) is not list or len(others) > 1:
-                        raise BoundaryError(f"unknown operator {name!r}")
-                    result = getattr(operator, name)(*([*others, obj] if reflected else [obj, *others]))
-                elif op == "conv":
-                    result = _CONVERSIONS[arg[0]](obj, *arg[1:])
-                else:
-                    result = _SIMPLE_OPS[op](obj, arg)
+                finally:
+                    if inside and pack(after := self.enc(arg)) != raw:
+                        extras["after"] = after
+                refs = {id(c): k for k, c in enumerate(inside)} if inside else None
+            else:
+                result = self._simple(obj, op, arg)
         except BoundaryError as e:
             return [REFUSED, str(e)[:300]]
+        except StopIteration as e:  # a call's StopIteration would end the tests' map() or zip() early
+            return self._with_globals(self._raised(RuntimeError(f"the program raised StopIteration{_args(e)}")), extras)
         except BaseException as e:  # noqa: BLE001 - reported to the judge, which raises it in the tests
-            return self._raised(e)
-        return self._reply(result, after)
+            return self._with_globals(self._raised(e), extras)
+        return self._with_globals(self._reply(result, refs), extras)
 
-    def _reply(self, result, after=None, refs=None) -> list:
+    def _simple(self, obj, op: str, arg):
+        """Every request but a call and next: an operator, a conversion or a protocol of obj."""
+        if op == "op":
+            name, reflected, others = arg
+            if name not in _OPERATORS or type(others) is not list or len(others) > 1:
+                raise BoundaryError(f"unknown operator {name!r}")
+            return getattr(operator, name)(*([*others, obj] if reflected else [obj, *others]))
+        if op == "conv":
+            return _CONVERSIONS[arg[0]](obj, *arg[1:])
+        if op not in _SIMPLE_OPS:
+            raise BoundaryError(f"unknown request {op!r}")
+        return _SIMPLE_OPS[op](obj, arg)
+
+    def _with_globals(self, reply: list, extras: dict) -> list:
+        """reply + [extras] when there are any: the live globals whose value changed since the judge
+        last saw them (_changed_globals), and the call's changed arguments."""
+        if reply[0] in (OK, RAISED):
+            try:
+                changed = self._changed_globals()
+            except Exception:  # noqa: BLE001 - a global that cannot cross: the tests keep the old value
+                changed = {}
+            if changed:
+                extras["globals"] = changed
+            if extras:
+                reply = [*reply, extras]
+        return reply
+
+    def _changed_globals(self) -> dict:
+        """{name: value} of the live globals (_live_names) rebound or changed in place since the judge
+        last saw them. A container of at most LIVE_NODES items is compared by its packed bytes; a
+        bigger one by identity and length only (so a same-length change to it is not seen)."""
+        changed = {}
+        for name, (ident, size, packed) in list(self.live.items()):
+            value = self.ns.get(name)
+            if packed is None and id(value) == ident and _size(value) == size:
+                continue
+            try:
+                now = self.enc(value, budget=[LIVE_NODES])
+                now_packed = pack(now)
+            except TooBig:
+                now, now_packed = self.enc(value), None
+            if id(value) == ident and now_packed is not None and now_packed == packed:
+                continue
+            self.live[name] = (id(value), _size(value), now_packed)
+            changed[name] = now
+        return changed
+
+    def track(self, names: list) -> None:
+        """Start watching these globals as the judge has them now (the hello's values)."""
+        for name in names:
+            value = self.ns.get(name)
+            try:
+                packed = pack(self.enc(value, budget=[LIVE_NODES]))
+            except TooBig:
+                packed = None
+            except Exception:  # noqa: BLE001 - a global that cannot cross is not watched
+                continue
+            self.live[name] = (id(value), _size(value), packed)
+
+    def _reply(self, result, refs=None) -> list:
         try:
             value = to_plain(result, self._other, refs=refs)
-            reply = [OK, value] if after is None else [OK, value, after]
+            reply = [OK, value]
             if len(pack(reply)) > MAX_RPC_BYTES - 1024:
                 return [REFUSED, "a result above the frame limit"]
             return reply
@@ -263,6 +316,17 @@ class Candidate(Peer):
         except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
             return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
         return [OK, value]
+
+
+def _size(value):
+    return len(value) if type(value) in CONTAINERS else None
+
+
+def _args(e: BaseException) -> str:
+    try:
+        return f": {e.args[0]!r}"[:200] if e.args else ""
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 def _base_value(x, base):
@@ -376,7 +440,8 @@ def candidate_main(program: str, fd: int) -> None:
         except Exception:  # noqa: BLE001 - a value that cannot cross, or an object that raises when asked
             continue
         names[name] = packed
-    send_frame(fd, {"ok": True, "names": names, "imports": imports, "live": _live_names(ns)})
+    cand.track([n for n in _live_names(ns) if n in names])
+    send_frame(fd, {"ok": True, "names": names, "imports": imports})
     while True:
         cand.send(cand.serve(cand.receive()))
 

@@ -23,16 +23,15 @@ reason. The rules that make this hold without trusting the program:
   handles    every use of a program object is a request the candidate answers: calls, attributes,
              items, iteration, repr/str/hash/len/bool, context managers, and every operator between
              program objects. An operator that puts a plain value of the tests beside a program
-             object (`obj == 5`, `obj - 5`, `5 in obj`) is answered by the program only for the
-             classes the tests name (the class under test, `Vec(1, 2) * 3`): anywhere else a
-             program object standing where the tests expect a value is the always-equal forgery,
-             and it gets Python's default (identity, TypeError). See Handle.
+             object (`obj == 5`, `obj - 5`, `5 in obj`) is never the program's: that is how tests
+             hold a result against its expected value, so it gets Python's default (identity,
+             TypeError, iteration in the judge). See Handle.
   arguments  the tests' own objects that are not plain data (a lambda, a generator, an instance
              of a test class) are lent to the program: its uses of them are requests the judge
-             answers (_Channel.serve_lent), running only the tests' code. A plain list, dict or set
+             answers (_Channel.serve), running only the tests' code. A plain list, dict or set
              the program changes in place is changed in the tests too when the call returns.
-  globals    the tests read a module global the program's functions use as it is now, not as it
-             was at load (_ReadThrough).
+  globals    a module global of plain data that the program's functions change is updated in the
+             tests' namespace with every reply (_Channel.update_globals).
 """
 
 import ast
@@ -84,7 +83,9 @@ class _Channel(Peer):
         self.handles, self.classes, self.types, self.exc_classes, self.hybrids = {}, {}, {}, {}, {}
         self.argrefs: list = []  # per call in flight: the containers of its arguments (ARGREF)
         self.lent, self.lent_index = [], {}
-        self.tested: set = set()
+        self.ns: dict = {}            # the tests' namespace (the program's live globals are updated in it)
+        self.globals_bound: dict = {}  # name -> the value the judge last bound there for the program
+        self.decoding = 0              # > 0 while a message of the program is decoded (requests made then are not the tests')
         self.hooks = {HANDLE: self.handle, NAMED: lambda ref: resolve_named(ref, True), LENT: self._lent,
                       HYBRID: self._hybrid, EXC_CLASS: self._exc_class, EXC: self.exception,
                       ARGREF: self._argref}
@@ -96,7 +97,11 @@ class _Channel(Peer):
             raise CandidateGone(f"the program's channel failed while {what}: {e}") from None
         if raw is None:
             raise CandidateGone(f"the program died while {what}")
-        return from_bytes(raw, self.hooks)
+        self.decoding += 1
+        try:
+            return from_bytes(raw, self.hooks)
+        finally:
+            self.decoding -= 1
 
     def send(self, msg) -> None:
         try:
@@ -246,13 +251,26 @@ class _Channel(Peer):
 
     # -- the conversation
     def ask(self, op: str, target: int, what: str, arg=None, args_sent=None):
-        self.round_trips += 1
-        if self.round_trips % ROUND_TRIPS_PER_MARK == 0 and self.progress_fd is not None:
-            send_frame(self.progress_fd, {"round_trips": ROUND_TRIPS_PER_MARK})  # the executor's deadline
+        """One request of the tests' code about a program object: its value, or the program's
+        exception raised here. The reply's extras (the call's changed arguments, the program's changed
+        globals) are applied first. Only the tests' requests count towards the deadline's allowance,
+        not those made while decoding what the program sent (hashing its keys...)."""
+        if not self.decoding:
+            self.round_trips += 1
+            if self.round_trips % ROUND_TRIPS_PER_MARK == 0 and self.progress_fd is not None:
+                send_frame(self.progress_fd, {"round_trips": ROUND_TRIPS_PER_MARK})  # the executor's deadline
         reply = self.request(op, target, arg)
+        if reply[0] in (OK, RAISED) and len(reply) == 3:
+            extras = reply[2]
+            if type(extras) is not dict:
+                raise BoundaryError("malformed reply from the program")
+            if "after" in extras and args_sent is not None:
+                _write_back(args_sent, extras["after"])
+            if "globals" in extras:
+                self.update_globals(extras["globals"])
+        elif len(reply) != 2:
+            raise BoundaryError("malformed reply from the program")
         if reply[0] == OK:
-            if len(reply) == 3 and args_sent is not None:
-                _write_back(args_sent, reply[2])
             return reply[1]
         if reply[0] == RAISED:
             e = reply[1]
@@ -261,6 +279,18 @@ class _Channel(Peer):
             e.__dict__[_FROM_PROGRAM] = True
             raise e
         raise BoundaryError(f"{what}: {str(reply[1])[:200]}")
+
+    def update_globals(self, changed) -> None:
+        """The program's module globals it changed (a counter its functions increment, a list they
+        append to), as one process's tests would read them now. Only names the judge bound to the
+        program's plain data at load and the tests have not rebound; never a program function or
+        class, nor anything the tests hold under a name of their own."""
+        if type(changed) is not dict:
+            raise BoundaryError("malformed globals from the program")
+        for name, value in list(changed.items())[:256]:
+            if name in self.globals_bound and self.ns.get(name) is self.globals_bound[name] \
+                    and not isinstance(value, (Handle, ProgramClass)):
+                self.ns[name] = self.globals_bound[name] = value
 
     def serve(self, msg) -> list:
         """A request of the program about an object the tests lent it: the tests' own code runs on it,
@@ -288,13 +318,20 @@ class _Channel(Peer):
             return [REFUSED, str(e)[:300]]
 
 
+_CONTROL_FLOW_MODULES = frozenset({"unittest", "doctest", "bdb", "pdb"})
+"""Modules whose exceptions steer the tests' own machinery (unittest.SkipTest makes a failing test
+"skipped", and a skipped run still wasSuccessful()): a program's instance of one is rebuilt from its
+builtin bases, so the tests' runner sees a plain error."""
+
+
 def _stdlib_exception(ref):
     """The judge's own exception class for [module, qualname] of a standard-library module it has
     imported already (the tests' `import dataclasses` included), so `except
     dataclasses.FrozenInstanceError` catches the program's; None otherwise (the class is then rebuilt
-    from its name and builtin bases)."""
+    from its name and builtin bases): a private class, or one of _CONTROL_FLOW_MODULES."""
     if type(ref) is not list or len(ref) != 2 or not all(type(r) is str for r in ref) \
-            or ref[0].partition(".")[0] not in sys.stdlib_module_names or not ref[1].isidentifier():
+            or ref[0].partition(".")[0] not in sys.stdlib_module_names or not ref[1].isidentifier() \
+            or ref[1].startswith("_") or ref[0].partition(".")[0] in _CONTROL_FLOW_MODULES:
         return None
     cls = getattr(sys.modules.get(ref[0]), ref[1], None)
     return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
@@ -359,12 +396,18 @@ def _sync(mine, theirs, depth: int = 0) -> None:
         (mine.update if isinstance(mine, set) else mine.extend)(theirs)
 
 
+def _is_program_value(chan: "_Channel", x) -> bool:
+    """Whether x is one of the program's objects on this channel (a handle, a class stand-in or a hybrid)."""
+    if isinstance(x, Handle):
+        return x._oubliette_chan is chan
+    if isinstance(x, ProgramClass):
+        return x._oubliette_cchan is chan
+    h = object.__getattribute__(x, "_oubliette_handle") if getattr(type(x), "_oubliette_hybrid", False) else None
+    return isinstance(h, Handle) and h._oubliette_chan is chan
+
+
 def _is_other_program_value(h: "Handle", other) -> bool:
-    """Whether `other` is one of the program's objects (a handle or hybrid of the same channel)."""
-    if isinstance(other, Handle):
-        return other._oubliette_chan is h._oubliette_chan
-    hh = getattr(other, "_oubliette_handle", None) if getattr(type(other), "_oubliette_hybrid", False) else None
-    return isinstance(hh, Handle) and hh._oubliette_chan is h._oubliette_chan
+    return _is_program_value(h._oubliette_chan, other)
 
 
 class Handle:
@@ -375,21 +418,21 @@ class Handle:
     like the object's own (`type(h).__name__` is "Point"), and every use of it is a request:
       h(*args)  h.attr  h.attr = v  h[key]  h[key] = v   iter(h) next(h) len(h) str(h) repr(h)
       hash(h) bool(h) format(h)  with h:   int(h) float(h) round(h)  isinstance(h, C)
-      h OP g  (g a program object: ==, <, +, in ... as the program defines them)
+      h OP g  (g a program object: ==, <, +, in ... as the program defines them; never with a plain value)
     A call's plain arguments that the program changes in place are changed in the tests too.
 
     Why this cannot forge a pass. The program never sees a test's expected value unless the test
     passes it: `==`, `<`, arithmetic and `in` are exactly the operators tests use to hold a result
     against an expectation (`f(3) == 918273645`, `abs(f(x) - y) < 1e-6`, `y in f(x)`), and
     forwarding one with a plain value of the tests beside a program object would let the program
-    answer "equal". So such an operator is forwarded only when the object's class (or a base of it)
-    is one the tests name (`Vec(1, 2) * 3 == Vec(3, 6)`: the tests test that class's operators, as
-    one process would); for any other object `h == 5` is False, `h < 5` and `h - 5` are TypeError
-    and `5 in h` iterates h and compares here. To make `f(3) == 918273645` true, f must return
-    918273645 (a subclass of int arrives as a hybrid compared by its int value). Between two program
-    objects every operator is the program's: both sides are its own. What the program answers (a
-    call's result, an attribute, its len or str) is a value fixed before the judge compares it,
-    exactly as a plain return value is. The Handle's own code runs in the judge and executes nothing
+    answer "equal" (or return an object that remembers y and later says 0). So none is: `h == 5`
+    is False, `h < 5` and `h - 5` are TypeError, and `5 in h` iterates h and compares here, whatever
+    h's class (the program decides its class and its mro, so no class can be singled out as
+    trusted). To make `f(3) == 918273645` true, f must return 918273645 (a subclass of int arrives
+    as a hybrid compared by its int value). Between two program objects every operator is the
+    program's: both sides are its own (a test comparing two program objects checks what the program
+    chooses, exactly as in one process). What the program answers (a call's result, an attribute,
+    its len or str) is a value fixed before the judge compares it, exactly as a plain return value is. The Handle's own code runs in the judge and executes nothing
     of the program; a malformed or hostile reply is a BoundaryError (status failed), a dead
     candidate CandidateGone (crashed).
     """
@@ -411,12 +454,10 @@ class Handle:
     def _oubliette_enc(self, x):
         return self._oubliette_chan.enc(x)
 
-    def _oubliette_tested(self) -> bool:
-        return bool(self._oubliette_mro & self._oubliette_chan.tested)
-
     def _oubliette_meets(self, other) -> bool:
-        """Whether an operator between this object and `other` is the program's to answer."""
-        return _is_other_program_value(self, other) or self._oubliette_tested()
+        """Whether an operator between this object and `other` is the program's to answer: only when
+        `other` is the program's too (see the class docstring)."""
+        return _is_other_program_value(self, other)
 
     def _oubliette_op(self, name: str, others: tuple = (), reflected: bool = False):
         """operator.<name>(self, *others) (reflected: (*others, self)), run by the candidate."""
@@ -582,6 +623,8 @@ class ProgramClass(type):
         return cls._oubliette_class_ask("getitem", cls._oubliette_cchan.enc(key))
 
     def __contains__(cls, x):
+        if not _is_program_value(cls._oubliette_cchan, x):  # a value of the tests: compared here
+            return any(x is item or x == item for item in cls)
         return bool(cls._oubliette_cchan.ask("op", cls._oubliette_cid, f"in {cls.__name__}",
                                              ["contains", False, [cls._oubliette_cchan.enc(x)]]))
 
@@ -673,17 +716,30 @@ def _test_line(exc: BaseException) -> str:
 
 def _message(e: BaseException) -> str:
     """An exception's message without asking the program anything: str(e) of `assert r == 5, r`
-    would call repr() on a handle, a request to a candidate that may be gone by now."""
+    would call repr() on a handle or a hybrid, a request the program answers (with a SystemExit, or
+    not at all). Plain args are shown; others by their type."""
+    def show(a):
+        if type(a) in (str, int, float, bool, bytes, type(None)):
+            return a if type(a) is str else repr(a)
+        if isinstance(a, Handle):
+            return f"<program object {a._oubliette_label}>"
+        return f"<{type(a).__name__}>"
     try:
-        return " ".join(a if type(a) is str else repr(a) if not isinstance(a, Handle)
-                        else f"<program object {a._oubliette_label}>" for a in e.args)[:300]
-    except Exception:  # noqa: BLE001 - a hybrid whose repr needs the candidate
+        return " ".join(show(a) for a in e.args)[:300]
+    except BaseException:  # noqa: BLE001 - a huge int, an args attribute replaced...
         return "(no message)"
 
 
 def _failure_report(e: BaseException) -> dict:
     """What an exception that ended the tests says about the program (never infra_error: all of
     these arise from the program's values or behaviour, or from tests acting on them)."""
+    try:
+        return _describe_failure(e)
+    except BaseException:  # noqa: BLE001 - describing it asked something of the program that failed
+        return {"status": "failed", "detail": f"the tests failed ({type(e).__name__})"}
+
+
+def _describe_failure(e: BaseException) -> dict:
     where, msg = _test_line(e), _message(e)
     if isinstance(e, MemoryError):  # the program's, or ours holding its values: both its doing
         return {"status": "memory", "detail": "out of memory" + (
@@ -701,33 +757,41 @@ def _failure_report(e: BaseException) -> dict:
 
 # ---------------------------------------------------------------------------- the tests' namespace
 
-class _TestNames(ast.NodeVisitor):
+class _TestNames:
     """What the tests' code does with names: every name it reads (loads), the names it reads an
-    attribute of (attr_hosts: `math.isclose` uses math as a module) and the names it binds at module
-    level (its own variables)."""
+    attribute of (attr_hosts: `math.isclose` uses math as a module), and the names it calls on
+    another call of the program (helpers: `abs(f(x) - y)`, `sorted(g(x))` judge f's and g's results)."""
 
     @classmethod
     def from_superset(cls, names: set) -> "_TestNames":
-        """Without parsing: when the program has no class, no name of a builtin or a module and no live
-        global the tests mention, the names the tests' code mentions are enough (_judge_imports)."""
+        """Without parsing: when the program has no name of a builtin or a module, the names the
+        tests' code mentions are enough (_judge_imports)."""
         used = cls.__new__(cls)
-        used.loads, used.attr_hosts, used.module_stores = names, set(), set()
+        used.loads, used.attr_hosts, used.helpers = names, set(), set()
         return used
 
-    def __init__(self, tree: ast.AST):
-        self.loads, self.attr_hosts, self.module_stores = set(), set(), set()
+    def __init__(self, tree: ast.AST, program_names: set):
+        self.loads, self.attr_hosts, self.helpers = set(), set(), set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 self.loads.add(node.id)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 self.attr_hosts.add(node.value.id)
-        for node in _module_level(tree):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                self.module_stores.add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                self.module_stores.add(node.name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                self.module_stores.update((a.asname or a.name).partition(".")[0] for a in node.names)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and any(_calls_program(arg, program_names) for arg in [*node.args, *node.keywords]):
+                self.helpers.add(node.func.id)
+
+
+def _calls_program(tree: ast.AST, program_names: set) -> bool:
+    """Whether an expression calls one of the program's names (`f(3)`, `obj.area()` on a program name)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            root = node.func
+            while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if isinstance(root, ast.Name) and root.id in program_names:
+                return True
+    return False
 
 
 def _code_names(code: types.CodeType) -> set:
@@ -738,69 +802,6 @@ def _code_names(code: types.CodeType) -> set:
         names.update(c.co_names)
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return names
-
-
-def _module_level(tree: ast.AST):
-    """The nodes of the tests' module scope (not inside a function, lambda or class body)."""
-    stack = list(ast.iter_child_nodes(tree))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
-
-
-class _ReadThrough(ast.NodeTransformer):
-    """Rewrites each read of a live program global in the tests (`counter`) into a request for its
-    value now (`__oubliette_global__("counter")`), where the name is not the tests' own local."""
-
-    def __init__(self, names: set):
-        self.names, self.scopes = names, [set()]
-
-    def _scoped(self, node, local: set):
-        self.scopes.append(local)
-        self.generic_visit(node)
-        self.scopes.pop()
-        return node
-
-    def visit_FunctionDef(self, node):
-        return self._scoped(node, _function_locals(node))
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
-
-    def visit_ListComp(self, node):
-        return self._scoped(node, {n.id for g in node.generators for n in ast.walk(g.target)
-                                   if isinstance(n, ast.Name)} | self.scopes[-1])
-
-    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
-
-    def visit_Name(self, node):
-        if isinstance(node.ctx, ast.Load) and node.id in self.names and node.id not in self.scopes[-1]:
-            call = ast.Call(func=ast.Name("__oubliette_global__", ast.Load()), args=[ast.Constant(node.id)],
-                            keywords=[])
-            return ast.copy_location(call, node)
-        return node
-
-
-def _function_locals(node) -> set:
-    args = node.args
-    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-    declared = set()
-    body = node.body if isinstance(node.body, list) else [node.body]
-    stack = list(body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.Global, ast.Nonlocal)):
-            declared.update(n.names)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            names.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-            continue
-        elif isinstance(n, ast.Lambda):
-            continue
-        stack.extend(ast.iter_child_nodes(n))
-    return names - declared
 
 
 def _judge_imports(imports, wanted: set) -> dict:
@@ -834,20 +835,19 @@ def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames,
     """Bind the program's names for the tests as one process would, except where that would let the
     program redefine what the tests use to judge it:
       a builtin's name (`def max`, `from math import pow`) is the program's when it is the entry
-      point or, without one, when the tests use no other name of the program (the function under
-      test: `assert pow(2, 3) == 8`); otherwise it stays Python's, since the program could replace
-      the `abs`, `sorted` or `len` the tests apply to another function's result;
+      point or, without one, when the tests never call it on a result of the program (the function
+      under test: `assert pow(2, 3) == 8`); a name the tests apply to another call of the program
+      (`abs(f(x) - y)`, `sorted(g(x))`, `len(h())`) stays Python's, since there it judges that
+      call's result and the program could replace it with one that always agrees;
       a standard-library module's name (`def tokenize`, `check(fnmatch)`) is the program's callable
       unless the tests use it as a module (`math.isclose`: then it is the judge's import of that
       module, if the program imported it, or undefined);
       every other name is the program's (a value, a name the judge resolves, or a Handle), and the
       program's imports of standard modules are the judge's own imports (_judge_imports)."""
     program = {**values, **imports}
-    builtin_named = {n for n in program if n in _BUILTIN_NAMES}
-    others_used = (set(program) - builtin_named) & used.loads
     for name, value in program.items():
-        if name in builtin_named:
-            if name != entry_point and (entry_point is not None or others_used or name not in used.loads):
+        if name in _BUILTIN_NAMES:
+            if name != entry_point and (entry_point is not None or name not in used.loads or name in used.helpers):
                 continue
             if not callable(value):
                 continue
@@ -875,29 +875,24 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
         if not hello["ok"]:
             status = hello.get("status") if hello.get("status") in _LOAD_FAILURES else "failed"
             return {"status": status, "detail": f"the program failed to load: {str(hello.get('error'))[:300]}"}
-        names, live = hello.get("names"), hello.get("live")
-        if type(names) is not dict or type(live) is not list:
+        names = hello.get("names")
+        if type(names) is not dict:
             raise BoundaryError("malformed hello from the program")
+        chan.decoding += 1
         values = {name: from_bytes(packed, chan.hooks) for name, packed in names.items()
                   if type(name) is str and name.isidentifier() and not name.startswith("__")
                   and type(packed) is bytes}
-        names_used = _code_names(code)  # a superset of the names the tests read: cheap, and often enough
-        program_classes = any(isinstance(v, ProgramClass) for v in values.values())
+        chan.decoding -= 1
         imports = hello.get("imports") if type(hello.get("imports")) is dict else {}
         shadowing = any(n in _BUILTIN_NAMES or n in sys.stdlib_module_names for n in [*values, *imports])
-        live = {n for n in live if type(n) is str}
-        tree = ast.parse(tests, "<tests>") if program_classes or shadowing or names_used & live else None
-        used = _TestNames(tree) if tree is not None else _TestNames.from_superset(names_used)
+        used = _TestNames(ast.parse(tests, "<tests>"), {*values, *imports}) if shadowing \
+            else _TestNames.from_superset(_code_names(code))
         _bind_program_names(ns, values, _judge_imports(imports, used.loads), used, entry_point)
         if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
-        chan.tested = {v._oubliette_cid for n in used.loads if isinstance(v := ns.get(n), ProgramClass)}
-        # only the program's own names: a module the judge imported for the tests stays the judge's
-        read_through = {n for n in live if n in values and ns.get(n) is values[n]} & used.loads - used.module_stores
-        if read_through and tree is not None:
-            tree = ast.fix_missing_locations(_ReadThrough(read_through).visit(tree))
-            code = compile(tree, "<tests>", "exec")
-            ns["__oubliette_global__"] = lambda name: chan.ask("global", -1, name, name)
+        chan.ns = ns  # the program's plain data names, kept current as its functions change them
+        chan.globals_bound = {n: v for n, v in values.items() if ns.get(n) is v
+                              and not isinstance(v, (Handle, ProgramClass)) and not callable(v)}
         ns.update(__name__="__tests__", __builtins__=builtins)
         exec(code, ns)
         if entry_point is not None:

@@ -88,7 +88,7 @@ def test_corpus_shape():
     assert len(names) == len(set(names)), [n for n, k in collections.Counter(names).items() if k > 1]
     assert len(CORPUS) >= 90
     assert set(e["family"] for e in CORPUS) == set(FAMILIES)
-    assert 4 <= sum("limit" in e for e in CORPUS) <= 12
+    assert 4 <= sum("limit" in e for e in CORPUS) <= 16
     assert all(("limit" in e) == e["name"].startswith("limit_") for e in CORPUS)
     for e in CORPUS:
         assert e["program"] != e["twin"] and e["kind"] in ("assert", "io"), e["name"]

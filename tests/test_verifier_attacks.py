@@ -671,3 +671,85 @@ def test_a_program_exception_is_its_own_not_the_judges(pool):
     v = run(pool, "class ValueError(Exception):\n    pass\ndef f(x):\n    raise ValueError('no')\n",
             "import builtins\ntry:\n    f(1)\nexcept builtins.ValueError:\n    pass\n")
     assert_program_status(v, passed=False)
+
+
+# Each of these made a wrong program pass, or excused it, or stretched its time limit, through the
+# one-process semantics the codec gives honest programs; each must fail (never infra_error).
+ALWAYS_EQUAL = "    def __eq__(self, o): return True\n"
+SEMANTICS_FORGERIES = {
+    # a class named like the tests' own parameter, the function under test, or the tests' TestCase:
+    # a plain value of the tests is never handed to a program object's __eq__
+    "class_named_candidate": ("class candidate: pass\nclass _Any(candidate):\n" + ALWAYS_EQUAL
+                              + "def add(x, y): return _Any()\n",
+                              "def check(candidate):\n    assert candidate(2, 3) == 5\n", "add"),
+    "function_under_test_is_a_class": ("class f:\n    def __new__(cls, *a): return object.__new__(_Any)\n"
+                                       "class _Any(f):\n    def __init__(self, *a): pass\n" + ALWAYS_EQUAL,
+                                       "assert f(3) == 918273645\nassert f([1, 2]) == [2, 1]\n", None),
+    "named_like_the_testcase": ("class TestAdd: pass\nclass _Any(TestAdd):\n" + ALWAYS_EQUAL
+                                + "def add(x, y): return _Any()\n",
+                                "import unittest\nclass TestAdd(unittest.TestCase):\n    def test(self):\n"
+                                "        self.assertEqual(add(2, 3), 5)\n"
+                                "r = unittest.TextTestRunner(verbosity=0).run("
+                                "unittest.defaultTestLoader.loadTestsFromTestCase(TestAdd))\n"
+                                "assert r.wasSuccessful()\n", None),
+    "solution_subclass": ("class Solution:\n    def twoSum(self, nums, target): return _Any()\n"
+                          "class _Any(Solution):\n" + ALWAYS_EQUAL,
+                          "assert Solution().twoSum([2, 7, 11, 15], 9) == [0, 1]\n", None),
+    "contains_a_plain_value": ("class Bag:\n    def __contains__(self, x): return True\n"
+                               "    def __iter__(self): return iter([])\ndef f(x): return Bag()\n",
+                               "assert 918273645 in f(3)\n", None),
+    "arithmetic_remembers_the_value": ("class M:\n    def __sub__(self, y): return M()\n"
+                                       "    def __abs__(self): return 0\ndef f(x): return M()\n",
+                                       "assert abs(f(3) - 918273645) < 1e-9\n", None),
+    # the tests' own locals and names they rebind are never the program's globals
+    "a_global_named_like_a_tests_local": ("tol = 1e9\ndef _uses(): return tol\ndef area(r): return 0.0\n",
+                                          "def check(candidate):\n    tol = 1e-6\n    def close(a, b):\n"
+                                          "        return abs(a - b) < tol\n"
+                                          "    assert close(candidate(1), 3.141592653589793)\ncheck(area)\n",
+                                          None),
+    "a_global_named_like_an_except_target": ("e = ValueError()\ndef _uses(): return e\n"
+                                             "def parse(s):\n    global e\n    e = ValueError()\n"
+                                             "    raise TypeError('wrong')\n",
+                                             "try:\n    parse('x')\nexcept Exception as e:\n"
+                                             "    assert isinstance(e, ValueError)\n", None),
+    # the unittest runner's own control flow, raised by the program, is a plain error
+    "unittest_should_stop": ("import unittest.case\ndef add(x, y): raise unittest.case._ShouldStop()\n",
+                             "import unittest\nclass T(unittest.TestCase):\n    def test(self):\n"
+                             "        self.assertEqual(add(2, 3), 5)\n"
+                             "r = unittest.TextTestRunner(verbosity=0).run("
+                             "unittest.defaultTestLoader.loadTestsFromTestCase(T))\nassert r.wasSuccessful()\n",
+                             None),
+    "unittest_skip": ("import unittest\ndef add(x, y): raise unittest.SkipTest('later')\n",
+                      "import unittest\nclass T(unittest.TestCase):\n    def test(self):\n"
+                      "        self.assertEqual(add(2, 3), 5)\n"
+                      "r = unittest.TextTestRunner(verbosity=0).run("
+                      "unittest.defaultTestLoader.loadTestsFromTestCase(T))\n"
+                      "assert r.wasSuccessful() and not r.skipped\n", None),
+    # two builtin names: neither is "the function under test", so the tests' abs stays Python's
+    "two_builtin_names": ("def pow(a, b): return 0.0\ndef abs(x): return 0\n",
+                          "assert abs(pow(2, 0.5) - 1.4142135623730951) < 1e-9\n", None),
+    # a StopIteration from a call would end the tests' map() early
+    "stopiteration_ends_map": ("def is_prime(n):\n    raise StopIteration\n",
+                               "assert all(map(is_prime, [2, 3, 5]))\nassert not any(map(is_prime, [4, 6]))\n",
+                               None),
+    # describing the failure must not ask the program (its repr raising SystemExit was infra_error)
+    "systemexit_from_repr": ("class _I(int):\n    def __str__(self): return '7'\n"
+                             "    def __repr__(self): raise SystemExit(0)\ndef f(x): raise ValueError(_I(7))\n",
+                             "assert f(1) == 2\n", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEMANTICS_FORGERIES))
+def test_one_process_semantics_give_a_wrong_program_nothing(pool, name):
+    program, tests, entry_point = SEMANTICS_FORGERIES[name]
+    assert_program_status(run(pool, program, tests, entry_point), passed=False)
+
+
+def test_decoding_the_programs_values_does_not_stretch_its_time_limit(pool):
+    """The deadline grows with the tests' requests only: hashing 20,000 keys of the program's hello
+    (requests the judge makes while decoding) buys the program no time."""
+    program = ("import time\nclass _K: pass\nPAD = {_K(): 0 for _ in range(20000)}\n"
+               "def f(x):\n    t = time.process_time()\n    while time.process_time() - t < 3.0: pass\n"
+               "    return x + 1\n")
+    v = run(pool, program, "assert f(1) == 2\n", timeout_s=1.0)
+    assert v.status == "timeout", v
