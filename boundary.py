@@ -4,9 +4,10 @@ The candidate (the program's process, untrusted) and the judge (the tests' proce
 msgpack frames. A value crosses in one of four ways, and each side decodes into objects of its own,
 never the sender's classes:
   by value   plain data (None, bool, int, float, str, bytes, list, tuple, dict, set, frozenset,
-             complex, big ints) and the standard-library values of STD_TYPES (Counter, defaultdict,
+             complex, big ints) and the standard-library values _std knows (Counter, defaultdict,
              OrderedDict, deque, namedtuple classes and their instances, Fraction, Decimal, the
-             datetime types, range, dict views, array, bytearray, slice): the receiver rebuilds its
+             datetime types, range, dict views, array, bytearray, slice, SimpleNamespace, POSIX
+             paths): the receiver rebuilds its
              own instance of the same type, so `Counter(s)["z"] == 0`, `f(1, 2) == 0.5` for a
              Fraction and `p.x` of a namedtuple behave as in one process.
   by name    a builtin (`len`, `str.lower`, `int`, `ValueError`) or a function, class or constant of
@@ -31,6 +32,7 @@ import decimal
 import fractions
 import importlib
 import os
+import pathlib
 import struct
 import sys
 import types
@@ -44,7 +46,7 @@ from verdicts import BoundaryError
 MAX_DEPTH = 100
 MAX_RPC_BYTES = 64 << 20
 REQUEST, OK, RAISED, REFUSED = range(4)  # the first field of every message (Peer)
-PREFETCH_AFTER = 8          # a program iterator's first 8 items are fetched one at a time, exactly as asked
+PREFETCH_AFTER = 1000       # a program iterator's first 1,000 items are fetched one at a time, exactly as asked
 PREFETCH_MAX = 1024         # then in batches doubling up to this many items
 PREFETCH_BUDGET_S = 0.002   # a batch is filled for at most this long (so a slow generator runs ahead little)
 
@@ -136,6 +138,10 @@ def _std(x, enc):
         return ext(STD, ["array", x.typecode, x.tobytes()])
     if t is bytearray:
         return ext(STD, ["bytearray", bytes(x)])
+    if t is types.SimpleNamespace:
+        return ext(STD, ["namespace", [[str(k), enc(v)] for k, v in vars(x).items()]])
+    if t in (pathlib.PurePosixPath, pathlib.PosixPath):
+        return ext(STD, ["path", t.__name__, str(x)])
     if isinstance(x, tuple) and (nt := namedtuple_class(t)) is not None:
         return ext(STD, ["namedtuple", nt[0], nt[1], [enc(d) for d in nt[2]], [enc(v) for v in x]])
     if isinstance(x, type) and issubclass(x, tuple) and (nt := namedtuple_class(x)) is not None:
@@ -234,8 +240,8 @@ def to_plain(x, other, depth: int = 0, budget: list | None = None, refs: dict | 
     return other(x, enc)
 
 
-CONTAINERS = (list, dict, set, bytearray, collections.deque, collections.Counter, collections.OrderedDict,
-              collections.defaultdict)
+CONTAINERS = (list, dict, set, bytearray, array.array, collections.deque, collections.Counter,
+              collections.OrderedDict, collections.defaultdict)
 
 
 def containers(call: list, limit: int = 100_000) -> list:
@@ -316,6 +322,10 @@ def _std_value(payload, dec):
             return a
         if kind == "bytearray":
             return bytearray(rest[0])
+        if kind == "namespace":
+            return types.SimpleNamespace(**{str(k): dec(v) for k, v in rest[0]})
+        if kind == "path":
+            return {"PurePosixPath": pathlib.PurePosixPath, "PosixPath": pathlib.PosixPath}[rest[0]](rest[1])
         if kind == "namedtuple":
             return _namedtuple(rest[0], rest[1], [dec(d) for d in rest[2]])(*(dec(v) for v in rest[3]))
         if kind == "namedtuple_class":

@@ -9,10 +9,13 @@ the codec and the conversation both sides use. Standard library and msgpack only
 (tests/test_verifier.py checks).
 """
 
+import atexit
 import builtins
+import copy
 import operator
 import os
 import sys
+import threading
 import time
 import traceback
 import types
@@ -32,7 +35,7 @@ _OPERATORS = frozenset({
     "and_", "or_", "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
     "ipow", "imatmul", "iand", "ior", "ixor", "ilshift", "irshift", "neg", "pos", "abs", "invert",
     "index", "contains"})
-_CONVERSIONS = {"int": int, "float": float, "complex": complex, "round": round, "trunc": lambda x: x.__trunc__(),
+_CONVERSIONS = {"int": int, "float": float, "complex": complex, "bytes": bytes, "round": round, "trunc": lambda x: x.__trunc__(),
                 "floor": lambda x: x.__floor__(), "ceil": lambda x: x.__ceil__(), "reversed": reversed}
 
 
@@ -70,9 +73,34 @@ class _Lent:
         return self._ask("contains", self._cand.enc(x))
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("__") and name not in ("__name__", "__qualname__", "__doc__", "__module__",
+                                                  "__wrapped__"):
             raise AttributeError(name)
         return self._ask("getattr", name)
+
+    def __setattr__(self, name, value):
+        self._ask("setattr", [name, self._cand.enc(value)])
+
+    def __eq__(self, other):
+        return self._ask("eq", self._cand.enc(other))
+
+    def __ne__(self, other):
+        return self._ask("ne", self._cand.enc(other))
+
+    def __lt__(self, other):
+        return self._ask("lt", self._cand.enc(other))
+
+    def __le__(self, other):
+        return self._ask("le", self._cand.enc(other))
+
+    def __gt__(self, other):
+        return self._ask("gt", self._cand.enc(other))
+
+    def __ge__(self, other):
+        return self._ask("ge", self._cand.enc(other))
+
+    def __hash__(self):
+        return self._ask("hash")
 
     def __repr__(self):
         return self._ask("repr")
@@ -146,7 +174,7 @@ class Candidate(Peer):
     def _handle_payload(self, x) -> list:
         """[id, label, type name, kind, ids of the program classes in its class's mro]."""
         cls = x if isinstance(x, type) else type(x)
-        mro = [self.hid(c) for c in cls.__mro__ if c.__module__ == "__candidate__"]
+        mro = [self.hid(c) for c in cls.__mro__ if c.__module__ == PROGRAM_MODULE]
         kind = "class" if isinstance(x, type) else "function" if callable(x) else "object"
         label = getattr(x, "__qualname__", None) if kind != "object" else cls.__qualname__
         return [self.hid(x), str(label if type(label) is str else cls.__qualname__)[:80],
@@ -168,12 +196,20 @@ class Candidate(Peer):
                     attrs[k] = enc(v)
                 except Exception:  # noqa: BLE001 - an attribute that cannot cross is left out
                     pass
-        cause = e.__cause__ if isinstance(e.__cause__, BaseException) and e.__cause__ is not e else None
-        try:
-            cause = enc(cause)
-        except Exception:  # noqa: BLE001
-            cause = None
-        return [enc(type(e)), args, text[:2000], attrs, cause]
+        if isinstance(e, OSError):  # slots, not __dict__: errno, strerror, filename, filename2
+            for k in ("errno", "strerror", "filename", "filename2"):
+                try:
+                    attrs[k] = enc(getattr(e, k))
+                except Exception:  # noqa: BLE001
+                    pass
+        chain = []
+        for linked in (e.__cause__, e.__context__):
+            try:
+                chain.append(enc(linked) if isinstance(linked, BaseException) and linked is not e else None)
+            except Exception:  # noqa: BLE001 - a linked exception that cannot cross is left out
+                chain.append(None)
+        own = self._handle_payload(e) if type(e).__module__ == PROGRAM_MODULE else None
+        return [enc(type(e)), args, text[:2000], attrs, [*chain, bool(e.__suppress_context__)], own]
 
     # -- the conversation
     def receive(self):
@@ -302,20 +338,23 @@ class Candidate(Peer):
         n = n if type(n) is int and 1 <= n <= PREFETCH_MAX else 1
         try:
             for _ in range(n):
-                items.append(next(it))
+                item = next(it)
+                try:
+                    items.append(self.enc(item))  # encoded now: a generator may change what it yielded
+                except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
+                    return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
                 if time.perf_counter() - start > PREFETCH_BUDGET_S:
                     break
-        except StopIteration:
-            end = 1
+        except StopIteration as e:  # its value is the generator's return value (`yield from` reads it)
+            end, exc = 1, StopIteration(e.value) if e.value is not None else None
         except BaseException as e:  # noqa: BLE001 - raised in the tests after the items before it
             if not items:
                 return self._raised(e)
             end, exc = 2, e
         try:
-            value = [self.enc(items), end, None if exc is None else ext(EXC, self._exc_payload(exc, self.enc))]
+            return [OK, [items, end, None if exc is None else ext(EXC, self._exc_payload(exc, self.enc))]]
         except (BoundaryError, ValueError, TypeError, OverflowError, RecursionError) as e:
             return [REFUSED, f"the result cannot cross the boundary: {describe(e)}"]
-        return [OK, value]
 
 
 def _size(value):
@@ -363,6 +402,9 @@ _SIMPLE_OPS = {
     "format": lambda o, a: format(o, a),
     "enter": lambda o, a: o.__enter__(),
     "exit": lambda o, a: o.__exit__(*a),
+    "dir": lambda o, a: [str(n) for n in dir(o)],
+    "copy": lambda o, a: copy.copy(o),
+    "deepcopy": lambda o, a: copy.deepcopy(o),
 }
 
 
@@ -387,9 +429,9 @@ def _live_names(ns: dict) -> list[str]:
     tests read these through the candidate (their value now), the rest as they were at load."""
     codes, seen, used = [], set(), set()
     for value in ns.values():
-        if isinstance(value, types.FunctionType) and value.__module__ == "__candidate__":
+        if isinstance(value, types.FunctionType) and value.__module__ == PROGRAM_MODULE:
             codes.append(value.__code__)
-        elif isinstance(value, type) and value.__module__ == "__candidate__":
+        elif isinstance(value, type) and value.__module__ == PROGRAM_MODULE:
             for attr in list(vars(value).values()):
                 fn = getattr(attr, "__func__", attr)
                 fn = getattr(fn, "fget", fn)
@@ -406,10 +448,25 @@ def _live_names(ns: dict) -> list[str]:
             and not isinstance(ns[n], types.ModuleType)]
 
 
+PROGRAM_MODULE = "__main__"
+PROGRAM_FILE = "program.py"
+
+
+def _main_namespace() -> dict:
+    """The program's namespace, as `python program.py` gives it: a module registered as __main__
+    (so pickle, `sys.modules[__name__]` and `if __name__ == "__main__":` behave as in one process),
+    __file__ in its scratch directory (its working directory), sys.argv of the script alone."""
+    module = types.ModuleType(PROGRAM_MODULE)
+    module.__dict__.update(__builtins__=builtins, __file__=os.path.join(os.getcwd(), PROGRAM_FILE))
+    sys.modules[PROGRAM_MODULE] = module
+    sys.argv = [PROGRAM_FILE]
+    return module.__dict__
+
+
 def candidate_main(program: str, fd: int) -> None:
     """Runs in the sandboxed candidate: load the program, say hello (its names: each a value, a
     name or a handle), then answer the judge's requests until EOF."""
-    ns = {"__name__": "__candidate__", "__builtins__": builtins}
+    ns = _main_namespace()
     try:
         code = compile(program, "<program>", "exec")
     except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError...
@@ -462,15 +519,29 @@ def io_candidate_main(program: str, marks_fd: int) -> None:
     os.close(marks_fd)
     exit_code = 0
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+        exec(code, _main_namespace())
     except SystemExit as e:
         exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - a runtime error is exit status 1, as for `python prog.py`
         traceback.print_exc()
         exit_code = 1
+    os._exit(_interpreter_exit(exit_code) & 0xFF)
+
+
+def _interpreter_exit(exit_code: int) -> int:
+    """What the interpreter does at exit before the process ends, as `python prog.py` would: wait for
+    the threads that are not daemons, run the atexit handlers, flush stdout and stderr (the current
+    ones and the original ones). The exit status: exit_code, or 1 if one of those failed."""
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        exit_code = exit_code or 1
-    os._exit(exit_code & 0xFF)
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - a handler that raises: as the interpreter, report and go on
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            exit_code = exit_code or 1
+    return exit_code

@@ -34,6 +34,7 @@ reason. The rules that make this hold without trusting the program:
              tests' namespace with every reply (_Channel.update_globals).
 """
 
+import array
 import ast
 import builtins
 import collections
@@ -71,6 +72,15 @@ _FROM_PROGRAM = "_oubliette_from_program"  # set on each exception the judge rai
 def _program_exc_str(self):
     text = self.__dict__.get("_oubliette_str")
     return text if type(text) is str else BaseException.__str__(self)
+
+
+def _program_exc_getattr(self, name: str):
+    """An attribute of a program's exception that its args and plain attributes do not hold (a
+    class attribute, a method): asked of the program's own exception object."""
+    own = self.__dict__.get("_oubliette_handle")
+    if own is None or name.startswith("_oubliette_"):
+        raise AttributeError(name)
+    return getattr(own, name)
 
 
 class _Channel(Peer):
@@ -184,7 +194,8 @@ class _Channel(Peer):
             cls = self.exc_classes[hid] = _stdlib_exception(ref)
         if cls is None:
             bases = tuple(b for b in bases if isinstance(b, type) and issubclass(b, BaseException)) or (Exception,)
-            body = {"__str__": _program_exc_str, "__module__": "__program__", "_oubliette_hid": hid}
+            body = {"__str__": _program_exc_str, "__getattr__": _program_exc_getattr, "__module__": "__program__",
+                    "_oubliette_hid": hid}
             try:
                 cls = type(name if name.isidentifier() else "ProgramError", bases, body)
             except TypeError:  # bases whose layouts conflict (OSError and ValueError): the first
@@ -196,12 +207,14 @@ class _Channel(Peer):
         """The judge's own instance of an exception the program raised or returned: its class (a
         builtin, a pure module's, or the program's rebuilt with its builtin bases), args, str and
         plain attributes."""
-        if type(payload) is not list or len(payload) != 5 or not isinstance(payload[0], type) \
+        if type(payload) is not list or len(payload) != 6 or not isinstance(payload[0], type) \
                 or not issubclass(payload[0], BaseException) or type(payload[1]) is not list \
                 or type(payload[2]) is not str or type(payload[3]) is not dict \
-                or not (payload[4] is None or isinstance(payload[4], BaseException)):
+                or type(payload[4]) is not list or len(payload[4]) != 3 \
+                or not all(x is None or isinstance(x, BaseException) for x in payload[4][:2]) \
+                or type(payload[4][2]) is not bool:
             raise BoundaryError("malformed exception from the program")
-        cls, args, text, attrs, cause = payload
+        cls, args, text, attrs, (cause, context, suppress), own = payload
         if cls is MemoryError:
             cls = CandidateMemoryError
         try:
@@ -217,8 +230,9 @@ class _Channel(Peer):
             pass
         if "_oubliette_hid" in vars(cls):
             e.__dict__["_oubliette_str"] = text
-        if cause is not None:
-            e.__cause__ = cause
+            if type(own) is list:  # the program's own exception: its other attributes and methods
+                e.__dict__["_oubliette_handle"] = self.handle(own)
+        e.__cause__, e.__context__, e.__suppress_context__ = cause, context, suppress
         return e
 
     # -- encoding what the judge sends
@@ -337,16 +351,40 @@ def _stdlib_exception(ref):
     return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
 
 
+# What the program may not read an attribute of: each holds or reaches frames, and through them
+# every local and global of the tests (gi_frame, f_back, f_globals, tb_frame, co_consts...).
+_OPAQUE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.GeneratorType,
+                 types.CoroutineType, types.AsyncGeneratorType, types.FrameType, types.CodeType,
+                 types.TracebackType, types.ModuleType, type)
+# The dunders a function's wrapper reads (functools.wraps): names and text, never its globals or closure.
+_FUNCTION_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"})
+
+
+def _lent_attribute(obj, name) -> str:
+    """name if the program may read (or, on the tests' own objects, set) it on a lent object: a public
+    attribute of anything but _OPAQUE_TYPES (a StringIO's read, a Mock's return_value, a test
+    object's fields), or a function's name and doc; AttributeError otherwise."""
+    if type(name) is str and (name in _FUNCTION_DUNDERS if name.startswith("_")
+                              else not isinstance(obj, _OPAQUE_TYPES)):
+        return name
+    raise AttributeError(f"the program may not read {name!r} of the tests' {type(obj).__name__}")
+
+
 def _serve_lent(obj, op: str, arg):
     if op == "call":
         if type(arg) is not list or len(arg) != 2 or type(arg[0]) is not list or type(arg[1]) is not dict:
             raise BoundaryError("malformed call from the program")
         return obj(*arg[0], **arg[1])
     if op == "getattr":
-        if type(arg) is not str or arg.startswith("_") or getattr(type(obj), "__module__", None) != "__tests__":
-            raise AttributeError(f"the program may read only public attributes of the tests' own objects ({arg})")
-        return getattr(obj, arg)
-    ops = {"iter": iter, "next": next, "len": len, "bool": bool, "repr": repr, "str": str}
+        return getattr(obj, _lent_attribute(obj, arg))
+    if op == "setattr":
+        if type(arg) is not list or len(arg) != 2 or type(arg[0]) is not str or arg[0].startswith("_") \
+                or getattr(type(obj), "__module__", None) != "__main__" or isinstance(obj, _OPAQUE_TYPES):
+            raise AttributeError("the program may set only public attributes of the tests' own objects")
+        return setattr(obj, arg[0], arg[1])
+    if op in _LENT_COMPARISONS:  # the tests' own operator, on their object and the program's value
+        return _LENT_COMPARISONS[op](obj, arg)
+    ops = {"iter": iter, "next": next, "len": len, "bool": bool, "repr": repr, "str": str, "hash": hash}
     if op in ops:
         return ops[op](obj)
     if op == "getitem":
@@ -354,6 +392,10 @@ def _serve_lent(obj, op: str, arg):
     if op == "contains":
         return arg in obj
     raise BoundaryError(f"unknown request {op!r}")
+
+
+_LENT_COMPARISONS = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+                     "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 
 
 def _write_back(sent: list, after) -> None:
@@ -394,6 +436,12 @@ def _sync(mine, theirs, depth: int = 0) -> None:
     elif isinstance(mine, (set, bytearray, collections.deque)) and type(theirs) is type(mine):
         mine.clear()
         (mine.update if isinstance(mine, set) else mine.extend)(theirs)
+    elif type(mine) is array.array and type(theirs) is array.array and mine.typecode == theirs.typecode:
+        mine[:] = theirs
+    elif type(mine) is tuple and type(theirs) is tuple and len(mine) == len(theirs):  # its lists can change
+        for m, t in zip(mine, theirs):
+            if type(m) is type(t):
+                _sync(m, t, depth + 1)
 
 
 def _is_program_value(chan: "_Channel", x) -> bool:
@@ -432,12 +480,12 @@ class Handle:
     as a hybrid compared by its int value). Between two program objects every operator is the
     program's: both sides are its own (a test comparing two program objects checks what the program
     chooses, exactly as in one process). What the program answers (a call's result, an attribute,
-    its len or str) is a value fixed before the judge compares it, exactly as a plain return value is. The Handle's own code runs in the judge and executes nothing
-    of the program; a malformed or hostile reply is a BoundaryError (status failed), a dead
-    candidate CandidateGone (crashed).
+    its len or str) is a value fixed before the judge compares it, exactly as a plain return value is.
+    The Handle's own code runs in the judge and executes nothing of the program; a malformed or
+    hostile reply is a BoundaryError (status failed), a dead candidate CandidateGone (crashed).
     """
-    __slots__ = ("_oubliette_chan", "_oubliette_id", "_oubliette_label", "_oubliette_mro", "_oubliette_kind",
-                 "_oubliette_buf", "_oubliette_asked", "_oubliette_end")
+    __slots__ = ("__weakref__", "_oubliette_chan", "_oubliette_id", "_oubliette_label", "_oubliette_mro",
+                 "_oubliette_kind", "_oubliette_buf", "_oubliette_asked", "_oubliette_end")
 
     def __init__(self, chan: _Channel, hid: int, label: str, mro: frozenset, kind: str):
         for k, v in (("chan", chan), ("id", hid), ("label", label), ("mro", mro), ("kind", kind),
@@ -502,11 +550,13 @@ class Handle:
         object.__setattr__(self, "_oubliette_asked", asked + 1)
         got = self._oubliette_ask("next", f"next({self._oubliette_label})", n)
         if type(got) is not list or len(got) != 3 or type(got[0]) is not list or got[1] not in (0, 1, 2) \
-                or not got[0] and got[1] == 0 or (got[1] == 2) != isinstance(got[2], BaseException):
+                or not got[0] and got[1] == 0 or (got[1] == 2 and not isinstance(got[2], BaseException)) \
+                or (got[1] == 1 and not (got[2] is None or type(got[2]) is StopIteration)):
             raise BoundaryError("malformed reply from the program")
         items, ended, exc = got
         if ended:
-            object.__setattr__(self, "_oubliette_end", exc if ended == 2 else StopIteration())
+            object.__setattr__(self, "_oubliette_end", exc if ended == 2 or isinstance(exc, StopIteration)
+                               else StopIteration())
             if ended == 2:
                 exc.__dict__[_FROM_PROGRAM] = True
         if items:
@@ -568,11 +618,17 @@ class Handle:
             return bool(self._oubliette_op("contains", (x,)))
         return any(x is item or x == item for item in self)
 
-    def __copy__(self):
-        return self  # a reference to an object in another process: copying copies the reference
+    def __copy__(self):  # the program copies its object, as copy.copy would in one process
+        return self._oubliette_ask("copy", f"copy({self._oubliette_label})")
 
     def __deepcopy__(self, memo):
-        return self
+        return self._oubliette_ask("deepcopy", f"deepcopy({self._oubliette_label})")
+
+    def __dir__(self):
+        names = self._oubliette_ask("dir", f"dir({self._oubliette_label})")
+        if type(names) is not list or not all(type(n) is str for n in names):
+            raise BoundaryError("dir() of a program object returned something else than names")
+        return names
 
     def __reduce__(self):
         raise TypeError("a program object cannot be pickled by the tests")
@@ -687,7 +743,8 @@ for _op, _name in (("and_", "and"), ("or_", "or"), ("xor", "xor")):
 for _op in ("neg", "pos", "abs", "invert"):
     setattr(Handle, f"__{_op}__", _unary(_op))
 Handle.__index__ = _unary("index")
-for _name, _typ in (("int", int), ("float", float), ("complex", complex), ("round", None), ("trunc", None),
+for _name, _typ in (("int", int), ("float", float), ("complex", complex), ("bytes", bytes), ("round", None),
+                    ("trunc", None),
                     ("floor", None), ("ceil", None), ("reversed", None)):
     setattr(Handle, f"__{_name}__", _conversion(_name, _typ))
 
@@ -867,7 +924,9 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
     candidate. Nothing of the program runs here, and no dunder name of the program is bound (a
     program-supplied `__builtins__` would make every builtin the tests call a call into the program)."""
     chan = _Channel(fd, progress_fd)
-    ns = {}
+    tests_module = types.ModuleType("__main__")  # the tests are __main__, as `python tests.py` runs them:
+    sys.modules["__main__"] = tests_module       # unittest.main() and `if __name__ == "__main__":` find them
+    ns = tests_module.__dict__
     try:
         hello = chan.receive("loading")
         if type(hello) is not dict or type(hello.get("ok")) is not bool:
@@ -893,7 +952,7 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
         chan.ns = ns  # the program's plain data names, kept current as its functions change them
         chan.globals_bound = {n: v for n, v in values.items() if ns.get(n) is v
                               and not isinstance(v, (Handle, ProgramClass)) and not callable(v)}
-        ns.update(__name__="__tests__", __builtins__=builtins)
+        ns.update(__name__="__main__", __builtins__=builtins)
         exec(code, ns)
         if entry_point is not None:
             check = ns.get("check")
