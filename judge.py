@@ -60,6 +60,10 @@ class CandidateGone(Exception):
     """The candidate process died or stopped answering in the middle of the tests."""
 
 
+class AmbiguousName(Exception):
+    """The program shadows a builtin the tests may use to judge it, and nothing says which it is."""
+
+
 class CandidateMemoryError(MemoryError):
     """The candidate raised MemoryError (its address-space limit)."""
 
@@ -67,6 +71,16 @@ class CandidateMemoryError(MemoryError):
 # ============================================================================ judge side (trusted tests)
 
 _FROM_PROGRAM = "_oubliette_from_program"  # set on each exception the judge raises for the program
+
+
+# The dunders the tests may read of a program object: its names, doc and attributes' dict. Every other
+# dunder the judge's machinery probes (numpy's __array_interface__, __array__, __float__ by
+# attribute...) would let the program describe a value the judge builds itself, outside the codec.
+_FORWARDED_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__wrapped__", "__dict__"})
+
+
+def _forwarded(name: str) -> bool:
+    return not name.startswith("_oubliette_") and (not name.startswith("__") or name in _FORWARDED_DUNDERS)
 
 
 def _program_exc_str(self):
@@ -78,7 +92,7 @@ def _program_exc_getattr(self, name: str):
     """An attribute of a program's exception that its args and plain attributes do not hold (a
     class attribute, a method): asked of the program's own exception object."""
     own = self.__dict__.get("_oubliette_handle")
-    if own is None or name.startswith("_oubliette_"):
+    if own is None or not _forwarded(name):
         raise AttributeError(name)
     return getattr(own, name)
 
@@ -217,6 +231,8 @@ class _Channel(Peer):
         cls, args, text, attrs, (cause, context, suppress), own = payload
         if cls is MemoryError:
             cls = CandidateMemoryError
+        if _steers_the_tests(cls):  # however the program named it (a lent class included)
+            cls = self._exc_class([-1 - len(self.exc_classes), cls.__name__, [Exception], None])
         try:
             e = cls(*args)
         except Exception:  # noqa: BLE001 - a constructor that wants other arguments (UnicodeDecodeError)
@@ -290,6 +306,9 @@ class _Channel(Peer):
             e = reply[1]
             if not isinstance(e, BaseException):
                 raise BoundaryError("malformed reply from the program")
+            if isinstance(e, (StopIteration, StopAsyncIteration)) and op != "next":
+                # PEP 479's rule, applied here: a call's StopIteration would end the tests' map() early
+                e = RuntimeError(f"the program raised {type(e).__name__} in {what}")
             e.__dict__[_FROM_PROGRAM] = True
             raise e
         raise BoundaryError(f"{what}: {str(reply[1])[:200]}")
@@ -336,6 +355,13 @@ _CONTROL_FLOW_MODULES = frozenset({"unittest", "doctest", "bdb", "pdb"})
 """Modules whose exceptions steer the tests' own machinery (unittest.SkipTest makes a failing test
 "skipped", and a skipped run still wasSuccessful()): a program's instance of one is rebuilt from its
 builtin bases, so the tests' runner sees a plain error."""
+
+
+def _steers_the_tests(cls: type) -> bool:
+    """Whether an exception class belongs to the tests' machinery: a private class, or one of
+    _CONTROL_FLOW_MODULES (unittest.SkipTest would turn a failing test into a skipped one)."""
+    module = getattr(cls, "__module__", "") or ""
+    return cls.__name__.startswith("_") or module.partition(".")[0] in _CONTROL_FLOW_MODULES
 
 
 def _stdlib_exception(ref):
@@ -515,7 +541,7 @@ class Handle:
         return _call(self._oubliette_chan, self._oubliette_id, self._oubliette_label, args, kwargs)
 
     def __getattr__(self, name: str):
-        if name.startswith("_oubliette_"):
+        if not _forwarded(name):
             raise AttributeError(name)
         return self._oubliette_ask("getattr", f"{self._oubliette_label}.{name}", name)
 
@@ -662,7 +688,7 @@ class ProgramClass(type):
         return cls._oubliette_cchan.ask(op, cls._oubliette_cid, f"{op}({cls.__name__})", arg)
 
     def __getattr__(cls, name: str):
-        if name.startswith("_oubliette_"):
+        if not _forwarded(name):
             raise AttributeError(name)
         return cls._oubliette_class_ask("getattr", name)
 
@@ -750,7 +776,7 @@ for _name, _typ in (("int", int), ("float", float), ("complex", complex), ("byte
 
 
 def _hybrid_getattr(self, name):
-    if name.startswith("_oubliette_"):
+    if not _forwarded(name):
         raise AttributeError(name)
     return getattr(object.__getattribute__(self, "_oubliette_handle"), name)
 
@@ -807,7 +833,7 @@ def _describe_failure(e: BaseException) -> dict:
         return {"status": "crashed", "detail": msg}
     if isinstance(e, AssertionError):
         return {"status": "failed", "detail": f"assertion failed{where}" + (f": {msg[:200]}" if msg else "")}
-    if isinstance(e, BoundaryError):
+    if isinstance(e, (BoundaryError, AmbiguousName)):
         return {"status": "failed", "detail": f"{msg}{where}"}
     return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
 
@@ -849,6 +875,37 @@ def _calls_program(tree: ast.AST, program_names: set) -> bool:
             if isinstance(root, ast.Name) and root.id in program_names:
                 return True
     return False
+
+
+def _bound_by_tests(tree: ast.AST) -> set:
+    """Every name the tests bind anywhere: assigned, a loop or with or except target, imported,
+    defined, declared global: the tests' own, never updated from the program (_Channel.update_globals)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _checked_name(tree: ast.AST) -> str | None:
+    """NAME in the tests' top-level `check(NAME)`: HumanEval's tests as training jobs send them (the
+    entry point called at the end), read as the job's entry point."""
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                and node.value.func.id == "check" and len(node.value.args) == 1 \
+                and isinstance(node.value.args[0], ast.Name):
+            return node.value.args[0].id
+    return None
 
 
 def _code_names(code: types.CodeType) -> set:
@@ -902,11 +959,17 @@ def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames,
       every other name is the program's (a value, a name the judge resolves, or a Handle), and the
       program's imports of standard modules are the judge's own imports (_judge_imports)."""
     program = {**values, **imports}
+    under_test = {n for n, v in program.items() if n in used.loads and n not in used.helpers and callable(v)
+                  and not isinstance(v, types.ModuleType)}
+    shadowing = {n for n in under_test if n in _BUILTIN_NAMES}
+    if entry_point is None and shadowing and len(under_test) > 1:
+        raise AmbiguousName(f"the program defines {', '.join(sorted(shadowing))}, named like a builtin, and the "
+                            f"tests use other functions of it too ({', '.join(sorted(under_test - shadowing))}): "
+                            "the judge cannot tell the function under test from a builtin the tests apply "
+                            "(name the entry point, or rename it)")
     for name, value in program.items():
         if name in _BUILTIN_NAMES:
-            if name != entry_point and (entry_point is not None or name not in used.loads or name in used.helpers):
-                continue
-            if not callable(value):
+            if name != entry_point and (entry_point is not None or name not in shadowing):
                 continue
         elif name in sys.stdlib_module_names and name != entry_point and not isinstance(value, types.ModuleType):
             if name in used.attr_hosts or not callable(value):
@@ -944,14 +1007,19 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
         chan.decoding -= 1
         imports = hello.get("imports") if type(hello.get("imports")) is dict else {}
         shadowing = any(n in _BUILTIN_NAMES or n in sys.stdlib_module_names for n in [*values, *imports])
-        used = _TestNames(ast.parse(tests, "<tests>"), {*values, *imports}) if shadowing \
-            else _TestNames.from_superset(_code_names(code))
-        _bind_program_names(ns, values, _judge_imports(imports, used.loads), used, entry_point)
+        tree = ast.parse(tests, "<tests>") if shadowing else None
+        used = _TestNames(tree, {*values, *imports}) if shadowing else _TestNames.from_superset(_code_names(code))
+        # the function under test: the job's entry point, or the NAME of the tests' own `check(NAME)`
+        subject = entry_point if entry_point is not None else _checked_name(tree) if tree is not None else None
+        _bind_program_names(ns, values, _judge_imports(imports, used.loads), used, subject)
         if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         chan.ns = ns  # the program's plain data names, kept current as its functions change them
-        chan.globals_bound = {n: v for n, v in values.items() if ns.get(n) is v
-                              and not isinstance(v, (Handle, ProgramClass)) and not callable(v)}
+        pushable = {n for n, v in values.items() if ns.get(n) is v
+                    and not isinstance(v, (Handle, ProgramClass)) and not callable(v)} & _code_names(code)
+        if pushable:  # never a name the tests bind anywhere: theirs, even when it holds the same object
+            pushable -= _bound_by_tests(tree if tree is not None else ast.parse(tests, "<tests>"))
+        chan.globals_bound = {n: values[n] for n in pushable}
         ns.update(__name__="__main__", __builtins__=builtins)
         exec(code, ns)
         if entry_point is not None:

@@ -753,3 +753,52 @@ def test_decoding_the_programs_values_does_not_stretch_its_time_limit(pool):
                "    return x + 1\n")
     v = run(pool, program, "assert f(1) == 2\n", timeout_s=1.0)
     assert v.status == "timeout", v
+
+
+# Round two: each made a wrong program pass through the faithful semantics; each must fail.
+ROUND_TWO = {
+    # the tests' loop variable holds the same singleton (True/False) the program last pushed
+    "singleton_loop_variable": ("exp = False\ndef is_prime(n):\n    global exp\n    exp = not exp\n    return exp\n",
+                                "inputs = [[2], [4], [9], [3], [8]]\nresults = [True, False, False, True, False]\n"
+                                "for i, (inp, exp) in enumerate(zip(inputs, results)):\n"
+                                "    assert is_prime(*inp) == exp\n", None),
+    # the candidate patched back to sending StopIteration from a call
+    "stopiteration_patched_back": ("import sys\n_C = sys.modules['candidate'].Candidate\n_r = _C._raised\n"
+                                   "def _raised(self, e):\n"
+                                   "    return _r(self, StopIteration() if isinstance(e, RuntimeError) else e)\n"
+                                   "_C._raised = _raised\ndef is_prime(n):\n    raise StopIteration\n",
+                                   "assert all(map(is_prime, [2, 3, 5]))\nassert not any(map(is_prime, [4, 6]))\n",
+                                   None),
+    # numpy reads __array_interface__ of the returned object: an empty array of the program's choice
+    "array_interface": ("class A:\n    __array_interface__ = {'shape': (0,), 'typestr': '<f8', 'version': 3,"
+                        " 'data': (4096, True)}\ndef f(x): return A()\n",
+                        "import math\nr = f(3)\nassert math.isclose(float(getattr(r, '__array_interface__', {}).get("
+                        "'shape', (1,))[0] or 3.14), 3.14)\nassert r.__array_interface__['shape'] == (0,)\n", None),
+    # HumanEval as training jobs send it (check(NAME) at the end, no entry point), abs redefined
+    "humaneval_training_format_abs": ("def abs(x): return 0\ndef f(x): return 99.0\n",
+                                      "def check(candidate):\n    assert abs(candidate(3) - 0.5) < 1e-9\n"
+                                      "check(f)\n", None),
+    # a result stored first, then judged by a builtin the program redefined
+    "stored_result_then_abs": ("def abs(x): return 0\ndef area(r): return 0.0\n",
+                               "r = area(10)\nassert abs(r - 314.159) < 1e-6\n", None),
+    "solution_with_sorted": ("def sorted(xs): return [0, 1]\nclass Solution:\n"
+                             "    def twoSum(self, nums, target): return [5, 5]\n",
+                             "sol = Solution()\nassert sorted(sol.twoSum([2, 7, 11, 15], 9)) == sorted([0, 1])\n",
+                             None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TWO))
+def test_round_two_forgeries_fail(pool, name):
+    program, tests, entry_point = ROUND_TWO[name]
+    assert_program_status(run(pool, program, tests, entry_point), passed=False)
+
+
+def test_a_builtin_named_function_under_test_is_the_programs(pool):
+    """The honest side of the rule: MBPP's `sum(10, 15)` and HumanEval's check(max) call the program."""
+    assert run(pool, "def sum(a, b):\n    return 5\n", "assert sum(10, 15) == 6\n").status == "failed"
+    assert run(pool, "def sum(a, b):\n    return 6\n", "assert sum(10, 15) == 6\n").passed
+    assert run(pool, "def max(xs):\n    return xs[0]\n",
+               "def check(candidate):\n    assert candidate([3, 1]) == 3\ncheck(max)\n").passed
+    assert not run(pool, "def max(xs):\n    return xs[0]\n",
+                   "def check(candidate):\n    assert candidate([1, 3]) == 3\ncheck(max)\n").passed
