@@ -4,22 +4,41 @@ reads it (GSM8K's "#### n", MATH's \\boxed{...}, MATH-500's answer).
 The verdict's reward is the training signal: a policy learns to write whatever scores 1. So an answer is
 read as its dataset means it, and one that could be read as two answers is read as none: `#### 4 or 5`,
 `#### 4-5`, `\\boxed{4 \\text{ or } 5}` and `\\boxed{7, 8}` score 0 whichever of their numbers is the
-reference, or a policy would learn to hedge. The reading, in order:
+reference, or a policy would learn to hedge. So does an answer that qualifies itself or offers another in
+words (`#### 40 or more`, `#### 4 or a couple`, `\\boxed{40 \\text{ (approx.)}}`): a qualified or
+alternative answer is not the answer. The reading, in order:
 
   which text is the answer  what follows the last "</think>" (none while a "<think>" is open); in it the
                             last \\boxed{...} (MATH), else what follows the last "####" (GSM8K), else
                             the last number (extract_answer)
   a "####" answer           one number (_hash_number): the first number on the line, with the units and
-                            currency around it, and nothing on the line that could be a second answer;
-                            compared with the reference's number exactly
+                            currency around it, and nothing on the line that could be a second answer
+                            or qualifies this one (_qualifier); compared with the reference's number
+                            exactly
   a boxed answer            put in one written form (_normalize, _strip_percent, _as_interval: thousands
                             separators and thin spaces, scientific notation, percent as a unit,
                             inequalities as intervals), then compared by Hugging Face's math-verify
                             (requirements-math.txt) as TRL and open-r1 compare: read into sympy as values
                             (1/2 = \\frac12 = 0.5, 90^\\circ = 90, 5\\text{ cm} = 5, intervals, sets,
-                            expressions), written as one answer (_plain_notation)
+                            expressions), the answer as LaTeX only (_parse), written as one answer
+                            (_plain_notation: no two numbers side by side, _joined; brackets that
+                            balance, _balanced; no words that qualify it or offer another, in any
+                            script, _offers_more, _text_before_a_digit)
   a text reference          Yes, Monday, \\text{(C)}: compared as words (_words), since math-verify reads
-                            "Yes" as the product of three symbols
+                            "Yes" as the product of three symbols; several choices (\\text{A, C}) as a
+                            set of letters, in any order (_letters)
+
+Two readings are left as they are, on purpose:
+
+  * A "####" line that does not start with the number, or holds more after it (`#### 6 x 3 = 18`,
+    `#### Answer: 18`, `#### 1 000 000`, ``#### `18` ``), reads as none and scores 0, even where 18 is
+    right. GSM8K's own grader (the regex `#### (\\-?[0-9\\.\\,]+)` of the dataset's reference code)
+    reads the first number right after "#### ": 6, nothing, 1, nothing, never 18. A policy is rewarded
+    for answering as the dataset asks, the number first and alone.
+  * math-verify accepts a decimal that equals the reference once both are rounded to 6 decimal places
+    (`\\boxed{1.414214}` is right for `\\sqrt2`, `1.4142` is not): that is its documented numeric
+    tolerance (verify's float_rounding=6), as TRL and open-r1 use it, and a MATH answer is compared as
+    they compare it. A stricter grader would refuse such approximations.
 
 math_verdict is the verdict: "passed" (reward 1) when the answer in the format the prompt asked for is
 right, "lenient" (reward 0) when only an answer found by the looser reading is, else "failed".
@@ -130,7 +149,48 @@ _HASH_PREFIX = re.compile(r"(?:\s|\*|\\[(\[]|\\boxed\{|\{|\\?\$|[\u20ac\u00a3\u0
 _NUMBER_WORD = re.compile(
     r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
     r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
-    r"thousand|million|billion|trillion|dozen|half)\b", re.IGNORECASE)
+    r"thousand|million|billion|trillion|dozen|half"
+    # the small numbers of the languages a policy most often drifts into (Spanish, Portuguese, French,
+    # German, Italian, Russian), less those that are English words (un, une, due, once, elf, null)
+    r"|cero|uno|dos|tres|cuatro|cinco|seis|siete|ocho|nueve|diez|dois|duas|tr\u00eas|quatro|sete|oito|nove|dez"
+    r"|deux|trois|quatre|cinq|sept|huit|neuf|dix|eins|zwei|drei|vier|f\u00fcnf|fuenf|sechs|sieben|acht|neun"
+    r"|zehn|tre|quattro|cinque|sei|sette|otto|dieci|\u043e\u0434\u0438\u043d|\u0434\u0432\u0430|\u0442\u0440\u0438"
+    r"|\u0447\u0435\u0442\u044b\u0440\u0435|\u043f\u044f\u0442\u044c|\u0434\u0435\u0441\u044f\u0442\u044c)\b",
+    re.IGNORECASE)
+# What qualifies an answer or offers another one (_qualifier). A word is a run of letters of any script
+# (an apostrophe inside it, as in o'clock, keeps it one word).
+_LETTER_WORD = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
+# "or" in English and in the languages a policy drifts into: an alternative answer follows. Escaped: Spanish
+# o-acute; Russian ili, libo; Ukrainian abo, chy; Greek eta-tonos; Arabic aw (two spellings); Hebrew o; Hindi
+# ya, athava; Vietnamese hoac; Korean ttoneun, hogeun, animyeon.
+_ALTERNATIVE_WORDS = frozenset(
+    "or either otherwise alternatively ou oder bzw beziehungsweise o \u00f3 oppure ovvero ossia eller lub albo "
+    "nebo anebo alebo vagy veya yahut yoksa sau ili atau tai vai arba ho\u1eb7c "
+    "\u0438\u043b\u0438 \u043b\u0438\u0431\u043e \u0430\u0431\u043e \u0447\u0438 \u03ae \u0623\u0648 \u0627\u0648 "
+    "\u05d0\u05d5 \u092f\u093e \u0905\u0925\u0935\u093e \ub610\ub294 \ud639\uc740 \uc544\ub2c8\uba74".split())
+# An estimate or a bound: the answer is not stated as the answer. Escaped: German ungefaehr; Russian okolo,
+# primerno, pochti; Korean yak, jeongdo.
+_APPROXIMATE_WORDS = frozenset(
+    "about approximately approx approximate approximated around roughly nearly almost circa ish maybe perhaps "
+    "probably possibly likely presumably estimated estimate least most guess ballpark environ etwa aproximadamente "
+    "cerca casi quasi ungef\u00e4hr \u043e\u043a\u043e\u043b\u043e \u043f\u0440\u0438\u043c\u0435\u0440\u043d\u043e "
+    "\u043f\u043e\u0447\u0442\u0438 \uc57d \uc815\ub3c4".split())
+# A bound when it ends the answer (`40 over`, `40 plus`, `40 max`) ...
+_FINAL_BOUND_WORDS = frozenset("over under above below beyond plus upward upwards onward onwards max maximum "
+                               "minimum".split())
+# ... or after "and", "no", "not" (`40 and up`, `40 and more`, `no less`); alone, `5 more` answers
+# "how many more", so more, less and fewer are units there.
+_BOUND_WORDS = _FINAL_BOUND_WORDS | frozenset("more less fewer up higher lower greater smaller bigger larger".split())
+# The same in scripts written without spaces between words, found anywhere: Chinese huo, haishi (two
+# spellings), yue (two), dagai, zuoyou, yishang, yixia, zhishao, zuiduo, chabuduo, jihu; Japanese matawa,
+# moshikuwa, aruiwa, kurai, gurai, teido, zengo; Korean isang, iha.
+_CJK_QUALIFIER = re.compile(
+    "\u6216|\u8fd8\u662f|\u9084\u662f|\u7ea6|\u7d04|\u5927\u6982|\u5de6\u53f3|\u4ee5\u4e0a|\u4ee5\u4e0b|\u81f3\u5c11|"
+    "\u6700\u591a|\u5dee\u4e0d\u591a|\u51e0\u4e4e|\u307e\u305f\u306f|\u3082\u3057\u304f\u306f|"
+    "\u3042\u308b\u3044\u306f|\u304f\u3089\u3044|\u3050\u3089\u3044|\u7a0b\u5ea6|\u524d\u5f8c|"
+    "\uc774\uc0c1|\uc774\ud558")
+_HYPHEN_ESTIMATE = re.compile(r"(?<![^\W\d_])[-\u2010-\u2015]\s*(?:odd|some)(?![^\W\d_])",  # 40-odd
+                              re.IGNORECASE)
 # A unit's power is part of the unit: m^2, \text{cm}^{3}, m followed by a superscript two or three.
 _UNIT_POWER = re.compile(r"(?<=[A-Za-z}])(?:\^\{?[23]\}?|[\u00b2\u00b3])(?!\d)")
 _YEAR = re.compile(r"\b(?:in|by|since|during|until|before|after)\s+(?:1\d{3}|20\d{2})\b", re.IGNORECASE)
@@ -164,16 +224,24 @@ def _hash_number(line: str) -> Fraction | None:
         one minus sign (ASCII or U+2212) before it or before its currency sign (`-$5`, `$-5`).
       * Before it only spaces, markup and currency: `$1,200`, `\\$5`, `**42**`, `\\(42\\)`, `\\boxed{42}`.
         A word there changes what is meant (`about 40`, `at least 40`, `x = 40`): the line reads as none.
-      * After it, anything that names no number: a unit (`18 dollars`, `40%`, `25 m^2`), markup, a
-        period. A digit, another numeric character (a superscript, a vulgar fraction) or a number word
-        (`4 or 5`, `10, not 42`, `28 out of 40`, `4-5`, `4 or five`, `5 thousand`) makes a second
-        candidate: the line reads as none, whichever number is meant.
+      * After it, anything that names no number: a unit (`18 dollars`, `18 eggs per day`, `40%`,
+        `25 m^2`, `5 more`), markup, a period. A digit, another numeric character (a superscript, a
+        vulgar fraction, a Chinese numeral) or a number word, English or in a few other languages
+        (`4 or 5`, `10, not 42`, `28 out of 40`, `4-5`, `4 or five`, `5 thousand`, `4 und fuenf`), makes
+        a second candidate: the line reads as none, whichever number is meant.
       * Except a restatement of the answer, in parentheses or after "=": arithmetic equal to it
         (`15 (5 + 10)`, `15 = 3 x 5`), or the same quantity in another unit of a fixed conversion
         (`120 minutes = 2 hours`, `$1.50 (150 cents)`). A restatement that is not equal to the answer
         (`4 (or 5)`, `4 = 5`, `120 minutes = 3 hours`, `3 boxes = 36 crayons`) reads as none.
       * And a year after in, by, since, during, until, before or after (`$1,200 in 2023`): a date
-        is context, never another answer."""
+        is context, never another answer.
+      * And nothing after it, restatements included, that offers another answer in words or
+        qualifies this one: a qualified or alternative answer is not the answer, as `about 40` is
+        not. So no "or" in any language (`4 or a couple`, `4 or twice that`, `4 or V`, `4 o cinco`,
+        `4 ou cinq`), no estimate or bound (`40 or so`, `40ish`, `40-odd`, `40 approximately`,
+        `40 at least`, `40 at most`, `40 and up`, `40 plus`, `up to`; _qualifier lists the words), no
+        sign of one (`40?`, `40 \\approx`, `40 \\pm`, U+2248, U+00B1, `<`, `>`), and outside a
+        restatement no `+` and no `~` that is no LaTeX space (`40+`, `40 ~`)."""
     found = _PLAIN_NUMBER.search(line)
     if found is None:
         return None
@@ -188,9 +256,40 @@ def _hash_number(line: str) -> Fraction | None:
         return None
     own, restatements = parts
     unit = _unit(own) or ("dollar" if "$" in prefix else None)
-    if _holds_a_number(own):
+    tail = line[found.end():]
+    if _holds_a_number(own) or _qualifier(tail) or _QUALIFYING_SIGN.search(tail) or _OWN_QUALIFYING_SIGN.search(own):
         return None
     return value if all(_restates(text, value, unit) for text in restatements) else None
+
+
+def _qualifier(text: str) -> str | None:
+    """The first word in a text that offers another answer or qualifies the answer; None if there is none.
+    Such a word: "or" in any of _ALTERNATIVE_WORDS (`4 or a couple`, `4 o cinco`, `4 ou cinq`; a one-letter
+    one only as a word of its own, between spaces, braces or parentheses, so `90^o` is a degree); an
+    estimate or a bound, _APPROXIMATE_WORDS (`40 approximately`, `40ish`, `40 at least`, `40 at most`);
+    _FINAL_BOUND_WORDS as the last word (`40 over`, `40 plus`), _BOUND_WORDS after "and", "no" or
+    "not" (`40 and up`, `no less`); "up to"; a hyphen then "odd" or "some" (`40-odd`); and
+    _CJK_QUALIFIER anywhere."""
+    found = _CJK_QUALIFIER.search(text) or _HYPHEN_ESTIMATE.search(text)
+    if found:
+        return found.group(0)
+    words = [(m.group(0).lower(), m.start(), m.end()) for m in _LETTER_WORD.finditer(text)]
+    for k, (word, start, end) in enumerate(words):
+        if word in _ALTERNATIVE_WORDS and (len(word) > 1 or (
+                text[start - 1:start] in ("", " ", "{", "(") and text[end:end + 1] in ("", " ", "}", ")"))):
+            return word
+        previous, following = words[k - 1][0] if k else "", words[k + 1][0] if k + 1 < len(words) else ""
+        if (word in _APPROXIMATE_WORDS or (word in _FINAL_BOUND_WORDS and not following)
+                or (word in _BOUND_WORDS and previous in ("and", "no", "not")) or (word, following) == ("up", "to")):
+            return word
+    return None
+
+
+# Signs that qualify a "####" answer wherever they stand after it (approximately, plus or minus, at most, at
+# least, a question mark), and, outside a restatement, a "+" (`40+`) and a "~" that is no LaTeX space.
+_QUALIFYING_SIGN = re.compile(r"[\u2248\u2243\u00b1\u2213\u2272\u2273\u2264\u2265<>?]"
+                              r"|\\(?:approx|simeq|sim|pm|mp|lesssim|gtrsim|leq?|geq?|lt|gt)(?![A-Za-z])")
+_OWN_QUALIFYING_SIGN = re.compile(r"\+|~(?![A-Za-z\\])")
 
 
 def _plain_value(token: str) -> Fraction | None:
@@ -358,19 +457,33 @@ _VARIABLE = re.compile(r"\s*(?:[A-DF-HJ-Za-df-hj-z]|\\(?!pi(?![A-Za-z])|infty(?!
 _TEXT_COMMAND = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal|up)?|math(?:rm|bf|it|sf)|mbox|operatorname)"
                            r"\s*\{([^{}]*)\}")
 _WORDS = re.compile(r"[A-Za-z]+(?:(?:\s+|['-])[A-Za-z]+)*")
-_LETTERLESS_TEXT = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal|up)?|mathrm|mbox)\s*\{([^{}A-Za-z]*)\}")  # \text{5}
-_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word of two or more letters, not a \command
+# Text without a letter of any script: \text{5}, \mathrm{~}, \operatorname{ / }
+_LETTERLESS_TEXT = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal|up)?|math(?:rm|bf|it|sf|tt)|mbox|operatorname)"
+                              r"\s*\{((?:(?![^\W\d_])[^{}])*)\}")
+# A number and its unit in one text: \text{5 cm}, \textbf{5 apples} (nothing numeric after the number)
+_TEXT_NUMBER = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal|up)?|mathrm|mbox)\s*\{"
+                          r"\s*([-\u2212]?(?:\d+(?:[.,]\d+)*|\.\d+))(\s*[^\W\d_](?:(?!\d)[^{}])*)\}")
+_UNIT_SPACE = re.compile(r"~(?=\\(?:text|mathrm|mbox)(?![A-Za-z]))")  # 5~\text{cm}: a space before a unit
+_SIZED = re.compile(r"\\[bB]igg?[lrm]?(?![A-Za-z])")  # \big/ \Big( \bigl[: the delimiter, sized
+# A letter, as words are read in a boxed answer: of any script, but for the Greek letters of math (pi, theta)
+_LETTER = r"[^\W\d_\u0391-\u03a9\u03b1-\u03c9]"
+# A word before a digit: two or more letters, not a \command; or one letter beyond ASCII and math's Greek (the
+# one-letter words of other scripts and languages: Chinese huo, Spanish o-acute, Portuguese e-acute)
+_WORD = re.compile(r"(?<!\\)(?<!" + _LETTER + r")(?:" + _LETTER + r"{2,}|(?![A-Za-z])" + _LETTER + r")")
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[A-Za-z*]*\}")  # \begin{pmatrix}: its name is no word
-# "=" after a variable's name: x = 2, y = 3; x_1 = -1; \theta = 30^\circ
-_LABELLED_EQUALS = re.compile(r"(?<![\w\\])(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w{1,3}\}?)?\s*=")
+# "=" after a variable's or a function's name: x = 2, y = 3; x_1 = -1; \theta = 30^\circ; f(x) = 2x+3
+_LABELLED_EQUALS = re.compile(r"(?<![\w\\])(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w{1,3}\}?)?"
+                              r"(?:\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?\s*=")
 _CONNECTIVE = re.compile(r"\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}|\b(?:or|and)\b")
 # The notation of an answer: each \command, escaped symbol and sign (letters, digits, spaces aside).
 _NOTATION_TOKEN = re.compile(r"\\(?:[A-Za-z]+|.)|[^\w\s]")
 # Notation any answer may use: arithmetic, grouping, spacing, functions, constants, units and text. What
 # math-verify reads by dropping all but one side (12 | 34, 12 \to 34, 12 \approx 34, 12 \\ 34,
-# 12 \cup 34, 12 \dots 34 are each read as one of the two) is allowed only where the reference uses it.
+# 12 \cup 34, 12 \dots 34 are each read as one of the two) is allowed only where the reference uses it, and
+# so is \infty: math-verify's comparisons with it depend on what it compared before (\boxed{4\times\infty5}
+# now and then equals 4 in a long-running grader).
 _NOTATION = frozenset(["\\" + name for name in (
-    "frac dfrac tfrac cfrac sqrt pi infty circ degree cdot times div left right big Big bigl bigr Bigl Bigr "
+    "frac dfrac tfrac cfrac sqrt pi circ degree cdot times div left right big Big bigl bigr Bigl Bigr "
     "lfloor rfloor lceil rceil log ln lg exp sin cos tan sec csc cot arcsin arccos arctan sinh cosh tanh binom "
     "dbinom tbinom overline displaystyle textstyle text textbf textrm textit textsf texttt textup textnormal "
     "mathrm mathbf mathit mathbb mbox operatorname quad qquad alpha beta gamma delta epsilon varepsilon zeta "
@@ -383,16 +496,20 @@ _COLLECTION_NOTATION = frozenset(["\\{", "\\}", "\\in", "\\pm", "\\mp", "\\empty
 
 def _normalize(latex: str, commas: bool | None) -> str:
     """A boxed answer in one written form: typeset signs as LaTeX (U+2212 minus, U+00D7 times, U+2264,
-    U+2265, the degree sign), text without letters as what it holds (`\\text{5}`: 5), no final period,
-    `\\lor` and `\\vee` as "or", digits in thousands groups as one number (12\\,300, 1{,}000, 10,\\!000:
-    12300, 1000, 10000; only when every group after the first has exactly three digits, so 12\\,30 and
-    1,2 stay), and scientific notation as a power of ten (1.5e3: 1.5\\times10^{3}; an exponent of at
-    most three digits). commas: whether a plain comma between groups of three is a thousands separator
-    (True: 12,300 is 12300, as when the reference is one number), a list's comma (False: 1,234 is the
-    two numbers 1 and 234, as when the reference is a tuple, an interval or a set), or left as
-    math-verify reads it (None: the reference itself)."""
-    text = _LOGICAL_OR.sub(" or ", _LETTERLESS_TEXT.sub(r"\1", latex.translate(_SYMBOLS)))
+    U+2265, the degree sign), text without letters as what it holds (`\\text{5}`, `\\mathrm{~}`,
+    `\\operatorname{ / }`: 5, ~, /), a number and its unit in one text as the number and the unit
+    (`\\text{5 cm}`: 5\\text{ cm}), a ~ before a unit as a space, a sized delimiter as the delimiter
+    (`\\big/`, `\\Bigl(`: /, (), no final period, `\\lor` and `\\vee` as "or", digits in thousands
+    groups as one number (12\\,300, 1{,}000, 10,\\!000: 12300, 1000, 10000; only when every group after
+    the first has exactly three digits, so 12\\,30 and 1,2 stay), and scientific notation as a power of
+    ten (1.5e3: 1.5\\times10^{3}; an exponent of at most three digits). commas: whether a plain comma
+    between groups of three is a thousands separator (True: 12,300 is 12300, as when the reference is
+    one number), a list's comma (False: 1,234 is the two numbers 1 and 234, as when the reference is a
+    tuple, an interval or a set), or left as math-verify reads it (None: the reference itself)."""
+    text = _SIZED.sub("", _LETTERLESS_TEXT.sub(r"\1", latex.translate(_SYMBOLS)))
+    text = _LOGICAL_OR.sub(" or ", _TEXT_NUMBER.sub(r"\1\\text{\2}", text))
     text = _GROUPS[bool(commas)].sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
+    text = _UNIT_SPACE.sub(" ", text)
     if commas is False:
         text = re.sub(r"(?<=\d),(?=\d)", ", ", text)
     text = _SCIENTIFIC.sub(r"\1\\times10^{\2}", text).strip()
@@ -452,6 +569,26 @@ def _words(answer: str) -> str | None:
     return " ".join(text.lower().split()) if _WORDS.fullmatch(text) else None
 
 
+_LETTER_LIST = re.compile(r"\(?[A-Za-z]\)?(?:\s*(?:,|;|\band\b)\s*\(?[A-Za-z]\)?)+")
+
+
+def _letters(answer: str, capitals: bool = False) -> tuple[str, ...] | None:
+    """The choices of a multi-select answer, two or more single letters separated by commas, semicolons or
+    "and" (`\\text{A, C}`, `(A), (C)`, `A and C`), in upper case and sorted: the order in which they are
+    listed is no part of the answer (`C, A` is `A, C`); None if the answer is no such list, or (capitals)
+    has a lower-case letter (a reference `x, y` is math)."""
+    text = answer
+    for _ in range(3):  # \text{\textbf{A, C}}
+        text = _TEXT_COMMAND.sub(r"\1", text)
+    text = text.replace("\\ ", " ").replace("~", " ").strip(" \t\n.$")
+    if not _LETTER_LIST.fullmatch(text):
+        return None
+    letters = re.findall(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])", text)
+    if capitals and not all(letter.isupper() for letter in letters):
+        return None
+    return tuple(sorted(letter.upper() for letter in letters))
+
+
 def _text_before_a_digit(latex: str) -> bool:
     """Whether a word of two or more letters, bare or in \\text{}, comes before a digit: `4 \\text{ or } 5`,
     `5 \\text{ (not } 4)`, `4 or maybe 5`. math-verify reads such an answer as one of its numbers (or a
@@ -464,27 +601,149 @@ def _text_before_a_digit(latex: str) -> bool:
 
 def _sides(latex: str) -> list[str] | None:
     """An answer written as a chain of equalities, as its sides: a first side without a digit is a label
-    and is dropped (`x = 5`, `\\text{Area} = 25`: "5", "25"); `3 + 4 = 7` is two sides, each of which
-    must be right. None for more than three sides."""
+    and is dropped (`x = 5`, `\\text{Area} = 25`: "5", "25"), else a last side that is a variable's name
+    (`5 = x`: "5"); `3 + 4 = 7` is two sides, each of which must be right. None for more than three
+    sides."""
     sides = latex.split("=")
     if len(sides) > 1 and not re.search(r"\d", sides[0]):
         sides = sides[1:]
+    elif len(sides) > 1 and _VARIABLE.fullmatch(sides[-1]):
+        sides = sides[:-1]
     return sides if len(sides) <= 3 else None
+
+
+_BRACKET = re.compile(r"\\\\|\\[{}]|\\[lr](?:floor|ceil)(?![A-Za-z])|[()\[\]]")
+
+
+def _balanced(latex: str) -> bool:
+    """Whether an answer's brackets close as they open: "(" and "[" against ")" and "]" (so a half-open
+    interval, [2,5), is balanced), \\{ against \\}, \\lfloor against \\rfloor, \\lceil against \\rceil.
+    math-verify reads `4 ( 5`, `4 ] 5`, `\\frac{1}{2}(3` or `4 \\lfloor 5` as the number on one side."""
+    depth = {"(": 0, "{": 0, "floor": 0, "ceil": 0}
+    for found in _BRACKET.finditer(latex):
+        token = found.group(0)
+        if token == "\\\\":  # a matrix's row break, not a brace
+            continue
+        kind = "(" if token in "()[]" else "{" if len(token) == 2 else token[2:]
+        depth[kind] += 1 if token in "([" or token == "\\{" or token[1:2] == "l" else -1
+        if depth[kind] < 0:
+            return False
+    return not any(depth.values())
+
+
+# An answer's tokens as _joined reads them: a number (digits, a decimal point between or before them), a
+# text (its letters are words, read by _qualifier and _text_before_a_digit), a \command, an escaped sign, space.
+_GAP_TOKEN = re.compile(r"(?P<num>\d+(?:\.\d+)?|\.\d+)|(?P<text>\\(?:text(?:bf|it|rm|sf|tt|normal|up)?"
+                        r"|math(?:rm|bf|it|sf|tt|bb|cal|frak)|mbox|operatorname)\s*\{[^{}]*\})|\\(?P<cmd>[A-Za-z]+)"
+                        r"|\\(?P<esc>.)|(?P<space>\s+)|(?P<char>.)", re.DOTALL)
+# What joins two numbers into one expression: an operator or a function (kind "join")...
+_JOINING_SIGNS = frozenset("+-*/^_=,;:!|<>&")
+# ... unlike spacing and style, which say nothing (dropped) ...
+_SILENT_COMMANDS = frozenset("quad qquad displaystyle textstyle scriptstyle scriptscriptstyle left right limits "
+                             "nolimits mathbb mathrm mathbf mathit mathsf mathcal mathfrak text textbf textrm textit "
+                             "textsf texttt textup textnormal mbox operatorname".split())
+# ... and values and marks, which stand side by side with a number (kind "value": `4 e 5`, `4 \\circ 5`).
+_VALUE_COMMANDS = frozenset("pi infty circ degree prime dots ldots cdots vdots ddots ell hbar alpha beta gamma "
+                            "delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi omicron rho "
+                            "varrho sigma varsigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi "
+                            "Pi Sigma Upsilon Phi Psi Omega".split())
+_FRACTION_COMMANDS = frozenset("frac dfrac tfrac cfrac binom dbinom tbinom".split())  # two arguments
+
+
+def _gap_kind(found: re.Match) -> tuple[str, str] | None:
+    """(kind, text) of a _GAP_TOKEN between two numbers: "join", "open", "close", "{", "}" or "value";
+    None for what says nothing (spaces, spacing and style commands, ~)."""
+    if found.group("text") is not None:
+        return "value", "text"
+    if (name := found.group("cmd")) is not None:
+        if name in _SILENT_COMMANDS:
+            return None
+        if name in ("lfloor", "lceil", "langle", "rfloor", "rceil", "rangle"):
+            return ("open" if name[0] == "l" else "close"), name
+        return ("value" if name in _VALUE_COMMANDS else "join"), name
+    if (sign := found.group("esc")) is not None:
+        if sign in ",;:! ":
+            return None
+        return {"{": ("open", sign), "}": ("close", sign), "\\": ("join", sign)}.get(sign, ("value", sign))
+    sign = found.group("char")
+    if sign is None or sign == "~":
+        return None
+    if sign in "([":
+        return "open", sign
+    if sign in ")]":
+        return "close", sign
+    if sign in "{}":
+        return sign, sign
+    return ("join" if sign in _JOINING_SIGNS else "value"), sign
+
+
+def _joined(latex: str) -> bool:
+    """Whether every two numbers next to each other in an answer are joined into one expression, as an
+    answer to a reference that is one number must be. Between them (spaces, spacing and style commands,
+    ~ and empty braces aside) there must be an operator, a function or a relation (`2 \\cdot 3`,
+    `2\\sqrt{3}`, `10^{3}`, `3 + 4 = 7`), an opening bracket (`2(3+1)`, `(4)(5)`), or the step from one
+    argument to the next (`\\frac{1}{2}`, `\\sqrt[3]{8}`); a number in a subscript or a superscript, or a
+    fraction's first argument, joins the next (`\\log_2 8`, `\\frac{\\sqrt 3}2`). Else the answer is two
+    numbers side by side (`4 ~ 5`, `4 . 5`, `4 {} 5`, `4\\textstyle 5`, `4 \\circ 5`, `4 e 5`,
+    `\\frac{1}{2}\\text{y}3`, `12\\,30`), which math-verify reads as one of them, their sum, or nothing."""
+    gap, seen_number, joins_next, fraction = [], False, False, False
+    for found in _GAP_TOKEN.finditer(latex):
+        if found.group("num") is None:
+            token = _gap_kind(found)
+            if token is None:
+                continue
+            if token[0] == "}" and gap and gap[-1][0] == "{":
+                gap.pop()  # {}: an empty group says nothing
+            else:
+                gap.append(token)
+            fraction = fraction or (token[0] == "join" and token[1] in _FRACTION_COMMANDS)
+            continue
+        if seen_number and not joins_next and not (
+                any(kind == "join" for kind, _ in gap) or (gap and gap[-1][0] == "open")
+                or any(a[0] in ("}", "close") and b[0] == "{" for a, b in zip(gap, gap[1:]))):
+            return False
+        before = gap[-2] if gap and gap[-1][0] == "{" and len(gap) > 1 else gap[-1] if gap else None
+        script = before in (("join", "_"), ("join", "^"))  # x_1, 10^{3}
+        # \frac{1}{2}, \frac1{2}: the first argument; \frac12 holds both
+        numerator = fraction and not (gap and gap[-1][1] in _FRACTION_COMMANDS and len(found.group("num")) > 1)
+        joins_next, fraction, seen_number, gap = script or numerator, False, True, []
+    return True
 
 
 def _plain_notation(ref: Reference, latex: str) -> bool:
     """Whether an answer is written as one answer: no notation outside _NOTATION that the reference does
-    not use (_COLLECTION_NOTATION as well for a reference that is no single number), and no text
-    before a digit unless the reference has some."""
+    not use (_COLLECTION_NOTATION as well for a reference that is no single number), no text before a
+    digit unless the reference has some, and against a reference that is one number, no two numbers
+    side by side (_joined)."""
     allowed = _NOTATION | ref.notation | (frozenset() if ref.one_number else _COLLECTION_NOTATION)
     if any(token.group(0) not in allowed for token in _NOTATION_TOKEN.finditer(latex)):
+        return False
+    if ref.one_number and not _joined(latex):
         return False
     return ref.prose or not _text_before_a_digit(latex)
 
 
-def _parse(latex: str) -> list:
-    """A boxed answer as math-verify reads it ([] when it reads nothing)."""
-    return math_verify_module().parse("\\boxed{" + latex + "}", parsing_timeout=None)  # the limit: envs.Scorer
+_COMMAND_NAME = re.compile(r"\\[A-Za-z]+")
+
+
+def _offers_more(latex: str) -> bool:
+    """Whether the words of a boxed answer (\\commands aside) offer another answer or qualify it
+    (_qualifier: `40 \\text{ or more}`, `4 \\text{ o cinco}`, `40 \\text{ (approx.)}`) or name a number
+    (`5 \\text{ hundred}`, `4 \\text{ or five}`)."""
+    text = _COMMAND_NAME.sub(" ", latex)
+    return _qualifier(text) is not None or _NUMBER_WORD.search(text) is not None
+
+
+def _parse(latex: str, answer: bool = False) -> list:
+    """A boxed answer as math-verify reads it ([] when it reads nothing). A reference is read as TRL and
+    open-r1 read one; an answer (answer=True) only as LaTeX, without math-verify's fallbacks: where its
+    LaTeX grammar cannot read the whole answer (`4 ( 5`, `4 \\mathbb 5`, `4 или 5`), the default
+    reading falls back to a plain number found in the text (the last or the first), one of a hedge's."""
+    mv = math_verify_module()
+    if answer:
+        return mv.parse("\\boxed{" + latex + "}", extraction_config=[mv.LatexExtractionConfig()],
+                        fallback_mode="no_fallback", parsing_timeout=None)
+    return mv.parse("\\boxed{" + latex + "}", parsing_timeout=None)  # the limit: envs.Scorer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -494,7 +753,9 @@ class Reference:
     math-verify reads it; number: GSM8K's number (None for MATH); words: a text answer's words (None
     unless it is one); one_number: math-verify reads it as one number (so a comma between groups of
     three digits in an answer is a thousands separator); notation: its _NOTATION_TOKENs (an answer may
-    use them too); prose: it has text before a digit (so an answer may too)."""
+    use them too); prose: it has text before a digit (so an answer may too); qualified: its own words
+    qualify it or name a number (_offers_more; so an answer's may); letters: the choices of a
+    multi-select reference (_letters; None unless it is one)."""
     fmt: str
     latex: str
     parsed: list
@@ -503,13 +764,16 @@ class Reference:
     one_number: bool = False
     notation: frozenset = frozenset()
     prose: bool = False
+    qualified: bool = False
+    letters: tuple | None = None
 
 
 def parse_reference(answer: str, fmt: str) -> Reference:
     """A reference final answer as answers are compared with it; ValueError if it is too long or reads
     as nothing. fmt "hash": GSM8K's "#### n", one number (_hash_number); "boxed": a LaTeX answer (MATH's
-    \\boxed content, MATH-500's `answer`), compared as words when it is text (Yes, Monday, \\text{(C)};
-    a bare single letter is math: x, e), else read by math-verify."""
+    \\boxed content, MATH-500's `answer`), compared as a set of choices when it lists several capital
+    letters (\\text{A, C}: _letters), as words when it is text (Yes, Monday, \\text{(C)}; a bare single
+    letter is math: x, e), else read by math-verify."""
     if fmt not in MATH_FORMATS:
         raise ValueError(f"math answer format must be one of {MATH_FORMATS}, got {fmt!r}")
     if not isinstance(answer, str) or not answer.strip():
@@ -525,6 +789,9 @@ def parse_reference(answer: str, fmt: str) -> Reference:
         latex = str(number)
         return Reference(fmt, latex, _parse(latex), number=number, one_number=True)
     answer = answer.strip()
+    letters = _letters(answer, capitals=True)
+    if letters is not None:
+        return Reference(fmt, answer, [], letters=letters)
     words = None if re.fullmatch(r"[A-Za-z]", answer) else _words(answer)
     if words is not None:
         return Reference(fmt, answer, [], words=words)
@@ -534,7 +801,7 @@ def parse_reference(answer: str, fmt: str) -> Reference:
         raise ValueError(f"the reference answer {answer[:80]!r} is not read as math by math-verify")
     return Reference(fmt, latex, parsed, one_number=getattr(parsed[0], "is_number", False) is True,
                      notation=frozenset(t.group(0) for t in _NOTATION_TOKEN.finditer(latex)),
-                     prose=_text_before_a_digit(latex))
+                     prose=_text_before_a_digit(latex), qualified=_offers_more(latex))
 
 
 def _boxed_right(ref: Reference, answer: str) -> bool:
@@ -542,11 +809,15 @@ def _boxed_right(ref: Reference, answer: str) -> bool:
     (_answer_sides) written as one answer (_plain_notation) and equal to the reference as math-verify
     compares them. Against a reference that is no single number, "or" and "and" list its elements
     (`-1 \\text{ or } 3`: -1, 3), as math-verify reads them. A percent sign left inside the answer
-    where the reference has none is wrong (math-verify would read 4000\\% as 40)."""
+    where the reference has none is wrong (math-verify would read 4000\\% as 40), as are brackets that do
+    not balance (_balanced) and words that qualify the answer or offer another (_offers_more) where the
+    reference has none."""
     latex = _as_interval(_strip_percent(_normalize(answer, commas=ref.one_number)))
     if not ref.one_number:
         latex = _CONNECTIVE.sub(",", latex)
     if "%" in latex and "%" not in ref.latex:
+        return False
+    if not _balanced(latex) or (not ref.qualified and _offers_more(latex)):
         return False
     sides = _answer_sides(ref, latex)
     return sides is not None and all(_plain_notation(ref, side) and _equal(ref, side) for side in sides)
@@ -555,27 +826,34 @@ def _boxed_right(ref: Reference, answer: str) -> bool:
 def _answer_sides(ref: Reference, latex: str) -> list[str] | None:
     """What of an answer is compared with the reference: all of it where the reference is itself an
     equation or the answer has no "="; against one number, each side (_sides: `3 + 4 = 7` is right
-    for 7, `12 = 34` for neither); against anything else, all of it when each "=" follows a variable's
-    name (`x = -1, x = 3`; `x = 2, y = 3`), else nothing (`(1,2) = (3,4)`: None)."""
+    for 7, `12 = 34` for neither, `5 = x` for 5); against a reference that is one letter, nothing
+    (`D = C` offers two letters); against anything else, all of it when each "=" follows a variable's
+    or a function's name (`x = -1, x = 3`; `x = 2, y = 3`; `f(x) = 2x+3`), else nothing
+    (`(1,2) = (3,4)`: None)."""
     if "=" in ref.latex or "=" not in latex:
         return [latex]
     if ref.one_number:
         return _sides(latex)
+    if re.fullmatch(r"[A-Za-z]", ref.latex):
+        return None  # D = C: two letters offered for one
     return [latex] if latex.count("=") == len(_LABELLED_EQUALS.findall(latex)) else None
 
 
 def _equal(ref: Reference, latex: str) -> bool:
     """Whether math-verify reads the answer as equal to the reference."""
-    pred = _parse(latex)
+    pred = _parse(latex, answer=True)
     return bool(pred) and math_verify_module().verify(ref.parsed, pred, timeout_seconds=None)
 
 
 def _right(ref: Reference, answer: str, how: str) -> bool:
-    """Whether an answer found by `how` ("boxed", "hash", "last_number") equals the reference: a text
-    reference as words; a boxed answer by _boxed_right; a "####" line or last number as one number
-    (_hash_number), equal to a GSM8K reference exactly, to a MATH one by _boxed_right."""
+    """Whether an answer found by `how` ("boxed", "hash", "last_number") equals the reference: a
+    multi-select reference as its set of letters; a text reference as words; a boxed answer by
+    _boxed_right; a "####" line or last number as one number (_hash_number), equal to a GSM8K
+    reference exactly, to a MATH one by _boxed_right."""
     if len(answer) > MAX_ANSWER_CHARS:
         return False
+    if ref.letters is not None:
+        return _letters(answer) == ref.letters
     if ref.words is not None:
         return _words(answer) == ref.words
     if how == "boxed":

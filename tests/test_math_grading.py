@@ -12,6 +12,12 @@ import pytest
 
 import math_answers
 
+
+def _either(completion: str, a: str, b: str) -> list:
+    """Rows for a boxed hedge of a and b: it scores 0 whichever of the two is the gold."""
+    return [(completion, a, "boxed", 0), (completion, b, "boxed", 0)]
+
+
 # (completion, gold, fmt, expected reward). fmt "hash": GSM8K's "#### n"; "boxed": MATH's \boxed{}.
 TABLE = [
     # --- GSM8K: plain numbers
@@ -90,6 +96,49 @@ TABLE = [
     ("#### 5 (", "5", "hash", 0),                                    # unbalanced: read as nothing
     ("#### 12 or \u00bd", "12", "hash", 0),                          # a vulgar fraction is a number
     ("#### 12 \u2076", "12", "hash", 0),                              # so is a superscript
+    # --- GSM8K: a qualified answer, or another offered in words (not the answer, as "about 40" is not)
+    ("#### 40 or more", "40", "hash", 0),
+    ("#### 40 or fewer", "40", "hash", 0),
+    ("#### 40+", "40", "hash", 0),
+    ("#### 40 at least", "40", "hash", 0),
+    ("#### 40 at most", "40", "hash", 0),
+    ("#### 40 or so", "40", "hash", 0),
+    ("#### 40ish", "40", "hash", 0),
+    ("#### 40-odd", "40", "hash", 0),
+    ("#### 40 approximately", "40", "hash", 0),
+    ("#### 40 (approx.)", "40", "hash", 0),
+    ("#### 40 and up", "40", "hash", 0),
+    ("#### 40 plus", "40", "hash", 0),
+    ("#### 40?", "40", "hash", 0),
+    ("#### 40 \u5de6\u53f3", "40", "hash", 0),                        # Chinese "or so"
+    ("#### 4 (= 4) or more", "4", "hash", 0),                       # a restatement, then a bound
+    ("#### 4 (4 + 0) or so", "4", "hash", 0),
+    ("#### 4 or a couple", "4", "hash", 0),
+    ("#### 4 or a pair", "4", "hash", 0),
+    ("#### 4 or double that", "4", "hash", 0),
+    ("#### 4 or twice that", "4", "hash", 0),
+    ("#### 4 or the next integer", "4", "hash", 0),
+    ("#### 4 or a few more", "4", "hash", 0),
+    ("#### 4 or^3", "4", "hash", 0),
+    ("#### 4 or x^3", "4", "hash", 0),
+    ("#### 4 o cinco", "4", "hash", 0),                             # "or" in other languages
+    ("#### 4 ou cinq", "4", "hash", 0),
+    ("#### 4 oder f\u00fcnf", "4", "hash", 0),
+    ("#### 4 or f\u00fcnf", "4", "hash", 0),
+    ("#### 4 or V", "4", "hash", 0),
+    ("#### 4 or IV", "4", "hash", 0),
+    ("#### 4 y cinco", "4", "hash", 0),                             # a number word in Spanish
+    ("#### 4 \u0438\u043b\u0438 \u043f\u044f\u0442\u044c", "4", "hash", 0),          # Russian "4 or five"
+    ("#### 18 eggs per day", "18", "hash", 1),                      # units stay honest
+    ("#### 5 hours.", "5", "hash", 1),
+    ("#### 5 o'clock", "5", "hash", 1),                             # one word, not "o"
+    ("#### 5 more apples", "5", "hash", 1),                         # answers "how many more"
+    ("#### 500 feet above sea level", "500", "hash", 1),            # "above" ends no answer here
+    # --- GSM8K: the number not first and alone (GSM8K's own regex reads 6, nothing, 1, nothing)
+    ("#### 6 x 3 = 18", "18", "hash", 0),
+    ("#### Answer: 18", "18", "hash", 0),
+    ("#### 1 000 000", "1000000", "hash", 0),
+    ("#### `18`", "18", "hash", 0),
     # --- GSM8K: restatements
     ("#### 15 (5 + 10)", "15", "hash", 1),
     ("#### 15 = 5 + 10", "15", "hash", 1),
@@ -220,6 +269,97 @@ TABLE = [
     ("$\\boxed{4, 5}$", "4", "boxed", 0),
     ("$\\boxed{4 \\text{ (or } 5\\text{)}}$", "4", "boxed", 0),
     ("$\\boxed{\\text{Area} = 25}$", "25", "boxed", 1),              # a label, not a hedge
+    # --- boxed: "or", "and", "to" in another language or script, or a one-letter word, between numbers
+    *_either("\\boxed{4 \\text{\u6216} 5}", "4", "5"),                     # Chinese "or"
+    *_either("\\boxed{4 \\text{ \u6216 } 5}", "4", "5"),
+    *_either("\\boxed{\\text{4 \u6216 5}}", "4", "5"),
+    *_either("\\boxed{4 \\mathrm{\u6216} 5}", "4", "5"),
+    *_either("\\boxed{4 \u0438\u043b\u0438 5}", "4", "5"),                   # Russian "or"
+    *_either("\\boxed{4 \\text{\u0438\u043b\u0438} 5}", "4", "5"),
+    *_either("\\boxed{4 \\textrm{ \ub610\ub294 } 5}", "4", "5"),            # Korean
+    *_either("\\boxed{4 \\text{ \u307e\u305f\u306f } 5}", "4", "5"),        # Japanese
+    *_either("\\boxed{4 \\text{ \u0623\u0648 } 5}", "4", "5"),              # Arabic
+    *_either("\\boxed{4 \\text{\u00f3} 5}", "4", "5"),                    # Spanish
+    *_either("\\boxed{4 \\text{\u00e9} 5}", "4", "5"),                    # Portuguese
+    *_either("\\boxed{4 \\text{ (o } 5)}", "4", "5"),
+    *_either("\\boxed{4 \\operatorname{ o } 5}", "4", "5"),
+    *_either("\\boxed{4 e 5}", "4", "5"),
+    *_either("\\boxed{4 a 5}", "4", "5"),
+    *_either("\\boxed{\\frac{1}{2}\\textsf{y}3}", "\\frac12", "3"),
+    *_either("\\boxed{\\frac{1}{2}\\text{\u6216}3}", "\\frac12", "3"),
+    ("$\\boxed{2x+1}$", "2x+1", "boxed", 1),                       # a one-letter variable is no word
+    ("$\\boxed{y = 2x+1}$", "2x+1", "boxed", 1),
+    # --- boxed: a range or a malformed separator between numbers (math-verify reads one of them)
+    *_either("\\boxed{4 ~ 5}", "4", "5"),
+    *_either("\\boxed{4 \\text{ ~ } 5}", "4", "5"),
+    *_either("\\boxed{4 \\mathrm{~} 5}", "4", "5"),
+    *_either("\\boxed{4 ... 5}", "4", "5"),
+    *_either("\\boxed{4 \\text{ ... } 5}", "4", "5"),
+    *_either("\\boxed{4 .. 5}", "4", "5"),
+    *_either("\\boxed{4 . 5}", "4", "5"),
+    *_either("\\boxed{4 ( 5}", "4", "5"),
+    *_either("\\boxed{4 ) 5}", "4", "5"),
+    *_either("\\boxed{4 [ 5}", "4", "5"),
+    *_either("\\boxed{4 ] 5}", "4", "5"),
+    *_either("\\boxed{4 {} 5}", "4", "5"),
+    *_either("\\boxed{4\\textstyle 5}", "4", "5"),
+    *_either("\\boxed{4 \\text{ [ } 5}", "4", "5"),
+    *_either("\\boxed{4 \\text{ ) } 5}", "4", "5"),
+    *_either("\\boxed{4 \\operatorname{ , } 5}", "4", "5"),
+    *_either("\\boxed{4 \\operatorname{ / } 5}", "4", "5"),
+    *_either("\\boxed{4 \\mathbb 5}", "4", "5"),
+    *_either("\\boxed{4 \\circ 5}", "4", "5"),
+    *_either("\\boxed{4 \\lfloor 5}", "4", "5"),
+    *_either("\\boxed{\\frac{1}{2}(3}", "\\frac12", "3"),
+    *_either("\\boxed{\\frac{1}{2}{}3}", "\\frac12", "3"),
+    *_either("\\boxed{\\frac{1}{2}\\text{[}3}", "\\frac12", "3"),
+    *_either("\\boxed{4 \\big/ 5}", "4", "5"),                         # it is 4/5
+    *_either("\\boxed{4 \\Big/ 5}", "4", "5"),
+    ("$\\boxed{4 \\big/ 5}$", "\\frac{4}{5}", "boxed", 1),
+    ("$\\boxed{\\log_2 8}$", "3", "boxed", 1),                       # a subscript joins the next number
+    ("$\\boxed{\\sqrt[3]{8}}$", "2", "boxed", 1),
+    ("$\\boxed{\\frac{\\sqrt 3}2}$", "\\frac{\\sqrt{3}}{2}", "boxed", 1),
+    ("$\\boxed{1\\frac{1}{2}}$", "\\frac{3}{2}", "boxed", 1),
+    # --- boxed: words after the number that qualify it or offer another
+    ("$\\boxed{4 \\text{ or V}}$", "4", "boxed", 0),
+    ("$\\boxed{4 \\text{ or a couple}}$", "4", "boxed", 0),
+    ("$\\boxed{4 \\text{ o cinco}}$", "4", "boxed", 0),
+    ("$\\boxed{4 \\text{ or twice that}}$", "4", "boxed", 0),
+    ("$\\boxed{40 \\text{ or more}}$", "40", "boxed", 0),
+    ("$\\boxed{40 \\text{ at least}}$", "40", "boxed", 0),
+    ("$\\boxed{40 \\text{ or so}}$", "40", "boxed", 0),
+    ("$\\boxed{40 \\text{ (approx.)}}$", "40", "boxed", 0),
+    ("$\\boxed{5 \\text{ hundred}}$", "5", "boxed", 0),              # a number word
+    ("$\\boxed{\\text{5 or so}}$", "5", "boxed", 0),
+    ("$\\boxed{5 \\text{ cm}}$", "5", "boxed", 1),                   # units stay honest
+    ("$\\boxed{5\\text{ cm}^2}$", "5", "boxed", 1),
+    ("$\\boxed{18 \\text{ dollars}}$", "18", "boxed", 1),
+    ("$\\boxed{5 \\text{ more}}$", "5", "boxed", 1),
+    ("$\\boxed{5~\\text{cm}}$", "5", "boxed", 1),
+    # --- boxed: a number and its unit in one \text{}
+    ("$\\boxed{\\text{5 cm}}$", "5", "boxed", 1),
+    ("$\\boxed{\\text{5 apples}}$", "5", "boxed", 1),
+    ("$\\boxed{\\textbf{5 cm}}$", "5", "boxed", 1),
+    ("$\\boxed{\\mbox{5 cm}}$", "5", "boxed", 1),
+    ("$\\boxed{\\text{5 cm}}$", "5\\text{ cm}", "boxed", 1),
+    ("$\\boxed{\\text{5 or 6}}$", "5", "boxed", 0),
+    # --- boxed: equations whose one side is a label
+    ("$\\boxed{5 = x}$", "5", "boxed", 1),
+    ("$\\boxed{f(x) = 2x+3}$", "2x+3", "boxed", 1),
+    ("$\\boxed{f(x) = 2x+4}$", "2x+3", "boxed", 0),
+    ("$\\boxed{D = C}$", "C", "boxed", 0),                          # two letters offered for one
+    ("$\\boxed{D = C}$", "D", "boxed", 0),
+    ("$\\boxed{C}$", "C", "boxed", 1),
+    # --- boxed: several choices, in any order
+    ("$\\boxed{A, C}$", "\\text{A, C}", "boxed", 1),
+    ("$\\boxed{\\text{C, A}}$", "\\text{A, C}", "boxed", 1),
+    ("$\\boxed{(C), (A)}$", "\\text{A, C}", "boxed", 1),
+    ("$\\boxed{A, C, D}$", "\\text{A, C}", "boxed", 0),
+    ("$\\boxed{A}$", "\\text{A, C}", "boxed", 0),
+    ("$\\boxed{A, A, C}$", "\\text{A, C}", "boxed", 0),
+    # --- boxed: math-verify's numeric tolerance (6 decimal places), left as TRL and open-r1 use it
+    ("$\\boxed{1.414214}$", "\\sqrt2", "boxed", 1),
+    ("$\\boxed{1.4142}$", "\\sqrt2", "boxed", 0),
     # --- reasoning blocks
     ("<think>maybe \\boxed{3}</think> The answer is \\boxed{4}.", "4", "boxed", 1),
     ("<think>maybe \\boxed{3}</think> The answer is \\boxed{4}.", "3", "boxed", 0),
@@ -296,6 +436,61 @@ def test_no_hedge_of_two_numbers_scores_for_either(fmt, templates):
     assert not scored, scored[:10]
 
 
+# What may stand between two numbers and still leave two answers: "or", "and", "to" in other languages and
+# scripts, one-letter words, ranges, spacing, style, unbalanced brackets, marks (math-verify falls back to
+# the last or the first number where it cannot read the whole).
+SEPARATORS = [
+    " \\text{\u6216} ", "\\text{\u6216}", " \\mathrm{\u6216} ", " \u0438\u043b\u0438 ", " \\text{\u0438\u043b\u0438} ",
+    " \\textrm{ \ub610\ub294 } ", " \\text{ \u307e\u305f\u306f } ", " \\text{ \u0623\u0648 } ", " \\text{\u00f3} ",
+    " \\text{\u00e9} ", " \\operatorname{ o } ", " o ", " ou ", " oder ", " e ", " a ", " y ", "\\textsf{y}",
+    " ~ ", " \\text{ ~ } ", " \\mathrm{~} ", " ... ", " \\text{ ... } ", " .. ", " . ", " ( ", " ) ",
+    " [ ", " ] ", " {} ", "{}", "\\textstyle ", "\\displaystyle ", " \\text{ [ } ", "\\text{[}",
+    " \\text{ ) } ", " \\operatorname{ , } ", " \\operatorname{ / } ", " \\mathbb ", " \\circ ",
+    " \\lfloor ", " \\rceil ", " \\big/ ", " \\Big/ ", " \\, ", " \\; ", " \\quad ", " \\% ",
+    " \\text{ (o } ", " \\text{ a } ", " \\pi "]
+
+
+@pytest.mark.parametrize("fmt", ["hash", "boxed"])
+def test_no_two_numbers_around_a_separator_score_for_either(fmt):
+    """`\\boxed{a SEP b}` and `#### a SEP b` score 0 against a and against b, for every pair of different
+    numbers and every separator."""
+    scored = []
+    for (a, b), sep in itertools.product(itertools.permutations(NUMBERS, 2), SEPARATORS):
+        completion = f"\\boxed{{{a}{sep}{b}}}" if fmt == "boxed" else f"#### {a}{sep}{b}"
+        for gold in (a, b):
+            if math_answers.math_verdict(completion, gold if fmt == "hash" else _latex(gold), fmt)["reward"] != 0:
+                scored.append((completion, gold))
+    assert not scored, scored[:10]
+
+
+# What may follow the number and leave no answer: a bound, an estimate, another answer offered in words.
+QUALIFIERS = [" or more", " or fewer", " or less", "+", " at least", " at most", " or so", "ish", "-odd",
+              " approximately", " (approx.)", " roughly", " or a couple", " or twice that", " or V", " or IV",
+              " or the next integer", " or a few more", " o cinco", " ou cinq", " oder f\u00fcnf", " and up",
+              " and over", " plus", " max", " maybe", " give or take", " more or less", " \u6216", " \u5de6\u53f3",
+              " \u0438\u043b\u0438 \u043f\u044f\u0442\u044c", " y cinco", " or^3"]
+# What may follow it and leave the answer: units, as people write them.
+UNITS = [" dollars", " eggs per day", " cm", " m^2", " hours.", " more apples", " feet above sea level",
+         " km/h", " square units"]
+
+
+@pytest.mark.parametrize("fmt", ["hash", "boxed"])
+def test_a_qualified_answer_scores_0_and_a_unit_keeps_it_right(fmt):
+    """`#### n Q` and `\\boxed{n \\text{Q}}` score 0 against n for every qualifier Q; the same with a unit
+    instead scores 1."""
+    wrong = []
+    for n, (words, reward) in itertools.product(NUMBERS, [(q, 0) for q in QUALIFIERS] + [(u, 1) for u in UNITS]):
+        if fmt == "hash":
+            completion, gold = f"#### {n}{words}", n
+        else:
+            unit, power = words.split("^") if "^" in words else (words, "")
+            completion = f"\\boxed{{{n}\\text{{{unit}}}{'^' + power if power else ''}}}"
+            gold = _latex(n)
+        if math_answers.math_verdict(completion, gold, fmt)["reward"] != reward:
+            wrong.append((completion, gold, reward))
+    assert not wrong, wrong[:10]
+
+
 # Answers that are not one number: tuples, intervals, sets, matrices, expressions.
 COLLECTIONS = [("(1, 2)", "(3, 4)"), ("[1, 2]", "(3, 4]"), ("\\{1, 2\\}", "\\{3\\}"), ("x+1", "x+2"),
                ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}3\\\\4\\end{pmatrix}")]
@@ -359,11 +554,21 @@ def test_inequalities_read_as_intervals(latex, interval):
 
 def test_reading_is_linear_in_the_answer_length():
     """Crafted "####" lines and boxed answers near MAX_ANSWER_CHARS read in well under a second each:
-    parentheses, restatements and separators are single scans."""
+    parentheses, restatements, separators, qualifiers, brackets and the numbers side by side are single
+    scans."""
     n = math_answers.MAX_ANSWER_CHARS
     lines = ["1" + " (" * (n // 2 - 1), "1 (" + "(" * (n // 2 - 4) + "1" + ")" * (n // 2 - 4) + ")",
              "1 = " + "1 * " * (n // 4 - 2) + "1", "1" + ",000" * (n // 4 - 1), "1" + " " * (n - 2) + "x"]
+    lines += ["1 " + "o " * (n // 2 - 1), "1" + "-" * (n - 4) + "odd", "1 " + "and " * (n // 4 - 1) + "up"]
     boxed = ["1" + "\\,000" * (n // 5 - 1), "1" + "e" * (n - 1), "x \\le " * (n // 6)]
+    crafted = ["4 ~ " * (n // 4), "\\text{" * (n // 6), "\\text{5 " + "a" * (n - 8), "(" * n, "A, " * (n // 3),
+               " o" * (n // 2), "}{1" * (n // 3), "_" * (n - 3) + "1 2", "\\frac{1}" * (n // 8), "\\lfloor" * (n // 7)]
+    for text in crafted:  # the readers of one answer: each a single scan
+        for reader in (math_answers._joined, math_answers._balanced, math_answers._offers_more,
+                       math_answers._letters, math_answers._text_before_a_digit):
+            t0 = time.monotonic()
+            reader(text)
+            assert time.monotonic() - t0 < 0.1, (reader.__name__, text[:40])
     for line in lines:
         t0 = time.monotonic()
         math_answers.math_verdict("#### " + line, "1", "hash")
