@@ -10,23 +10,10 @@ The pairs on which the verifier still differs from one process carry, at the end
          verifier's two processes cannot, for the reason given. docs/verifier.md lists these.
 tests/test_fidelity.py checks both stay true, so a fixed difference shows up as a failing test.
 """
-import textwrap
+from fidelity_corpus import _src, _twin  # the same (old, new) edits
 
 FAMILIES = ("mbpp", "humaneval", "apps_io", "livecodebench", "bigcodebench")
 CORPUS: list = []
-
-
-def _src(text):
-    return textwrap.dedent(text).strip("\n") + "\n"
-
-
-def _twin(program, edit):
-    if isinstance(edit, str):
-        return _src(edit)
-    for old, new in [edit] if isinstance(edit, tuple) else edit:
-        assert program.count(old) == 1, f"the edit {old!r} must match exactly once"
-        program = program.replace(old, new)
-    return _src(program)
 
 
 def A(name, family, feature, program, tests, edit, bug, entry_point=None):
