@@ -240,7 +240,7 @@ def _hash_number(line: str) -> Fraction | None:
         not. So no "or" in any language (`4 or a couple`, `4 or twice that`, `4 or V`, `4 o cinco`,
         `4 ou cinq`), no estimate or bound (`40 or so`, `40ish`, `40-odd`, `40 approximately`,
         `40 at least`, `40 at most`, `40 and up`, `40 plus`, `up to`; _qualifier lists the words), no
-        sign of one (`40?`, `40 \\approx`, `40 \\pm`, U+2248, U+00B1, `<`, `>`), and outside a
+        sign of one (`40?`, `40 \\approx`, `40 \\pm`, U+2248, U+00B1, `<=`), and outside a
         restatement no `+` and no `~` that is no LaTeX space (`40+`, `40 ~`)."""
     found = _PLAIN_NUMBER.search(line)
     if found is None:
@@ -286,8 +286,9 @@ def _qualifier(text: str) -> str | None:
 
 
 # Signs that qualify a "####" answer wherever they stand after it (approximately, plus or minus, at most, at
-# least, a question mark), and, outside a restatement, a "+" (`40+`) and a "~" that is no LaTeX space.
-_QUALIFYING_SIGN = re.compile(r"[\u2248\u2243\u00b1\u2213\u2272\u2273\u2264\u2265<>?]"
+# least, a question mark; not a bare < or >, which close a tag: `<answer>#### 72</answer>`), and, outside
+# a restatement, a "+" (`40+`) and a "~" that is no LaTeX space.
+_QUALIFYING_SIGN = re.compile(r"[\u2248\u2243\u00b1\u2213\u2272\u2273\u2264\u2265?]|<=|>="
                               r"|\\(?:approx|simeq|sim|pm|mp|lesssim|gtrsim|leq?|geq?|lt|gt)(?![A-Za-z])")
 _OWN_QUALIFYING_SIGN = re.compile(r"\+|~(?![A-Za-z\\])")
 
