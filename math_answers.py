@@ -23,7 +23,8 @@ alternative answer is not the answer. The reading, in order:
                             expressions), the answer as LaTeX only (_parse), written as one answer
                             (_plain_notation: no two numbers side by side, _joined; brackets that
                             balance, _balanced; no words that qualify it or offer another, in any
-                            script, _offers_more, _text_before_a_digit)
+                            script, _offers_more, _text_before_a_digit) and read whole
+                            (_reads_every_number)
   a text reference          Yes, Monday, \\text{(C)}: compared as words (_words), since math-verify reads
                             "Yes" as the product of three symbols; several choices (\\text{A, C}) as a
                             set of letters, in any order (_letters)
@@ -841,9 +842,34 @@ def _answer_sides(ref: Reference, latex: str) -> list[str] | None:
 
 
 def _equal(ref: Reference, latex: str) -> bool:
-    """Whether math-verify reads the answer as equal to the reference."""
+    """Whether math-verify reads the answer as equal to the reference (and, against one number, reads
+    every number of it: _reads_every_number)."""
     pred = _parse(latex, answer=True)
-    return bool(pred) and math_verify_module().verify(ref.parsed, pred, timeout_seconds=None)
+    if not pred or not math_verify_module().verify(ref.parsed, pred, timeout_seconds=None):
+        return False
+    return not ref.one_number or _reads_every_number(latex, pred)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _reads_every_number(latex: str, pred: list) -> bool:
+    """Whether math-verify's reading of an answer depends on every run of digits in it (a unit's power,
+    as in 5\\text{ cm}^2, aside): with any one changed, the reading changes. Its LaTeX grammar recovers
+    from what it cannot read by dropping the rest (`\\frac{1}{2}\\sqrt\\theta3`, `\\frac{1}{2}.\\frac3`,
+    `\\frac{1}{2}/\\div3` read as 1/2), which would let one number of two stand for the answer. One
+    more parse per run of digits, and only for an answer that would otherwise be right."""
+    powers = [(m.start(), m.end()) for m in _UNIT_POWER.finditer(latex)]
+    shown = str(pred[0])
+    for found in _DIGITS.finditer(latex):
+        if any(start <= found.start() < end for start, end in powers):
+            continue
+        digits = found.group(0)
+        other = latex[:found.start()] + digits[:-1] + ("2" if digits[-1] == "1" else "1") + latex[found.end():]
+        changed = _parse(other, answer=True)
+        if changed and str(changed[0]) == shown:
+            return False
+    return True
 
 
 def _right(ref: Reference, answer: str, how: str) -> bool:

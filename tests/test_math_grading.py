@@ -313,6 +313,10 @@ TABLE = [
     *_either("\\boxed{\\frac{1}{2}(3}", "\\frac12", "3"),
     *_either("\\boxed{\\frac{1}{2}{}3}", "\\frac12", "3"),
     *_either("\\boxed{\\frac{1}{2}\\text{[}3}", "\\frac12", "3"),
+    *_either("\\boxed{\\frac{1}{2}\\sqrt\\theta3}", "\\frac12", "3"),     # math-verify reads 1/2 and drops the rest
+    *_either("\\boxed{\\frac{1}{2}.\\frac3}", "\\frac12", "3"),
+    *_either("\\boxed{\\frac{1}{2}/\\div3}", "\\frac12", "3"),
+    *_either("\\boxed{4\\times\\infty5}", "4", "5"),                   # \infty only where the gold has it
     *_either("\\boxed{4 \\big/ 5}", "4", "5"),                         # it is 4/5
     *_either("\\boxed{4 \\Big/ 5}", "4", "5"),
     ("$\\boxed{4 \\big/ 5}$", "\\frac{4}{5}", "boxed", 1),
@@ -447,7 +451,7 @@ SEPARATORS = [
     " [ ", " ] ", " {} ", "{}", "\\textstyle ", "\\displaystyle ", " \\text{ [ } ", "\\text{[}",
     " \\text{ ) } ", " \\operatorname{ , } ", " \\operatorname{ / } ", " \\mathbb ", " \\circ ",
     " \\lfloor ", " \\rceil ", " \\big/ ", " \\Big/ ", " \\, ", " \\; ", " \\quad ", " \\% ",
-    " \\text{ (o } ", " \\text{ a } ", " \\pi "]
+    " \\text{ (o } ", " \\text{ a } ", " \\pi ", "\\sqrt\\theta", ".\\frac", "/\\div", "\\times\\infty", "\\infty^"]
 
 
 @pytest.mark.parametrize("fmt", ["hash", "boxed"])
