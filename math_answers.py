@@ -859,7 +859,8 @@ def _reads_every_number(latex: str, pred: list) -> bool:
     from what it cannot read by dropping the rest (`\\frac{1}{2}\\sqrt\\theta3`, `\\frac{1}{2}.\\frac3`,
     `\\frac{1}{2}/\\div3` read as 1/2), which would let one number of two stand for the answer. One
     more parse per run of digits, and only for an answer that would otherwise be right."""
-    powers = [(m.start(), m.end()) for m in _UNIT_POWER.finditer(latex)]
+    powers = [(m.start(), m.end()) for m in _UNIT_POWER.finditer(latex)
+              if latex[m.start() - 1] == "}" or not re.search(r"\\[A-Za-z]*$", latex[:m.start()])]  # \circ^3: no unit
     shown = str(pred[0])
     for found in _DIGITS.finditer(latex):
         if any(start <= found.start() < end for start, end in powers):

@@ -316,6 +316,7 @@ TABLE = [
     *_either("\\boxed{\\frac{1}{2}\\sqrt\\theta3}", "\\frac12", "3"),     # math-verify reads 1/2 and drops the rest
     *_either("\\boxed{\\frac{1}{2}.\\frac3}", "\\frac12", "3"),
     *_either("\\boxed{\\frac{1}{2}/\\div3}", "\\frac12", "3"),
+    *_either("\\boxed{\\frac{1}{2}\\mathbb^3}", "\\frac12", "3"),          # ^3 after a command is no unit's power
     *_either("\\boxed{4\\times\\infty5}", "4", "5"),                   # \infty only where the gold has it
     *_either("\\boxed{4 \\big/ 5}", "4", "5"),                         # it is 4/5
     *_either("\\boxed{4 \\Big/ 5}", "4", "5"),
