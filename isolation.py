@@ -13,11 +13,13 @@ is missing), and the verifier refuses to start: it fails closed.
 
   namespaces (the default; needs root, unshare allowed, and uids to switch to): the executor moves
       into a new network namespace (only a downed loopback: no route anywhere) and a new mount
-      namespace whose root is a tmpfs holding read-only bind mounts of the system and Python
-      directories and a minimal /etc of its own (passwd, group, hosts, nsswitch.conf and the
-      loader's ld.so.cache; nothing else of the host's /etc), and nothing else (no /proc, /sys,
-      /home, /root, /work, no host /tmp; dataset paths listed in `hide` are covered by an empty
-      tmpfs), then chroots into it. Every untrusted child runs under a uid of its own (no other
+      namespace whose root is a tmpfs holding read-only binds of the pool's file image (rootfs.py:
+      copies in memory of the interpreter, its libraries, the standard library and the offered
+      packages, so no file of the sandbox is on a disk and reading one changes no page cache), a
+      minimal /etc of its own (passwd, group, hosts, nsswitch.conf and a copy of the loader's
+      ld.so.cache; nothing else of the host's /etc), and nothing else (no /proc, /sys, /home,
+      /root, /work, no host /tmp; dataset paths listed in `hide` are covered by an empty tmpfs),
+      then chroots into it and locks what it has mapped from the disk in memory (mlockall). Every untrusted child runs under a uid of its own (no other
       process on the host has it), so it cannot signal, ptrace or read the memory of anyone else,
       and cleanup is "kill every process of that uid" (kill(-1) from a process with that uid).
   rlimits (only when asked for by name, `--isolation rlimits`): resource limits, a new session, a
@@ -55,7 +57,8 @@ import time
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 MNT_DETACH = 2
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_NOATIME, MS_BIND, MS_REC, MS_PRIVATE = 32, 1024, 4096, 16384, 1 << 18
+MCL_CURRENT = 1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 36, 38
 SECCOMP_MODE_FILTER = 2
 
@@ -99,15 +102,6 @@ def default_hidden_paths() -> list[str]:
     if spec and spec.submodule_search_locations:
         return [os.path.join(p, "data") for p in spec.submodule_search_locations]
     return []
-
-
-def _exposed_paths() -> list[str]:
-    """System and interpreter directories the sandbox keeps (read-only); nothing of the project.
-    /etc is not among them: the sandbox gets a minimal one of its own (_write_minimal_etc)."""
-    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"]
-    for p in {sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}:
-        paths.append(os.path.realpath(p))
-    return [p for p in paths if os.path.lexists(p)]
 
 
 def _cgroup_base(controller: str) -> str | None:
@@ -335,7 +329,7 @@ def _uid_switch_error(uid: int) -> str | None:
 def _write_minimal_etc(etc: str, uids: tuple[int, int]) -> None:
     """The sandbox's own /etc: what Python and libc look up, describing the sandbox, not the host.
     Files on the private root's tmpfs, owned by root, mode 644 (the sandboxed uids cannot change
-    them); the loader's cache is bound read-only (it lists /lib and /usr/lib paths only)."""
+    them), and a copy of the loader's cache (it lists /lib and /usr/lib paths only)."""
     cand, judge = uids[:2]
     files = {
         "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -353,13 +347,17 @@ def _write_minimal_etc(etc: str, uids: tuple[int, int]) -> None:
         fd = os.open(f"{etc}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(fd, text.encode())
         os.close(fd)
-    if os.path.isfile("/etc/ld.so.cache"):
-        _bind_ro("/etc/ld.so.cache", f"{etc}/ld.so.cache")
+    if os.path.isfile("/etc/ld.so.cache"):  # copied, not bound: no file of the sandbox is on a disk
+        with open("/etc/ld.so.cache", "rb") as src, open(f"{etc}/ld.so.cache", "xb") as dst:
+            dst.write(src.read())
+        os.chmod(f"{etc}/ld.so.cache", 0o644)
 
 
-def enter_sandbox(mode: str, hide: list[str]) -> dict:
+def enter_sandbox(mode: str, hide: list[str], image: str | None = None) -> dict:
     """Move this (executor) process into the isolation level `mode`; return a report of what is
-    isolated ("uids": the (candidate, judge) uids, or None where children keep ours).
+    isolated ("uids": the (candidate, judge) uids, or None where children keep ours). `image`: the
+    directory of the read-only tmpfs image (rootfs.py) whose tree becomes the root's files; mode
+    "namespaces" needs it.
 
     mode "namespaces": all of it or IsolationUnavailable naming what is missing; mode "rlimits":
     explicitly weaker (module docstring). There is no automatic choice between them.
@@ -378,6 +376,8 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
     if os.geteuid() != 0:
         raise refuse(f"it needs root (to switch to a uid per role and create mount and network "
                       f"namespaces) and this verifier runs as uid {os.geteuid()}")
+    if not image or not os.path.isdir(image):
+        raise refuse(f"the sandbox's file image {image!r} is missing")
     hidden = [os.path.realpath(h) for h in hide if os.path.exists(h)]
     if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
@@ -386,15 +386,14 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
                       "seccomp filter forbids it")
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
-        mount("tmpfs", ROOT_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
-        for p in _exposed_paths():
-            dst = ROOT_DIR + p
-            if os.path.islink(p):
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                if not os.path.lexists(dst):
-                    os.symlink(os.readlink(p), dst)
-            elif not os.path.exists(dst) or not os.path.ismount(dst):
-                _bind_ro(p, dst)
+        mount("tmpfs", ROOT_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME, "size=4m,mode=755")
+        for name in sorted(os.listdir(image)):  # the image's top level: directories and symlinks
+            src, dst = f"{image}/{name}", f"{ROOT_DIR}/{name}"
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            elif os.path.isdir(src):
+                os.mkdir(dst, 0o755)
+                _bind_ro(src, dst)
         _write_minimal_etc(ROOT_DIR + "/etc", uids)
         for h in hidden:
             if os.path.isdir(ROOT_DIR + h):
@@ -408,11 +407,19 @@ def enter_sandbox(mode: str, hide: list[str]) -> dict:
         os.chdir("/")
     except OSError as e:
         raise refuse(f"could not build the private root: {e}") from None
+    # What this process mapped from the host's disk before the chroot (the interpreter, libc, the
+    # extension modules it imported) stays reachable through the mappings its children inherit:
+    # locked, every page of it is resident while we live, so no program's reads change that.
+    if libc.mlockall(MCL_CURRENT) != 0:
+        err = ctypes.get_errno()
+        raise refuse(f"mlockall failed with {errno.errorcode.get(err, err)} ({os.strerror(err)}): "
+                     "the executor's own mapped files must stay resident (CAP_IPC_LOCK)")
     if (why := _uid_switch_error(uids[0])) is not None:
         raise refuse(f"cannot switch to the sandbox uid {uids[0]} ({why}); a user namespace that "
                       "maps only some uids cannot give every role a uid of its own")
     return {"mode": "namespaces", "network": "none (new network namespace, loopback down)",
-            "filesystem": "private read-only root: system + Python dirs and a minimal /etc; "
+            "filesystem": "private root of in-memory files only: the read-only image, a minimal /etc, "
+            "tmpfs scratches; "
             "hidden: " + (", ".join(hidden) or "nothing"),
             "uid": "one uid per executor role", "uids": list(uids)}
 
@@ -441,18 +448,23 @@ def close_fds_except(keep: set[int]) -> None:
 # the abstract name bound to it, outlives every process of the job) and socket(AF_UNIX) (nothing in
 # the sandbox to talk to; socketpair stays, for asyncio and multiprocessing); new namespaces
 # (unshare, setns, clone with CLONE_NEW*: a user namespace is a large kernel surface); bpf,
-# perf_event_open and io_uring. clone3 answers ENOSYS (its flags sit behind a pointer the filter
+# perf_event_open and io_uring; the page-cache probes mincore, cachestat, and preadv2/pwritev2 with
+# RWF_NOWAIT (the sandbox's files are all in memory, so they would answer "resident" anyway: rootfs.py;
+# refused so that nothing depends on that alone). clone3 answers ENOSYS (its flags sit behind a pointer the filter
 # cannot read; the C library then falls back to clone). Other architectures: the filter kills.
 _SYSCALLS = {  # arch: (AUDIT_ARCH, {name: nr})  (asm/unistd_64.h; asm-generic/unistd.h)
     "x86_64": (0xC000003E, dict(socket=41, sendmsg=46, clone=56, add_key=248, request_key=249, sendmmsg=307,
                                 keyctl=250, unshare=272, perf_event_open=298, setns=308, bpf=321,
-                                io_uring_setup=425, clone3=435)),
+                                io_uring_setup=425, clone3=435, mincore=27, cachestat=451, preadv2=327,
+                                pwritev2=328)),
     "aarch64": (0xC00000B7, dict(socket=198, sendmsg=211, clone=220, add_key=217, request_key=218, sendmmsg=269,
                                  keyctl=219, unshare=97, perf_event_open=241, setns=268, bpf=280,
-                                 io_uring_setup=425, clone3=435)),
+                                 io_uring_setup=425, clone3=435, mincore=232, cachestat=451, preadv2=286,
+                                 pwritev2=287)),
 }
 _CLONE_NEW_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 _AF_UNIX = 1
+_RWF_NOWAIT = 0x8
 _RET_ALLOW, _RET_KILL = 0x7FFF0000, 0x80000000
 _RET_ERRNO = lambda err: 0x00050000 | err  # noqa: E731
 
@@ -476,14 +488,17 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     if machine == "x86_64":
         prog.append((JGE, "deny", 0, 0x40000000))  # the x32 ABI's numbers
     for name in ("add_key", "request_key", "keyctl", "sendmsg", "sendmmsg", "unshare", "setns", "bpf",
-                 "perf_event_open", "io_uring_setup"):
+                 "perf_event_open", "io_uring_setup", "mincore", "cachestat"):
         prog.append((JEQ, "deny", 0, nr[name]))
     prog += [(JEQ, "nosys", 0, nr["clone3"]), (JEQ, "sock", 0, nr["socket"]),
-             (JEQ, "clone", 0, nr["clone"]), (RET, 0, 0, _RET_ALLOW)]
+             (JEQ, "clone", 0, nr["clone"]), (JEQ, "rwf", 0, nr["preadv2"]), (JEQ, "rwf", 0, nr["pwritev2"]),
+             (RET, 0, 0, _RET_ALLOW)]
     labels = {"sock": len(prog)}
     prog += [(LD, 0, 0, 16), (JEQ, "deny", 0, _AF_UNIX), (RET, 0, 0, _RET_ALLOW)]  # args[0]: domain
     labels["clone"] = len(prog)
     prog += [(LD, 0, 0, 16), (JSET, "deny", 0, _CLONE_NEW_FLAGS), (RET, 0, 0, _RET_ALLOW)]  # flags
+    labels["rwf"] = len(prog)
+    prog += [(LD, 0, 0, 56), (JSET, "deny", 0, _RWF_NOWAIT), (RET, 0, 0, _RET_ALLOW)]  # args[5]: flags
     labels.update(deny=len(prog), nosys=len(prog) + 1, kill=len(prog) + 2)
     prog += [(RET, 0, 0, _RET_ERRNO(errno.EPERM)), (RET, 0, 0, _RET_ERRNO(errno.ENOSYS)),
              (RET, 0, 0, _RET_KILL)]

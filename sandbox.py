@@ -388,13 +388,13 @@ class Executor:
     """Lives in the executor process: holds the sandbox report, the judge and the launcher, and
     turns each job into a verdict."""
 
-    def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
+    def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True, image: str | None = None):
         try:  # before enter_sandbox: the chroot hides /sys
             self.cgroup = JobCgroup() if os.geteuid() == 0 and use_cgroup else None
             why = "" if self.cgroup else ("not root" if use_cgroup else "not requested")
         except OSError as e:
             self.cgroup, why = None, str(e)
-        self.report = enter_sandbox(isolation, hide)
+        self.report = enter_sandbox(isolation, hide, image)
         uids = self.report.pop("uids")
         self.uids = tuple(uids) if uids else (None, None, None)
         self.isolated = self.report["mode"] == "namespaces"
@@ -409,7 +409,7 @@ class Executor:
         self.report["ipc"] = "a new IPC and network namespace per execution (candidate and judge)" \
             if self.isolated else "host's (NOT isolated)"
         self.report["syscalls"] = ("seccomp: keyrings, descriptors in flight, AF_UNIX sockets, new "
-                                   "namespaces refused"
+                                   "namespaces, page-cache probes refused"
                                    if self.seccomp else "no filter (unknown architecture)")
         self.retire = False
         self.null = os.open("/dev/null", os.O_RDWR)
@@ -685,7 +685,7 @@ def executor_main(config_json: str) -> None:
     os.environ.clear()  # the pool started us with a minimal environment already; keep it so
     os.environ.update(PATH="/usr/bin:/bin", LANG="C.UTF-8")
     try:
-        ex = Executor(cfg["isolation"], cfg["hide"], cfg.get("use_cgroup", True))
+        ex = Executor(cfg["isolation"], cfg["hide"], cfg.get("use_cgroup", True), cfg.get("image"))
     except IsolationUnavailable as e:
         send_frame(wfd, {"refused": str(e)})
         os._exit(2)

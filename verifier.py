@@ -89,9 +89,10 @@ import sys
 import threading
 
 import envs
+import rootfs
 import sandbox
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
-                       kill_uid, remove_cgroup, remove_stale_cgroups, role_uids)
+                       kill_uid, refuse, remove_cgroup, remove_stale_cgroups, role_uids)
 from boundary import from_bytes, recv_frame, send_frame, to_plain
 from verdicts import (BOUNDARY_EXTENSION, INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict,
                       make_verdict, verdict_from_dict)
@@ -111,6 +112,9 @@ class VerifierConfig:
     name, and every batch logs a warning). See isolation.py."""
     hide: str = ""
     """Extra comma-separated host paths to cover inside the sandbox (datasets holding tests)."""
+    packages: str = ",".join(rootfs.DEFAULT_PACKAGES)
+    """Comma-separated third-party modules a program may import (copied, with what they require, into
+    the sandbox's in-memory file image: rootfs.py); others are not there. "": the standard library only"""
     max_jobs: int = 4096
     """Largest batch accepted in one VerifyBatch."""
     max_request_mb: int = 64
@@ -239,8 +243,8 @@ class ExecutorDied(RuntimeError):
 class _ExecutorProcess:
     """Parent-side handle on one executor process."""
 
-    def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True):
-        cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup})
+    def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True, image: str | None = None):
+        cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup, "image": image})
         command = [sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg]
         # A minimal environment: the verifier's own (its secrets included) never enters an
         # executor's memory, so no program can find it there.
@@ -311,27 +315,40 @@ class ExecutorPool:
     cannot be started) gets infra_error, and the pool goes on serving."""
 
     def __init__(self, executors: int = 2, isolation: str = "namespaces", hide: list[str] | None = None,
-                 use_cgroup: bool = True, reward: str = ""):
+                 use_cgroup: bool = True, reward: str = "", packages: tuple[str, ...] = rootfs.DEFAULT_PACKAGES):
         """Raises IsolationUnavailable if `isolation` cannot be had (nothing falls back).
         use_cgroup=False: no cgroup (as on a machine without one): a kill sweep after every
-        execution, and memory limited per process only. For tests and the benchmark."""
+        execution, and memory limited per process only. For tests and the benchmark.
+        packages: the third-party modules a program may import (namespaces: rootfs.py's image)."""
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be {'|'.join(ISOLATION_MODES)}, got {isolation!r}")
         if os.geteuid() == 0:
             remove_stale_cgroups()  # of executors whose verifier was killed before closing
         self.isolation, self.hide = isolation, (hide or []) + default_hidden_paths()
         self.use_cgroup = use_cgroup
+        self.image = None
+        if isolation == "namespaces":  # every file a program can read, in memory (rootfs.py)
+            try:
+                self.image = rootfs.acquire(tuple(packages))
+            except (rootfs.ImageError, OSError) as e:
+                raise refuse(f"the sandbox's in-memory file image could not be built: {e}") from None
+        self.image_path = self.image.path if self.image else None
         self.scorer = envs.Scorer(reward, workers=executors)  # math and reward jobs (REWARD=file.py:fn)
         self.jobs: queue.Queue = queue.Queue()
         self.slots: list[_ExecutorProcess] = []
         try:
             for _ in range(executors):
-                self.slots.append(_ExecutorProcess(isolation, self.hide, use_cgroup))
+                self.slots.append(_ExecutorProcess(isolation, self.hide, use_cgroup, self.image_path))
         except BaseException:
             for s in self.slots:
                 s.close()
+            self.scorer.close()
+            if self.image:
+                rootfs.release(self.image)
             raise
-        self.report = self.slots[0].report
+        self.report = dict(self.slots[0].report)
+        if self.image:
+            self.report["files"] = self.image.describe()
         self.restarts = 0
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"executor-{i}")
                         for i in range(executors)]
@@ -352,7 +369,7 @@ class ExecutorPool:
         self.slots[i].close()
         self.restarts += 1
         try:
-            self.slots[i] = _ExecutorProcess(self.isolation, self.hide, self.use_cgroup)
+            self.slots[i] = _ExecutorProcess(self.isolation, self.hide, self.use_cgroup, self.image_path)
             return ""
         except Exception as e:  # noqa: BLE001 - refused, died, malformed: all the same here
             why = f"could not start executor {i}: {type(e).__name__}: {e}"
@@ -436,6 +453,9 @@ class ExecutorPool:
         for s in self.slots:
             s.close()
         self.scorer.close()
+        if self.image:
+            rootfs.release(self.image)
+            self.image = None
 
 
 # ============================================================================ public API
@@ -485,7 +505,7 @@ class VerifierService:
         import wire
         self.wire, self.cfg = wire, cfg
         self.pool = ExecutorPool(cfg.executors, cfg.isolation, [h for h in cfg.hide.split(",") if h],
-                                 reward=cfg.reward)
+                                 reward=cfg.reward, packages=tuple(p for p in cfg.packages.split(",") if p))
         self.server = wire.Server("verifier", cfg.bind, max_message_bytes=4 * cfg.max_request_mb << 20)
         self.server.on(wire.VerifyBatch, self.on_batch)
         self.pending: list[tuple[object, list]] = []
