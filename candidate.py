@@ -25,7 +25,8 @@ from boundary import (CONTAINERS, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, 
                       from_bytes, named_ref, pack, resolve_named, send_frame, to_plain)
 from verdicts import BoundaryError
 
-HELLO_VALUE_NODES = 100_000  # a module-level value bigger than this (or 1 MiB) is exported as a handle
+HELLO_VALUE_NODES = 100_000  # a module-level value bigger than this (or 1 MiB of text) is exported as a handle,
+# found before it is copied: a 200 MiB table must not cost the program its memory limit
 LIVE_NODES = 1_000  # a live global up to this size is compared by content after every request
 HELLO_VALUE_BYTES = 1 << 20
 
@@ -294,7 +295,7 @@ class Candidate(Peer):
             if packed is None and id(value) == ident and _size(value) == size:
                 continue
             try:
-                now = self.enc(value, budget=[LIVE_NODES])
+                now = self.enc(value, budget=[LIVE_NODES, HELLO_VALUE_BYTES])
                 now_packed = pack(now)
             except TooBig:
                 now, now_packed = self.enc(value), None
@@ -309,7 +310,7 @@ class Candidate(Peer):
         for name in names:
             value = self.ns.get(name)
             try:
-                packed = pack(self.enc(value, budget=[LIVE_NODES]))
+                packed = pack(self.enc(value, budget=[LIVE_NODES, HELLO_VALUE_BYTES]))
             except TooBig:
                 packed = None
             except Exception:  # noqa: BLE001 - a global that cannot cross is not watched
@@ -490,7 +491,7 @@ def candidate_main(program: str, fd: int) -> None:
         if isinstance(value, types.ModuleType):
             continue
         try:
-            packed = pack(cand.enc(value, budget=[HELLO_VALUE_NODES]))
+            packed = pack(cand.enc(value, budget=[HELLO_VALUE_NODES, HELLO_VALUE_BYTES]))
             if len(packed) > HELLO_VALUE_BYTES:
                 packed = pack(ext(HANDLE, cand._handle_payload(value)))
         except TooBig:

@@ -350,6 +350,7 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
     for e in errors:
         print(e, file=out)
     problems = [p for _, p in numbered]
+    _warn_trusted_names(path, numbered, out)
     refs = {i: list(p.solutions) if p.kind == "math" else prompts.reference_completions(p, fmt)
             for i, p in enumerate(problems)}
     pending = [i for i in refs if refs[i]]
@@ -378,6 +379,25 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
     print(f"checked {len(numbered)} problems: {len(passed)} reference solutions pass, {len(failed)} fail{limits}, "
           f"{len(errors)} bad lines", file=out, flush=True)
     return 1 if failed or errors or not numbered else 0
+
+
+def _warn_trusted_names(path: str, numbered: list, out) -> None:
+    """check_dataset's step: a warning per assert problem whose tests judge with a standard name
+    (`Counter(words(s))`, `isclose(area(1), 3.14)`, judge.trusted_names) they neither import nor
+    define: in the verifier, as in one process, they then take the program's, and a program can bind
+    any function of its own there (one that agrees with anything).
+    The verifier refuses only a *standard* object under another's name (docs/verifier.md)."""
+    import judge
+    for lineno, p in numbered:
+        if p.kind != "assert":
+            continue
+        try:
+            names = judge.trusted_names(p.tests)
+        except SyntaxError:
+            continue  # reported with the verdicts: the tests do not compile
+        if names:
+            print(f"{path}:{lineno}: {p.item_id}: warning: the tests use {', '.join(names)} without importing it: "
+                  "they trust the program for it; import it in the tests", file=out)
 
 
 def _run_references(problems: list, refs: dict, pending: list, make_pool, fmt: str, timeout_s: float):

@@ -102,8 +102,11 @@ def reward_value(value) -> float:
 
 
 def _reward_child(spec: str, completion: str, row: dict, conn) -> None:
-    """In the child: load the function, call it, send {"reward": x} or {"error": why}."""
+    """In the child: load the function, call it, send {"reward": x} or {"error": why}. Its address
+    space is capped as a grading process's is (GRADER_MEMORY_MB): a reward that needs more raises
+    MemoryError, a reward_error, and never takes the verifier's host."""
     try:
+        resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY_MB << 20, GRADER_MEMORY_MB << 20))
         out = {"reward": reward_value(load_reward(spec)(completion, row))}
     except BaseException as e:  # noqa: BLE001 - whatever it raised is the verdict's detail
         out = {"error": str(e) if type(e) is ValueError and str(e).startswith("returned ")

@@ -64,6 +64,11 @@ class AmbiguousName(Exception):
     """The program shadows a builtin the tests may use to judge it, and nothing says which it is."""
 
 
+class ForgedName(Exception):
+    """The program binds a standard object under a name the standard library uses for another one
+    (`from operator import truth as Counter`), and the tests use that name: refused (_forged_name)."""
+
+
 class CandidateMemoryError(MemoryError):
     """The candidate raised MemoryError (its address-space limit)."""
 
@@ -833,7 +838,7 @@ def _describe_failure(e: BaseException) -> dict:
         return {"status": "crashed", "detail": msg}
     if isinstance(e, AssertionError):
         return {"status": "failed", "detail": f"assertion failed{where}" + (f": {msg[:200]}" if msg else "")}
-    if isinstance(e, (BoundaryError, AmbiguousName)):
+    if isinstance(e, (BoundaryError, AmbiguousName, ForgedName)):
         return {"status": "failed", "detail": f"{msg}{where}"}
     return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
 
@@ -945,6 +950,67 @@ def _judge_imports(imports, wanted: set) -> dict:
     return out
 
 
+# Modules whose public names tests commonly use without importing them (`Counter`, `isclose`,
+# `defaultdict`): a standard object the program binds under one of those names must be that object.
+_TRUSTED_HOMES = (*sorted(PURE_MODULES), "decimal", "random", "typing")
+_standard: tuple[dict, dict] | None = None
+
+
+def standard_names() -> tuple[dict[str, tuple[list, set]], dict[int, str]]:
+    """({name: (where it is defined, ids of the objects it stands for)}, {id: a name} of every
+    standard object): each public name of _TRUSTED_HOMES and each of those modules' own name (for the
+    module), and among the objects also every builtin."""
+    global _standard
+    if _standard is None:
+        names: dict[str, tuple[list, set]] = {}
+        objects = {id(v): n for n, v in vars(builtins).items()}
+        for home in _TRUSTED_HOMES:
+            module = importlib.import_module(home)
+            names.setdefault(home, ([], set()))[0].append(home)
+            names[home][1].add(id(module))
+            for name, value in vars(module).items():
+                if not name.startswith("_") and (callable(value) or isinstance(value, types.ModuleType)):
+                    names.setdefault(name, ([], set()))[0].append(f"{home}.{name}")
+                    names[name][1].add(id(value))
+                    objects.setdefault(id(value), f"{home}.{name}")
+        _standard = names, objects
+    return _standard
+
+
+def _forged_name(name: str, value) -> str | None:
+    """Why binding `value` under `name` forges a name the tests may rely on, or None: a standard
+    object (one the judge resolved: a builtin, a pure module's function or class, a module) under
+    the name of a different standard object. A program's own function under such a name is its own,
+    as in one process (`python curate.py check` warns about tests that trust it). Builtins' names
+    have their own rule (_bind_program_names)."""
+    names, objects = standard_names()
+    if name not in names or name in _BUILTIN_NAMES or id(value) in names[name][1]:
+        return None
+    if not isinstance(value, types.ModuleType) and id(value) not in objects:
+        return None  # the program's own object (a Handle, a value): never asked anything here
+    what = value.__name__ if isinstance(value, types.ModuleType) else objects[id(value)]
+    return (f"the program binds {what} under the name {name}, which stands for "
+            f"{' or '.join(names[name][0])}: a name the tests use must be what it says")
+
+
+def trusted_names(tests: str) -> list[str]:
+    """The standard names (standard_names: `Counter`, `isclose`, `math`) the tests judge with but
+    neither import nor define: applied to another call's result (`Counter(words(s))`) or used as a
+    module (`math.sqrt`). They take the program's, whatever it binds there (`python curate.py check`
+    warns). The function under test (`add(2, 3)`, the NAME of `check(NAME)`) is the program's by design."""
+    tree = ast.parse(tests)
+    judging = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and any(
+                isinstance(sub, ast.Call) for arg in [*node.args, *(k.value for k in node.keywords)]
+                for sub in ast.walk(arg)):
+            judging.add(node.func.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            judging.add(node.value.id)
+    judging -= _bound_by_tests(tree) | {_checked_name(tree)}
+    return sorted(n for n in judging if n in standard_names()[0] and n not in _BUILTIN_NAMES)
+
+
 def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames, entry_point) -> None:
     """Bind the program's names for the tests as one process would, except where that would let the
     program redefine what the tests use to judge it:
@@ -957,8 +1023,14 @@ def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames,
       unless the tests use it as a module (`math.isclose`: then it is the judge's import of that
       module, if the program imported it, or undefined);
       every other name is the program's (a value, a name the judge resolves, or a Handle), and the
-      program's imports of standard modules are the judge's own imports (_judge_imports)."""
+      program's imports of standard modules are the judge's own imports (_judge_imports);
+      but a standard object under the name of another (`from operator import truth as Counter`,
+      `import cmath as math`) that the tests use, other than the function under test, is refused:
+      ForgedName, the program's failure (_forged_name)."""
     program = {**values, **imports}
+    for name in sorted(program.keys() & used.loads - {entry_point}):
+        if (why := _forged_name(name, program[name])) is not None:
+            raise ForgedName(why)
     under_test = {n for n, v in program.items() if n in used.loads and n not in used.helpers and callable(v)
                   and not isinstance(v, types.ModuleType)}
     shadowing = {n for n in under_test if n in _BUILTIN_NAMES}
@@ -1011,7 +1083,8 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
         used = _TestNames(tree, {*values, *imports}) if shadowing else _TestNames.from_superset(_code_names(code))
         # the function under test: the job's entry point, or the NAME of the tests' own `check(NAME)`
         subject = entry_point if entry_point is not None else _checked_name(tree) if tree is not None else None
-        _bind_program_names(ns, values, _judge_imports(imports, used.loads), used, subject)
+        wanted = used.loads | ({entry_point} if entry_point else set())  # check(f) is the judge's call
+        _bind_program_names(ns, values, _judge_imports(imports, wanted), used, subject)
         if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         chan.ns = ns  # the program's plain data names, kept current as its functions change them

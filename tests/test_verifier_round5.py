@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+import reference
 import rootfs
 import verifier
 from verdicts import PROGRAM_STATUSES
@@ -200,4 +201,102 @@ def test_the_page_cache_probes_are_refused(pool):
             out.append((libc.syscall(451, fd, None, None, 0), errno.errorcode[ctypes.get_errno()]))
             return out
         """, "got = probes()\nassert got == [4, 'EPERM', (-1, 'EPERM'), (-1, 'EPERM')], got\n")
+    assert v.passed, v
+
+
+# ----------------------------------------------------------------------------- names the tests rely on
+
+WORDS_TESTS = 'assert Counter(words("a b a")) == Counter({"a": 2, "b": 1})\n'
+
+
+@pytest.mark.parametrize("program, tests, stands_for", [
+    ("from operator import truth as Counter\ndef words(s):\n    return []\n", WORDS_TESTS, "collections.Counter"),
+    ("import operator\nCounter = operator.truth\ndef words(s):\n    return []\n", WORDS_TESTS,
+     "collections.Counter"),
+    ("Counter = bool\ndef words(s):\n    return [1]\n", WORDS_TESTS, "collections.Counter"),
+    ("from operator import add as isclose\ndef area(r):\n    return 1.0\n",
+     "assert isclose(area(1.0), 3.14159, rel_tol=1e-3)\n", "math.isclose"),
+    ("import cmath as math\ndef root(x):\n    return complex(x) ** 0.5 + 0j\n",
+     "import cmath\nassert math.isclose(root(4), 2)\n", "math"),
+])
+def test_an_alias_cannot_forge_a_name_the_tests_use(pool, program, tests, stands_for):
+    v = run(pool, program, tests)
+    assert v.status == "failed" and not v.passed, v
+    assert "which stands for" in v.detail and stands_for in v.detail.split("which stands for")[1], v
+
+
+@pytest.mark.parametrize("program, tests, job", [
+    ("from collections import Counter\ndef words(s):\n    return s.split()\n", WORDS_TESTS, {}),
+    ("def Counter(xs):\n    if isinstance(xs, dict):\n        return dict(xs)\n    out = {}\n    for x in xs:\n        out[x] = out.get(x, 0) + 1\n    return out\n"
+     "def words(s):\n    return s.split()\n", WORDS_TESTS, {}),   # its own Counter, as in one process
+    ("from math import gcd as f\n", "def check(candidate):\n    assert candidate(12, 18) == 6\n",
+     {"entry_point": "f"}),
+    ("from math import gcd\n", "assert gcd(12, 18) == 6\n", {}),
+    ("import math as m\nfrom fractions import Fraction as F\ndef half(x):\n    return F(x, 2)\n",
+     "assert half(3) == F(3, 2) and m.isclose(float(half(1)), 0.5)\n", {}),
+])
+def test_honest_aliases_keep_their_names(pool, program, tests, job):
+    v = run(pool, program, tests, **job)
+    assert v.passed, v
+    one_process = reference.reference_verdict({"kind": "assert", "program": program, "tests": tests, **job})
+    assert one_process["passed"], one_process   # the dataset's own harness agrees
+
+
+def test_curate_names_the_standard_names_tests_trust_the_program_for():
+    import judge
+    assert judge.trusted_names(WORDS_TESTS) == ["Counter"]
+    assert judge.trusted_names("from collections import Counter\n" + WORDS_TESTS) == []
+    assert judge.trusted_names("import math\nassert math.isclose(f(), 1) and isclose(g(), 2)\n") == ["isclose"]
+    assert judge.trusted_names("assert math.sqrt(f(4)) == 2\nassert add(2, 3) == 5\n") == ["math"]
+    assert judge.trusted_names("def check(c):\n    assert c(f()) == 1\ncheck(Counter)\n") == []
+
+
+def test_curate_check_warns_about_tests_that_trust_the_program(pool, tmp_path):
+    """`curate.py check` names each problem whose tests take a standard name from the program."""
+    import io
+    import json
+    import types
+    import curate
+    rows = [{"task_id": 1, "text": "Count the words.", "code": "from collections import Counter\n"
+             "def words(s):\n    return s.split()\n", "test_list": [WORDS_TESTS.strip()]},
+            {"task_id": 2, "text": "Add.", "code": "def add(a, b):\n    return a + b\n",
+             "test_list": ["assert add(2, 3) == 5"]}]
+    path = tmp_path / "trust.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shared = types.SimpleNamespace(run=pool.run, close=lambda: None)   # the module's pool stays open
+    out = io.StringIO()
+    assert curate.check_dataset(str(path), lambda: shared, out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == (f"{path}:1: 1: warning: the tests use Counter without importing it: they trust the "
+                        "program for it; import it in the tests"), lines
+    assert lines[1].startswith("checked 2 problems: 2 reference solutions pass"), lines
+
+
+# ----------------------------------------------------------------------------- every scorer bounded
+
+def test_a_memory_hungry_reward_function_is_a_reward_error_not_the_hosts_memory(tmp_path):
+    """A textbook Levenshtein reward builds the whole (n+1) x (m+1) table: on a 20k-character
+    completion against a 20k-character row, 400 million cells. It runs under the graders' address-space
+    limit (envs.GRADER_MEMORY_MB), so it raises MemoryError there: a reward_error, never scored."""
+    import envs
+    path = tmp_path / "lev.py"
+    path.write_text(textwrap.dedent("""
+        def levenshtein(completion, row):
+            a, b = completion, row["target"]
+            d = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+            for i in range(len(a) + 1):
+                d[i][0] = i
+            return 1.0 - d[-1][0] / max(len(a), 1)
+        """))
+    v = envs.call_reward(f"{path}:levenshtein", "x" * 20000, {"target": "y" * 20000}, timeout_s=120.0)
+    assert v["status"] == envs.REWARD_ERROR and "MemoryError" in v["detail"], v
+    small = envs.call_reward(f"{path}:levenshtein", "abc", {"target": "abd"}, timeout_s=60.0)
+    assert small["status"] == "failed" and small["reward"] == 0.0, small   # an honest call still scores
+
+
+def test_a_large_module_level_table_crosses_as_a_handle(pool):
+    """A 200 MiB table at module level is exported as a handle, found before it is copied: the
+    program keeps its memory for itself (512 MiB here) and passes."""
+    v = run(pool, "TABLE = bytes(200 << 20)\ndef f(i):\n    return TABLE[i]\n",
+            "assert f(3) == 0 and len(TABLE) == 200 << 20\n", memory_mb=512)
     assert v.passed, v
