@@ -201,8 +201,8 @@ def resolve_named(ref, trusted_side: bool):
 def to_plain(x, other, depth: int = 0, budget: list | None = None, refs: dict | None = None):
     """Python value -> msgpack-able structure. Plain data by value (exact types), STD_TYPES by value,
     anything else `other(x, enc)` (the side's own rule: a handle, a name, a hybrid, a lent object), or
-    BoundaryError when other is None. budget: [nodes left] or [nodes left, characters of str, bytes
-    and bytearray left]; TooBig when either is spent (before anything big is copied). refs: {id: k} of the
+    BoundaryError when other is None. budget: [nodes left] or [nodes left, bytes of text left (str,
+    bytes, bytearray, array.array)]; TooBig when either is spent (before anything big is copied). refs: {id: k} of the
     containers of a call's arguments (containers()), sent as ARGREF k so that a result holding an
     argument (or a row of one) is the caller's own object, as in one process."""
     if depth > MAX_DEPTH:
@@ -210,8 +210,8 @@ def to_plain(x, other, depth: int = 0, budget: list | None = None, refs: dict | 
     t = type(x)
     if budget is not None:
         budget[0] -= 1
-        if len(budget) > 1 and t in (str, bytes, bytearray):
-            budget[1] -= len(x)
+        if len(budget) > 1 and t in (str, bytes, bytearray, array.array):
+            budget[1] -= len(x) * (x.itemsize if t is array.array else 1)
         if min(budget) < 0:
             raise TooBig
     if x is None or t is bool or t is float or t is str or t is bytes:
