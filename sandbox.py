@@ -201,11 +201,12 @@ class Launcher:
         socket.send_fds(sock, [b"S"], [pidfd])
         raw = _recv_frame_within(sock.fileno(), lim.longest_s(req["kind"]) + LAUNCHER_REPLY_S)
         grace = from_bytes(raw).get("grace", 0.0) if raw else 0.0
-        judge_status, judge_marks = self._end_judge(*judge) if judge else (None, b"")
+        judge_status, judge_marks, judge_left = self._end_judge(*judge) if judge else (None, b"", None)
         if grace:  # the candidate is finishing by itself: its status says how it ended
             select.select([pidfd], [], [], min(float(grace), 1.0))
         os.close(pidfd)
         status, killed, breach = self._cleanup(pid, scratch)
+        breach = breach or judge_left  # the verdict leaves only once every process of the job is gone
         send_frame(sock.fileno(), {"status": status, "killed": killed, "marks": _marks(marks_r),
                                    "breach": breach, "oom": self.cgroup is not None
                                    and self.cgroup.oom_kills() > oom_before,
@@ -232,15 +233,18 @@ class Launcher:
                       seccomp=self.seccomp)
 
     @staticmethod
-    def _end_judge(pid: int, marks_r: int) -> tuple[int, bytes]:
-        """Kill the judge (it may have exited already) and reap it: (its wait status, its marks). It
-        cannot fork (JUDGE_LIMITS.max_procs), so nothing of it is left."""
+    def _end_judge(pid: int, marks_r: int) -> tuple[int, bytes, str | None]:
+        """Kill the judge (it may have exited already) and reap it: (its wait status, its marks, None
+        or why it is still there). It cannot fork (JUDGE_LIMITS.max_procs), so once reaped nothing of
+        it is left; one that outlives CLEANUP_S is a breach (the executor retires and is swept)."""
         try:
             os.kill(pid, signal.SIGKILL)  # our unreaped child: the pid cannot have been reused
         except ProcessLookupError:
             pass
         status = wait_child(pid, CLEANUP_S)
-        return (signal.SIGKILL if status is None else status), _marks(marks_r)
+        if status is None:
+            return signal.SIGKILL, _marks(marks_r), f"the judge's process {pid} did not die"
+        return status, _marks(marks_r), None
 
     def _scratch(self, lim: Limits) -> str:
         """A fresh scratch directory: in the sandbox a tmpfs of its own (its size is the job's
