@@ -230,6 +230,9 @@ class Image:
                 mount("tmpfs", self.path, "tmpfs", flags, opts + ",noswap")
                 self.noswap = True
             except OSError as e:
+                if e.errno == errno.EPERM:
+                    raise ImageError(f"mounting its tmpfs was refused ({e}): no CAP_SYS_ADMIN (an unprivileged "
+                                     "container?) or a seccomp filter forbids mount and unshare") from None
                 if _swap_in_use():
                     raise ImageError(f"this kernel cannot mount a tmpfs noswap ({e}) and swap is in use: "
                                      "a swapped-out page of the image would be read back in, a state a "
