@@ -44,12 +44,12 @@ The loop, one batch at a time:
      completion for base models, the fenced code of the answer for chat models), send it with the
      item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
      with (the trainer compares its own to these, bit for bit, at staleness 0), mask, rewards,
-     verdict statuses, and the policy version. A verifier that does not answer (after one retry)
-     gives every program the status INFRA_ERROR: the trainer then drops the group and
-     counts it, instead of reading a broken sandbox as a policy that fails. With several verifiers
-     (--verifier a,b,...) batches go round robin over them; one that stops answering is skipped for
-     verifier_cooldown_s and its batch goes to the next; infra_error only when every one failed
-     (verifier_client.VerifierFleet).
+     verdict statuses, and the policy version. A verifier that does not answer (no pong, or no verdicts
+     by the bound it gave for the batch; after one retry) gives every program the status INFRA_ERROR:
+     the trainer then drops the group and counts it, instead of reading a broken sandbox as a policy
+     that fails. With several verifiers (--verifier a,b,...) batches go round robin over them; one
+     that stops answering is skipped for verifier_cooldown_s and its batch goes to the next;
+     infra_error only when every one failed (verifier_client.VerifierFleet).
 
 A worker keeps no state worth saving: SIGKILL it at any time. Its heartbeats stop, so its leases
 lapse within lease_s, and its restarted successor's hello releases them at once (invariant 3).
@@ -144,10 +144,14 @@ class Config:
     timeout_s: float = 20.0
     """how long to wait for any one reply of the param server before reconnecting and retrying"""
     verify_timeout_s: float = 120.0
-    """how long to wait for the verifier's verdicts on one batch (twice, then INFRA_ERROR)"""
+    """the least time a batch's verdicts are waited for. The deadline is the verifier's own bound for the
+    batch, sent with every pong (its jobs' limits and the work queued ahead of them), so a slow program
+    gets its own timeout verdict and never makes its batch an infra failure; this is the floor under it,
+    and how long a verifier tried a second time (a fleet of one) may take to answer its first ping
+    (launch.sh restarting it). A batch not answered in time goes to the next verifier, then INFRA_ERROR"""
     verifier_ping_s: float = 2.0
-    """while a batch is out longer than this, ping its verifier every this many seconds: a verifier
-    that does not answer a ping within 2 x this is taken for dead at once (no verify_timeout_s wait)"""
+    """ping the verifier holding a batch every this many seconds: one that does not answer a ping within
+    2 x this is taken for dead at once (no deadline wait)"""
     verifier_cooldown_s: float = 30.0
     """a verifier that failed is skipped for this long (tried again only when every other one failed)"""
     relay: bool = True

@@ -51,8 +51,10 @@ the caller would be a silent fallback to weaker isolation.
 Processes and sockets:
   service   `python verifier.py --bind tcp://127.0.0.1:5557 --executors 2`: a wire.Server (ROUTER)
             answering wire.VerifyBatch with wire.Verdicts (deferred reply; batches from several
-            clients run concurrently over the pool); wire.Ping -> wire.Pong. Its client is
-            verifier_client.VerifierFleet (its own module: no role imports this one).
+            clients run concurrently over the pool); wire.Ping -> wire.Pong, saying how long each
+            batch of the pinging connection may still take (ExecutorPool.submit_batch: its client
+            waits that long); wire.CancelBatch -> wire.Ok, dropping a batch its client gave up on.
+            Its client is verifier_client.VerifierFleet (its own module: no role imports this one).
   executor  `python -E -s sandbox.py --executor CONFIG` (started by the pool, never by hand): a fresh
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
@@ -87,6 +89,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import envs
 import rootfs
@@ -94,7 +97,7 @@ import sandbox
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
                        kill_uid, refuse, remove_cgroup, remove_stale_cgroups, role_uids)
 from boundary import from_bytes, recv_frame, send_frame, to_plain
-from verdicts import (BOUNDARY_EXTENSION, INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict,
+from verdicts import (INFRA_ERROR, LIMIT_KEYS, BoundaryError, Limits, Verdict,
                       make_verdict, verdict_from_dict)
 
 # ============================================================================ configuration
@@ -234,6 +237,45 @@ def program_verdict(job: dict) -> Verdict | None:
 
 
 EXECUTOR_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+EXECUTOR_START_S = 30.0
+"""How long a new executor may take to say it is ready."""
+EXECUTOR_CLOSE_S = 15.0
+"""The most closing an executor takes (_ExecutorProcess.close): its two uids' kill sweeps (5 s each at
+most) and its cgroup's removal (2 s), with a margin."""
+EXECUTOR_REPLY_S = 30.0
+"""What the pool allows an executor beyond its job's own running time (the launcher's cleanup, the
+verdict's trip) before it takes the executor for lost."""
+SERVICE_SLACK_S = 10.0
+"""Added to a batch's bound (submit_batch) for the service's own work: its tick, the reply's trip."""
+SILENT_PINGS = 5
+"""A batch whose client said it pings every ping_s (wire.VerifyBatch) and has sent nothing for this
+many ping_s, plus a second, has been given up: it is dropped (VerifierService.tick)."""
+
+
+def executor_wait_s(job: dict) -> float:
+    """How long the pool waits for an executor's verdict on a checked job before it takes the executor
+    for lost: every case's longest run (Limits.longest_s: an assert job's boundary allowance at its
+    cap) plus EXECUTOR_REPLY_S."""
+    longest = Limits(timeout_s=job.get("timeout_s", Limits.timeout_s)).longest_s(job["kind"])
+    return longest * (len(job.get("cases", ())) or 1) + EXECUTOR_REPLY_S
+
+
+def job_allowance_s(job: dict) -> float:
+    """The longest the pool may take to answer a checked job once its turn has come. An executor's job:
+    two tries (a lost executor's job is retried once), each an executor wait and the executor's
+    replacement (closed, a new one started). A math or reward job (envs.Scorer): its time limit and a
+    grading process's start."""
+    if job["kind"] in envs.SCORED_KINDS:
+        return job.get("timeout_s", Limits.timeout_s) + envs.GRADER_START_S
+    return 2 * (executor_wait_s(job) + EXECUTOR_CLOSE_S + EXECUTOR_START_S)
+
+
+def list_bound_s(ahead_s: float, batch_s: list[float], lanes: int) -> float:
+    """The latest the last of a batch's jobs ends, from now, on `lanes` workers taking jobs first in,
+    first out: each job starts once the work queued or running ahead of it (at most ahead_s, and the
+    batch's own before it) leaves no worker idle, so by (ahead_s + sum(batch_s)) / lanes, and runs at
+    most its own allowance."""
+    return (ahead_s + sum(batch_s)) / lanes + max(batch_s) if batch_s else 0.0
 
 
 class ExecutorDied(RuntimeError):
@@ -251,7 +293,7 @@ class _ExecutorProcess:
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
                                      env=EXECUTOR_ENV)
         try:
-            hello = from_bytes(self._read(30.0))
+            hello = from_bytes(self._read(EXECUTOR_START_S))
             if type(hello) is dict and "refused" in hello:
                 raise IsolationUnavailable(str(hello["refused"]))
             if type(hello) is not dict or type(hello.get("ready")) is not dict:
@@ -280,10 +322,7 @@ class _ExecutorProcess:
             send_frame(self.proc.stdin.fileno(), to_plain(job, None))
         except (OSError, ValueError) as e:  # ValueError: the pipe was already closed
             raise ExecutorDied(f"executor {self.proc.pid}: {e}") from None
-        n = len(job.get("cases", [])) or 1
-        timeout_s = job.get("timeout_s", 5.0)  # an assert job may run to its boundary allowance's cap
-        longest = timeout_s * (1 + BOUNDARY_EXTENSION) if job.get("kind") == "assert" else timeout_s
-        reply = from_bytes(self._read(longest * n + 30.0))
+        reply = from_bytes(self._read(executor_wait_s(job)))
         if type(reply) is not dict or type(reply.get("retire")) is not bool:
             raise BoundaryError(f"executor {self.proc.pid} sent a malformed reply")
         return verdict_from_dict(reply.get("verdict")), reply["retire"]
@@ -312,7 +351,9 @@ class ExecutorPool:
     """N executor processes fed from one queue by N threads. A dead executor, or one that failed for
     reasons of its own (an infra_error it retires after), is replaced and its job retried once on
     the fresh one, so killing an executor loses no request; a job whose executor is lost twice (or
-    cannot be started) gets infra_error, and the pool goes on serving."""
+    cannot be started) gets infra_error, and the pool goes on serving. submit_batch says by when a
+    batch's verdicts are all in (its client's deadline); cancel drops the jobs of a batch whose client
+    gave up, so they hold no executor that a later batch waits for."""
 
     def __init__(self, executors: int = 2, isolation: str = "namespaces", hide: list[str] | None = None,
                  use_cgroup: bool = True, reward: str = "", packages: tuple[str, ...] = rootfs.DEFAULT_PACKAGES):
@@ -350,6 +391,10 @@ class ExecutorPool:
         if self.image:
             self.report["files"] = self.image.describe()
         self.restarts = 0
+        self.lock = threading.RLock()  # the fields below, and a future's result against its cancel
+        self.backlog_s = self.scored_backlog_s = 0.0  # allowances of the jobs queued or running, per lane
+        self.running: list = [None] * executors  # the future of the job each executor runs now
+        self.stopped: set[int] = set()  # executors cancel() killed under their job
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"executor-{i}")
                         for i in range(executors)]
         for t in self.threads:
@@ -376,16 +421,32 @@ class ExecutorPool:
             print(f"verifier: {why}", file=sys.stderr, flush=True)
             return why
 
-    def _run_job(self, i: int, job: dict) -> Verdict:
+    def _run_job(self, i: int, job: dict, future: concurrent.futures.Future) -> Verdict | None:
         """A job is retried once on a fresh executor when its executor was lost or failed for
         reasons of its own (infra_error and retire: a launcher, judge or sandbox that broke); an
-        infra_error the job itself explains (tests that do not compile) is not retried."""
+        infra_error the job itself explains (tests that do not compile) is not retried. None: the
+        job was cancelled (cancel), and the executor cancel killed under it is replaced."""
         lost = []
         for attempt in range(2):
+            with self.lock:
+                if future.cancelled():
+                    return None
+                self.running[i] = future
+            error = None
             try:
                 verdict, retire = self.slots[i].run(job)
             except (ExecutorDied, BoundaryError, TypeError, KeyError) as e:
-                lost.append(str(e))
+                error = str(e) or type(e).__name__
+            finally:
+                with self.lock:
+                    self.running[i] = None
+                    stopped = i in self.stopped
+                    self.stopped.discard(i)
+            if stopped:
+                self._restart(i)
+                return None
+            if error is not None:
+                lost.append(error)
                 if why := self._restart(i):
                     lost.append(why)
                 continue
@@ -401,40 +462,93 @@ class ExecutorPool:
 
     def _work(self, i: int) -> None:
         while (item := self.jobs.get()) is not None:
-            job, future = item
+            job, future, allowance = item
             try:
-                verdict = self._run_job(i, job)
+                verdict = self._run_job(i, job, future)
             except Exception as e:  # noqa: BLE001 - a bug here must not stop this thread
                 verdict = make_verdict(INFRA_ERROR, f"verifier error: {type(e).__name__}: {e}")
-            future.set_result(verdict)
+            with self.lock:
+                self.backlog_s -= allowance
+                if verdict is not None and not future.cancelled():
+                    future.set_result(verdict)
 
     def submit(self, job: dict) -> concurrent.futures.Future:
+        """A Future of the job's Verdict (a bad job's, a too large program's: set at once)."""
+        return self._submit(job)[0]
+
+    def _submit(self, job) -> tuple[concurrent.futures.Future, str, float]:
+        """(future, lane, allowance): lane "executor" or "scorer" where the job waits its turn, counted in
+        that lane's backlog at its job_allowance_s; "" and 0 for a verdict decided here."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             job = check_job(job)
         except ValueError as e:
             future.set_result(make_verdict(INFRA_ERROR, f"bad job: {e}"))
-            return future
+            return future, "", 0.0
+        allowance = job_allowance_s(job)
         if job["kind"] in envs.SCORED_KINDS:  # math answers and reward functions: envs.py
-            return self._scored(self.scorer.submit(job))
+            with self.lock:
+                self.scored_backlog_s += allowance
+            return self._scored(self.scorer.submit(job), allowance), "scorer", allowance
         if (verdict := program_verdict(job)) is not None:
             future.set_result(verdict)
-            return future
-        self.jobs.put((job, future))
-        return future
+            return future, "", 0.0
+        with self.lock:
+            self.backlog_s += allowance
+        self.jobs.put((job, future, allowance))
+        return future, "executor", allowance
 
-    @staticmethod
-    def _scored(scoring: concurrent.futures.Future) -> concurrent.futures.Future:
-        """The Verdict future of an envs.Scorer job (a dict future); a scorer that failed: infra_error."""
+    def _scored(self, scoring: concurrent.futures.Future, allowance: float) -> concurrent.futures.Future:
+        """The Verdict future of an envs.Scorer job (a dict future); a scorer that failed: infra_error.
+        Cancelling it cancels the scoring if that has not started."""
         out: concurrent.futures.Future = concurrent.futures.Future()
 
         def done(f):
             try:
-                out.set_result(verdict_from_dict(f.result()))
+                verdict = verdict_from_dict(f.result())
+            except concurrent.futures.CancelledError:
+                verdict = None
             except Exception as e:  # noqa: BLE001 - the scorer's failure, not the completion's
-                out.set_result(make_verdict(INFRA_ERROR, f"scorer failed: {type(e).__name__}: {e}"))
+                verdict = make_verdict(INFRA_ERROR, f"scorer failed: {type(e).__name__}: {e}")
+            with self.lock:
+                self.scored_backlog_s -= allowance
+                if verdict is not None and not out.cancelled():
+                    out.set_result(verdict)
+        out.add_done_callback(lambda o: o.cancelled() and scoring.cancel())
         scoring.add_done_callback(done)
         return out
+
+    def submit_batch(self, jobs: list) -> tuple[list[concurrent.futures.Future], float]:
+        """Queue a batch: (a Future per job, the time.monotonic() by which every verdict is in). The bound
+        holds whatever the programs do: each job ahead of the batch (queued or running) and each of
+        its own counts at its job_allowance_s, each lane (the executors; the scorer's threads) takes
+        its jobs first in, first out (list_bound_s), and SERVICE_SLACK_S is added. A job that runs
+        long uses up its own allowance, never its neighbours'."""
+        with self.lock:  # nothing is queued between reading the backlog and queueing the batch
+            now, ahead = time.monotonic(), {"executor": self.backlog_s, "scorer": self.scored_backlog_s}
+            futures, own = [], {"executor": [], "scorer": []}
+            for job in jobs:
+                future, lane, allowance = self._submit(job)
+                futures.append(future)
+                if lane:
+                    own[lane].append(allowance)
+        scorer_lanes = getattr(self.scorer.pool, "_max_workers", 1)  # a ThreadPoolExecutor's threads
+        bound = max(list_bound_s(ahead["executor"], own["executor"], len(self.slots)),
+                    list_bound_s(ahead["scorer"], own["scorer"], scorer_lanes))
+        return futures, now + bound + SERVICE_SLACK_S
+
+    def cancel(self, futures: list) -> int:
+        """Drop jobs whose verdicts no one will read (their client gave up): their futures are cancelled,
+        a job still queued is never run, a running one has its executor killed (its thread starts a
+        fresh one at once); a math or reward job being scored ends at its own time limit. Returns how
+        many jobs were dropped."""
+        with self.lock:
+            n = sum(f.cancel() for f in futures)
+            for i, f in enumerate(self.running):
+                if f is not None and f.cancelled() and i not in self.stopped:
+                    self.stopped.add(i)
+                    self.slots[i].proc.kill()
+        return n
 
     def run(self, jobs: list[dict]) -> list[Verdict]:
         verdicts = [f.result() for f in [self.submit(j) for j in jobs]]
@@ -497,9 +611,26 @@ def verify_batch(jobs: list[dict], workers: int = 2) -> list[Verdict]:
 # ============================================================================ service
 
 
+@dataclasses.dataclass
+class _Batch:
+    """A VerifyBatch being served."""
+    peer: tuple      # (connection identity, request id): where its verdicts go
+    futures: list    # a Verdict future per job
+    deadline: float  # time.monotonic() by which every verdict is in (ExecutorPool.submit_batch)
+    ping_s: float    # the client pings this often while it waits (0: it did not say)
+    heard: float     # time.monotonic() of the connection's last message
+
+    def of(self, peer) -> bool:
+        """Whether `peer` (a later message's) is this batch's connection."""
+        return bytes(peer[0]) == bytes(self.peer[0])
+
+
 class VerifierService:
     """wire.Server + ExecutorPool: each VerifyBatch is queued at once and answered (deferred) from
-    the serving thread's tick when its last verdict is in, so batches never block the loop."""
+    the serving thread's tick when its last verdict is in, so batches never block the loop. A Pong
+    tells the pinging connection how long each of its batches may still take (its client's deadline:
+    ExecutorPool.submit_batch). A batch its client gave up on is dropped (ExecutorPool.cancel): at its
+    CancelBatch, or once the connection stops pinging (SILENT_PINGS), as when the client died."""
 
     def __init__(self, cfg: VerifierConfig):
         import wire
@@ -508,7 +639,9 @@ class VerifierService:
                                  reward=cfg.reward, packages=tuple(p for p in cfg.packages.split(",") if p))
         self.server = wire.Server("verifier", cfg.bind, max_message_bytes=4 * cfg.max_request_mb << 20)
         self.server.on(wire.VerifyBatch, self.on_batch)
-        self.pending: list[tuple[object, list]] = []
+        self.server.on(wire.Ping, self.on_ping)
+        self.server.on(wire.CancelBatch, self.on_cancel)
+        self.pending: list[_Batch] = []
         self.batches = 0
 
     def on_batch(self, msg, peer):
@@ -518,20 +651,47 @@ class VerifierService:
         size = sum(len(str(j)) for j in jobs)
         if size > self.cfg.max_request_mb << 20:
             raise ValueError(f"batch of {size} chars exceeds {self.cfg.max_request_mb} MiB")
-        self.pending.append((peer, [self.pool.submit(j) for j in jobs]))
+        self.pending.append(_Batch(peer, *self.pool.submit_batch(jobs), msg.ping_s, time.monotonic()))
         self.batches += 1
         return None
 
+    def on_ping(self, msg, peer):
+        """Pong; info["batches"]: request id (as text) -> seconds it may still take, for each batch of
+        the pinging connection not yet answered (wire.VerifyBatch)."""
+        now, batches = time.monotonic(), {}
+        for b in self.pending:
+            if b.of(peer):
+                b.heard = now
+                batches[str(b.peer[1])] = round(max(0.0, b.deadline - now), 3)
+        return self.wire.Pong(self.server.name, self.server.instance, info={"batches": batches})
+
+    def on_cancel(self, msg, peer):
+        """Drop the batch the client gave up on: Ok(info={"cancelled": jobs dropped}), or an Error when
+        this connection has no such batch (answered already, or never sent)."""
+        for batch in self.pending:
+            if batch.of(peer) and batch.peer[1] == msg.request:
+                self.pending.remove(batch)
+                return self.wire.Ok(info={"cancelled": self._drop(batch, "cancelled by its client")})
+        raise ValueError(f"no batch {msg.request} of this connection is being served")
+
+    def _drop(self, batch: _Batch, why: str) -> int:
+        """Cancel a batch no one waits for (ExecutorPool.cancel) and say so; returns the jobs dropped."""
+        cancelled = self.pool.cancel(batch.futures)
+        print(f"verifier: batch {batch.peer[1]} {why}: {cancelled} of {len(batch.futures)} jobs dropped", flush=True)
+        return cancelled
+
     def tick(self) -> None:
-        still = []
-        for peer, futures in self.pending:
-            if all(f.done() for f in futures):
-                verdicts = [dataclasses.asdict(f.result()) for f in futures]
+        still, now = [], time.monotonic()
+        for batch in self.pending:
+            if all(f.done() for f in batch.futures):
+                verdicts = [dataclasses.asdict(f.result()) for f in batch.futures]
                 if warning := self.pool.weak_isolation_warning(f"{len(verdicts)} verdicts served"):
                     print(warning, file=sys.stderr, flush=True)  # logged before the client has them
-                self.server.reply(peer, self.wire.Verdicts(verdicts=verdicts))
+                self.server.reply(batch.peer, self.wire.Verdicts(verdicts=verdicts))
+            elif batch.ping_s and now - batch.heard > SILENT_PINGS * batch.ping_s + 1.0:
+                self._drop(batch, f"given up: its client has sent nothing for {now - batch.heard:.1f}s")
             else:
-                still.append((peer, futures))
+                still.append(batch)
         self.pending = still
 
     def serve(self, stop: threading.Event | None = None) -> None:

@@ -265,8 +265,22 @@ class GetStats:
 
 @message("verify_batch")
 class VerifyBatch:
-    """Worker -> verifier: jobs, each a dict {"kind": "assert"|"io", "program", ...} (see verifier.py)."""
+    """Worker -> verifier: jobs, each a dict {"kind": "assert"|"io", "program", ...} (see verifier.py).
+    While the batch runs, the verifier's Pong to the same connection carries info["batches"]: for each
+    batch of that connection still running, its request id (as text) -> the seconds it may still take
+    (verifier.py:ExecutorPool.submit_batch), which is how long its client waits. ping_s > 0: the client
+    pings every ping_s while it waits, so a batch whose connection falls silent has been given up
+    (its client died or left) and is dropped (verifier.py:VerifierService.tick); 0: never dropped."""
     jobs: list
+    ping_s: float = 0.0
+
+
+@message("cancel_batch")
+class CancelBatch:
+    """Worker -> verifier: the client gave up on the VerifyBatch it sent on this connection as request
+    `request`: its jobs not yet started are never run and its running ones are stopped. Answered with
+    Ok, or an Error when no such batch of this connection is running."""
+    request: int
 
 
 @message("verdicts")
@@ -789,8 +803,9 @@ class Server:
 
 class Client:
     """A DEALER socket: `call` sends one request and waits for its reply with a timeout (pinging the
-    server meanwhile, if asked: verifier_client.VerifierFleet does); `pipeline` keeps several in
-    flight. `send`, `receive` and `reconnect` are the parts they are made of."""
+    server meanwhile, if asked); `pipeline` keeps several in flight. `send`, `receive` and `reconnect`
+    are the parts they are made of (verifier_client.VerifierFleet waits with them, its deadline set by
+    the verifier's pongs)."""
 
     def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None,
                  curve_server_key: str | None = None):
