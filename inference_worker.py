@@ -438,8 +438,11 @@ class Worker:
             before = quant.params_bytes(self.params)
             self.params = quant.quantise_params(self.params, self.cfg.sampler_quant)
             if self.version < 0:
+                held = quant.params_bytes(self.params) + (quant.params_bytes(self.base_params) if self.base_params else 0)
                 log(self.cfg, f"sampling with {self.cfg.sampler_quant} weights (quant.py): "
-                              f"{quant.params_bytes(self.params) / 2**20:.2f} MiB, {before / 2**20:.2f} MiB as pushed")
+                              f"{quant.params_bytes(self.params) / 2**20:.2f} MiB, {before / 2**20:.2f} MiB as pushed; "
+                              f"weights on the device {held / 2**20:.2f} MiB"
+                              + (" (with the full-precision LoRA base)" if self.base_params else ""))
         self.version, self.lineage = version, lineage
 
     def to_device(self, tensors: dict) -> dict:
@@ -455,10 +458,16 @@ class Worker:
         policy is lora.merge(base on device, adapter): the jitted function the trainer runs its forward
         on, so both hold bit-identical weights. The base goes to the device first if we do not hold it
         (a new worker, a new lineage): once per lineage; afterwards a version costs its adapter's bytes
-        and the merge. The LoRA config is the manifest's, so a worker cannot disagree with its trainer."""
+        and the merge. The LoRA config is the manifest's, so a worker cannot disagree with its trainer.
+        A quantising worker (--sampler-quant) keeps a full-precision base only once an adapter version
+        needs it: after a full version it holds the quantised weights alone."""
         if adapter is None:
-            self.base_key, self.base_params = weights.VersionKey(version, lineage), self.to_device(tensors)
-            return self.base_params
+            params = self.to_device(tensors)
+            if self.cfg.sampler_quant == "none":  # the policy itself: holding it as the base costs nothing
+                self.base_key, self.base_params = weights.VersionKey(version, lineage), params
+            else:  # quantised next: a full-precision base beside it would cost more than int8 saves; an
+                self.base_key, self.base_params = None, None  # adapter version brings the base back (LoRA)
+            return params
         m = adapter.manifest
         lcfg = lora.LoraConfig.from_dict(m.lora)
         merge_in = lora.adapter_from_tensors(tensors, self.mcfg, lcfg)
