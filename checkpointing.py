@@ -3,7 +3,10 @@
     $RUN_DIR/checkpoints/step_N/state.safetensors   f32 master weights ("master/<path>") and the optimizer
                                                   state's leaves in order ("opt/0000", ...)
     $RUN_DIR/checkpoints/step_N/meta.json           step, data cursor, fate counts, prompts in flight,
-                                                  the ledger's length, wall time, and a CRC32 per tensor
+                                                  the ledger's length, wall time, and a CRC32 per tensor;
+                                                  LoRA: the config ("lora") and the --lora-init adapter
+                                                  ("lora_init": path and sha256, or null), which a resume
+                                                  must match (check_lora_resume)
 
 Written into step_N.tmp/ and renamed, so a checkpoint is whole or absent; read back only if every CRC
 and every parameter name checks out, else the previous one is used. Across hosts (multihost.py) every
@@ -58,15 +61,23 @@ def save_checkpoint(run_dir: str, step: int, master, opt_state, meta: dict, keep
     return final
 
 
-def read_checkpoint(run_dir: str, master_like) -> tuple[dict, dict]:
+class ResumeRefused(ValueError):
+    """The checkpoint is whole, but this run may not continue it (check_lora_resume): never a reason to
+    try an older checkpoint."""
+
+
+def read_checkpoint(run_dir: str, master_like, check=None) -> tuple[dict, dict]:
     """(tensors by name, meta) of the newest checkpoint that verifies (every CRC, the model's parameter
-    names); a truncated or corrupt one is reported and the previous one tried."""
+    names); a truncated or corrupt one is reported and the previous one tried. check(meta), if given,
+    runs on its meta.json before the tensors are read; the ResumeRefused it may raise ends the search."""
     root = os.path.join(run_dir, "checkpoints")
     for name in reversed(list_checkpoints(run_dir)):
         path = os.path.join(root, name)
         try:
             with open(os.path.join(path, "meta.json")) as f:
                 meta = json.load(f)
+            if check is not None:
+                check(meta)
             tensors = load_file(os.path.join(path, "state.safetensors"))
             for k, v in tensors.items():
                 if zlib.crc32(np.ascontiguousarray(v).tobytes()) != meta["crc32"][k]:
@@ -74,26 +85,33 @@ def read_checkpoint(run_dir: str, master_like) -> tuple[dict, dict]:
             if set(_flat(master_like)) != {k[len("master/"):] for k in tensors if k.startswith("master/")}:
                 raise ValueError("parameter names differ from the model's")
             return tensors, meta
+        except ResumeRefused:
+            raise
         except Exception as e:  # any failure to read means: not a good checkpoint
             print(f"[trainer] checkpoint {path} is unusable ({type(e).__name__}: {e}); trying an older one",
                   flush=True)
     raise FileNotFoundError(f"no usable checkpoint in {root}")
 
 
-def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
-    """(master, opt_state, meta) from the newest checkpoint that verifies (read_checkpoint).
+def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False, check=None):
+    """(master, opt_state, meta) from the newest checkpoint that verifies (read_checkpoint; check, run on
+    the leader, may refuse it with ResumeRefused, which every process then raises).
     on_mesh: every array goes from the host straight into the sharding of its *_like leaf. Across hosts
     every trainer process calls it: the leader reads the files and sends each tensor, bit for bit, to
     the others (multihost.broadcast_array), so only the leader's disk holds checkpoints."""
     tensors, meta = {}, None
     if multihost.is_leader():
         try:
-            tensors, meta = read_checkpoint(run_dir, master_like)
+            tensors, meta = read_checkpoint(run_dir, master_like, check)
         except FileNotFoundError as e:
             meta = {"error": str(e)}
+        except ResumeRefused as e:
+            meta = {"refused": str(e)}
     meta = multihost.broadcast(meta)
     if "error" in meta:
         raise FileNotFoundError(meta["error"])
+    if "refused" in meta:
+        raise ResumeRefused(meta["refused"])
 
     def put(name, like):
         x = multihost.broadcast_array(tensors.get(name), like.shape, like.dtype)
@@ -102,6 +120,45 @@ def load_checkpoint(run_dir: str, master_like, opt_like, on_mesh: bool = False):
     opt_leaves, treedef = jax.tree_util.tree_flatten(opt_like)
     opt_state = jax.tree_util.tree_unflatten(treedef, [put(f"opt/{i:04d}", like) for i, like in enumerate(opt_leaves)])
     return master, opt_state, meta
+
+
+def check_lora_resume(meta: dict, lora_cfg: dict | None, init: dict | None) -> str:
+    """May this run resume from a checkpoint whose meta.json is `meta`? lora_cfg: this run's LoRA
+    config (LoraConfig.to_dict(), None for full fine-tuning); init: this run's --lora-init record,
+    {"path": absolute folder, "sha256": lora.fingerprint of its adapter}, or None without one.
+    A LoRA checkpoint's policy is base + init adapter + trained adapter, and only the trained adapter is
+    in the checkpoint: the resumed run must merge the same init adapter into the same base, or its
+    policy jumps (and final/adapter loses the init). So ResumeRefused, naming both sides, unless the
+    LoRA configs are equal and the init adapters are the same tensors: the same sha256, wherever the
+    folder now is (a moved or copied folder passes; the same folder with other tensors does not).
+    Returns a line to log ("" when there is nothing to say): the folder moved, or a checkpoint written
+    before init adapters were recorded (meta without "lora_init"), which cannot be checked."""
+    problems, note = [], ""
+    if meta.get("lora") != lora_cfg:
+        problems.append(f"the checkpoint's LoRA config is {meta.get('lora')}, this run's {lora_cfg} "
+                        "(resume with the --lora-* flags it was trained with)")
+    if meta.get("lora") is not None:
+        if "lora_init" not in meta:
+            note = ("this checkpoint predates the recording of --lora-init: whether it was trained on top of "
+                    f"an init adapter cannot be checked; resuming with {_init_text(init)}")
+        else:
+            recorded = meta["lora_init"]
+            if (recorded or {}).get("sha256") != (init or {}).get("sha256"):
+                same = recorded and init and recorded["path"] == init["path"]
+                problems.append(f"the checkpoint was trained with {_init_text(recorded)}, this run gives "
+                                f"{_init_text(init)}" + (" (the same folder: its tensors changed since)" * bool(same))
+                                + ": resume with the checkpoint's --lora-init adapter (the same tensors; the folder "
+                                  "may have moved)")
+            elif recorded and recorded["path"] != init["path"]:
+                note = (f"--lora-init {init['path']} holds the same adapter as {recorded['path']}, which the "
+                        f"checkpoint recorded (sha256 {init['sha256']}): resuming on it")
+    if problems:
+        raise ResumeRefused("cannot resume: " + "; ".join(problems))
+    return note
+
+
+def _init_text(init: dict | None) -> str:
+    return f"--lora-init {init['path']} (adapter sha256 {init['sha256']})" if init else "no --lora-init"
 
 
 def rewind_ledger(path: str, lines: int) -> int:

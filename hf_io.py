@@ -390,12 +390,11 @@ def save_peft_adapter(path: str, cfg: ModelConfig, lcfg, adapter: dict, base_mod
     save_file(tensors, os.path.join(path, PEFT_WEIGHTS), metadata={"format": "pt"})
 
 
-def load_peft_adapter(path: str, cfg: ModelConfig):
-    """(lora.LoraConfig, f32 adapter) from a PEFT LoRA folder for this model. Refuses, naming it, what
-    lora.py does not implement (another peft_type, DoRA, rsLoRA, per-module ranks, trained biases or
-    extra modules, a regex target) and any missing, unexpected or mis-shaped tensor."""
-    from safetensors.numpy import load_file
-
+def read_peft_config(path: str):
+    """The lora.LoraConfig of a PEFT LoRA folder, from its adapter_config.json alone (no model needed:
+    trainer_config checks the --lora-* flags against it at start). Refuses, naming it, what lora.py
+    does not implement (another peft_type, DoRA, rsLoRA, per-module ranks, trained biases or extra
+    modules, a regex target)."""
     try:
         with open(os.path.join(path, PEFT_CONFIG)) as f:
             d = json.load(f)
@@ -410,7 +409,18 @@ def load_peft_adapter(path: str, cfg: ModelConfig):
     if unsupported:
         raise ValueError(f"{path}: PEFT adapter settings lora.py does not implement: "
                          + ", ".join(f"{k}={d.get(k)!r}" for k in unsupported))
-    lcfg = lora.LoraConfig(d.get("r"), d.get("lora_alpha"), tuple(d["target_modules"]))
+    try:
+        return lora.LoraConfig(d.get("r"), d.get("lora_alpha"), tuple(d["target_modules"]))
+    except ValueError as e:
+        raise ValueError(f"{path}/{PEFT_CONFIG}: {e}") from None
+
+
+def load_peft_adapter(path: str, cfg: ModelConfig):
+    """(lora.LoraConfig, f32 adapter) from a PEFT LoRA folder for this model: read_peft_config's
+    refusals, and any missing, unexpected or mis-shaped tensor."""
+    from safetensors.numpy import load_file
+
+    lcfg = read_peft_config(path)
     try:
         given = load_file(os.path.join(path, PEFT_WEIGHTS))
     except (OSError, ValueError) as e:
@@ -433,18 +443,38 @@ def load_peft_adapter(path: str, cfg: ModelConfig):
     return lcfg, lora.adapter_from_tensors(named, cfg, lcfg)
 
 
-def lora_start(cfg: ModelConfig, rank=None, alpha=None, targets=None, init_dir=None) -> tuple:
+def check_lora_flags(init_dir: str, init_cfg, rank=0, alpha=0.0, targets="") -> None:
+    """With --lora-init the folder's adapter_config.json is the run's LoRA config (as PEFT's
+    PeftModel.from_pretrained takes r, lora_alpha and target_modules from it): each --lora-* flag
+    given beside it (rank != 0, alpha != 0, targets != "") must equal the folder's value, else a
+    ValueError naming the flag, its value and the folder's. None is ignored in silence."""
+    bad = []
+    if rank and int(rank) != init_cfg.rank:
+        bad.append(f"--lora-rank {rank} (the folder's r is {init_cfg.rank})")
+    if alpha and float(alpha) != init_cfg.alpha:
+        bad.append(f"--lora-alpha {alpha:g} (the folder's lora_alpha is {init_cfg.alpha:g})")
+    if targets:
+        names = tuple(t.strip() for t in targets.split(",") if t.strip())
+        try:
+            same = lora.LoraConfig(init_cfg.rank, init_cfg.alpha, names).targets == init_cfg.targets
+        except ValueError:
+            same = False
+        if not same:
+            bad.append(f"--lora-targets {targets} (the folder's target_modules are {','.join(init_cfg.targets)})")
+    if bad:
+        raise ValueError(f"--lora-init {init_dir}: its {PEFT_CONFIG} sets the run's LoRA config, and "
+                         + "; ".join(bad) + " contradicts it: drop the flag or give the folder's value")
+
+
+def lora_start(cfg: ModelConfig, rank=0, alpha=0.0, targets="", init_dir=None) -> tuple:
     """A run's (lora.LoraConfig or None, starting adapter or None), from its --lora-* flags
     (LoraConfig.parse) or, with init_dir (--lora-init), the PEFT folder's config and adapter: rank,
-    alpha or targets given beside it must be the folder's."""
-    lcfg = lora.LoraConfig.parse(rank, alpha, targets)
+    alpha or targets given beside it must be the folder's (check_lora_flags; each flag is checked on
+    its own, whether or not --lora-rank is given)."""
     if not init_dir:
-        return lcfg, None
+        return lora.LoraConfig.parse(rank, alpha, targets), None
     init_cfg, adapter = load_peft_adapter(init_dir, cfg)
-    given = {"rank": rank, "alpha": alpha, "targets": targets}
-    if lcfg is not None and any(given[k] and lcfg.to_dict()[k] != init_cfg.to_dict()[k] for k in given):
-        raise ValueError(f"--lora-init {init_dir} holds an adapter {init_cfg.to_dict()}, which the "
-                         f"--lora-* flags contradict ({lcfg.to_dict()}): drop them or make them agree")
+    check_lora_flags(init_dir, init_cfg, rank, alpha, targets)
     return init_cfg, adapter
 
 

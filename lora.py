@@ -28,6 +28,8 @@ identity derivative, as model.py's casts do). docs/lora.md has the numerics and 
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -193,6 +195,20 @@ def adapter_from_tensors(named: dict, mcfg: model.ModelConfig, lcfg: LoraConfig)
                          f"missing {missing}, unexpected {extra}, shape mismatches {bad}")
     return {t: {m: jnp.asarray(np.asarray(named[f"{PREFIX}{t}.{m}"]), jnp.float32) for m in ("A", "B")}
             for t in lcfg.targets}
+
+
+def fingerprint(adapter: dict, lcfg: LoraConfig) -> str:
+    """sha256 (hex) of an adapter as it is merged: its config (rank, alpha, targets: the same tensors
+    under another alpha are another policy) and, in name order, each adapter_tensors name, dtype, shape
+    and f32 bytes. A hash of the tensors, not of a file: a PEFT folder saved again (other metadata,
+    another tensor order in the file, bf16 values stored as f32) has the same fingerprint, and one that
+    merges to another policy has another. The checkpoint records --lora-init's (trainer.py,
+    checkpointing.check_lora_resume, docs/lora.md)."""
+    h = hashlib.sha256(json.dumps(lcfg.to_dict(), sort_keys=True).encode())
+    for name, x in sorted(adapter_tensors(adapter).items()):
+        h.update(json.dumps([name, str(x.dtype), list(x.shape)]).encode())  # the shape fixes the byte count
+        h.update(x.tobytes())
+    return h.hexdigest()
 
 
 def param_count(mcfg: model.ModelConfig, lcfg: LoraConfig) -> int:

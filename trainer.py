@@ -221,15 +221,20 @@ class Trainer:
             params = sharding.shard_params(params, self.mcfg, self.mesh)
             ref_policy = lambda p: sharding.gather_params(p, self.mcfg, self.mesh)  # noqa: E731
         self.lcfg, self.base, self.base_on_server, self.init_adapter = None, None, False, None
+        self.init_record = None  # --lora-init's folder and adapter hash: checkpoints record it, resume checks it
         if cfg.lora_rank or cfg.lora_init:
             self.lcfg, self.init_adapter = hf_io.lora_start(self.mcfg, cfg.lora_rank, cfg.lora_alpha,
                                                             cfg.lora_targets, cfg.lora_init)
+            if self.init_adapter is not None:
+                self.init_record = {"path": os.path.abspath(cfg.lora_init),
+                                    "sha256": lora.fingerprint(self.init_adapter, self.lcfg)}
             self.base = params if self.mesh is not None else jax.tree_util.tree_map(jax.numpy.asarray, params)
             # --lora-init: its adapter merged as the workers merge (so version 0, full as every lineage's
             # version 0 is, is its policy bit for bit) is our base; a fresh adapter of the same config
             # trains on top, and final/adapter holds the two as one adapter for cfg.model (lora.concat)
             if self.init_adapter is not None:
-                self.log(f"LoRA adapter from {cfg.lora_init}, merged into the base")
+                self.log(f"LoRA adapter from {cfg.lora_init} (sha256 {self.init_record['sha256']}), "
+                         "merged into the base")
                 self.base = lora.merge(self.base, self.init_adapter, self.mcfg, self.lcfg)
             adapter = lora.init_adapter(self.mcfg, self.lcfg, jax.random.key(cfg.seed))
             self.master, self.opt_state = update.init_lora_state(adapter, self.optimizer, self.mesh)
@@ -396,25 +401,30 @@ class Trainer:
                 pass
 
     def do_checkpoint(self, payload: dict) -> str:
-        """LoRA: the checkpoint holds the adapter and its Adam state (the base is the model folder's)
-        and the LoRA config, so a resume with other --lora-* flags is refused."""
-        meta = {**payload["meta"], **({"lora": self.lcfg.to_dict()} if self.lcfg is not None else {})}
+        """LoRA: the checkpoint holds the adapter and its Adam state (the base is the model folder's),
+        the LoRA config and the --lora-init adapter's folder and sha256 (null without one), so a resume
+        with other --lora-* flags or another init adapter is refused (checkpointing.check_lora_resume)."""
+        lora_meta = {"lora": self.lcfg.to_dict(), "lora_init": self.init_record} if self.lcfg is not None else {}
         return checkpointing.save_checkpoint(self.cfg.run_dir, payload["step"], self.master, self.opt_state,
-                                             meta, self.cfg.keep_checkpoints)
+                                             {**payload["meta"], **lora_meta}, self.cfg.keep_checkpoints)
 
     def do_restore(self, _=None) -> dict:
+        """The checkpoint's state, once its meta.json says its LoRA config and init adapter are this run's
+        (checkpointing.check_lora_resume, before its tensors are read: else a ValueError naming both)."""
+        ours, notes = self.lcfg.to_dict() if self.lcfg is not None else None, []
+        check = lambda meta: notes.append(checkpointing.check_lora_resume(meta, ours, self.init_record))  # noqa: E731
         self.master, self.opt_state, meta = checkpointing.load_checkpoint(
-            self.cfg.run_dir, self.master, self.opt_state, on_mesh=self.mesh is not None)
-        ours = self.lcfg.to_dict() if self.lcfg is not None else None
-        if meta.get("lora") != ours:
-            raise ValueError(f"the checkpoint's LoRA config {meta.get('lora')} is not this run's {ours}: resume "
-                             f"with the flags it was trained with")
+            self.cfg.run_dir, self.master, self.opt_state, on_mesh=self.mesh is not None, check=check)
+        for note in filter(None, notes):
+            self.log(note)
         return meta
 
     def do_export(self, _=None) -> str:
         """The trained policy as a Hugging Face folder, $RUN_DIR/final (hf_io.save_final): the bf16 weights
         the workers sample with and the model folder's tokenizer files; hf_io.load_hf, `warmup.py --report`
-        and transformers load it. LoRA: also final/adapter, the adapter alone as a PEFT folder."""
+        and transformers load it. LoRA: also final/adapter, a PEFT folder for cfg.model: the trained adapter,
+        or with --lora-init the init adapter and the trained one as one adapter of rank 2r (lora.concat),
+        which applied to cfg.model gives final/'s policy up to one rounding to the compute dtype."""
         policy = self.update.policy(self.master)
         policy = update.cast_params(policy, self.mcfg.jdtype) if self.lcfg is None else policy
         lcfg, adapter = self.lcfg, None

@@ -143,8 +143,11 @@ class Config:
     lora_init: str = ""
     """start from this PEFT adapter folder (adapter_config.json + adapter_model.safetensors, as
     $RUN_DIR/final/adapter holds; hf_io.load_peft_adapter): its adapter is merged into the base (version
-    0 is its policy) and a fresh adapter of its rank, alpha and targets trains on top (the --lora-*
-    flags, if given, must agree); final/adapter holds both as one (docs/lora.md)"""
+    0 is its policy) and a fresh adapter of its rank, alpha and targets trains on top. Its
+    adapter_config.json is the run's LoRA config: a --lora-rank, --lora-alpha or --lora-targets given
+    beside it must equal the folder's value, else the run is refused at start. Checkpoints record the
+    folder and a hash of its adapter; --resume needs the same adapter again. final/adapter holds both as
+    one (docs/lora.md)"""
     # --- devices (sharding.py)
     tensor_parallel: int = 1
     """devices per tensor-parallel group: the trainer's visible devices form a (data, tensor) mesh of
@@ -224,6 +227,9 @@ class Config:
             raise ValueError("--lora-alpha and --lora-targets need --lora-rank > 0 (or --lora-init)")
         if self.lora_init and not os.path.isdir(self.lora_init):
             raise ValueError(f"--lora-init {self.lora_init}: no such folder")
+        if self.lora_init:  # the folder's adapter_config.json is the config: a --lora-* flag may only repeat it
+            hf_io.check_lora_flags(self.lora_init, hf_io.read_peft_config(self.lora_init), self.lora_rank,
+                                   self.lora_alpha, self.lora_targets)
         if self.prompts_per_step % self.minibatches:
             raise ValueError(f"minibatches={self.minibatches} must divide prompts_per_step={self.prompts_per_step}, "
                              "so that every minibatch (optimizer step) holds the same number of whole groups")
