@@ -61,7 +61,11 @@ SEED=${SEED:-0}
 BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log-probs); 0 = plain bf16
 DTYPE=${DTYPE:-bfloat16}            # what the model computes in, whatever the checkpoint stores: bfloat16
                                     # (bitwise), float32 (not bitwise on XLA:CPU), checkpoint (as stored)
-PORT=${PORT:-5555}                  # param server; the verifiers use PORT+2, PORT+3, ...
+PORT_GIVEN=${PORT:+1}
+PORT=${PORT:-5555}                  # param server; the verifiers use PORT+2, PORT+3, ... Unset on one host
+                                    # (loopback): the first free block from 5555; given: refused if taken
+RUN_ID=${RUN_ID:-}                  # this run's identity (wire.py: a server refuses a role of another run);
+                                    # default: $RUN_DIR/run_id, made on the first start, kept across restarts
 # Which roles run on this host, and where the others are (docs/multihost.md). The default is every
 # role here, on loopback: the single-machine run.
 ROLES=${ROLES:-trainer,param_server,verifier,workers}   # comma-separated subset of these four
@@ -166,6 +170,21 @@ is_loopback() { case $1 in 127.0.0.1|localhost) return 0 ;; *) return 1 ;; esac;
 # Roles on this host reach this host's servers on loopback when the servers listen there (or on every
 # interface), else on BIND itself.
 case $BIND in 0.0.0.0|127.0.0.1|localhost) local_host=127.0.0.1 ;; *) local_host=$BIND ;; esac
+# The ports this host's servers bind: never another run's. A second run on one host with PORT unset
+# takes the next free block; with PORT given (or off loopback, where other hosts must know it) a port
+# that is taken stops the start, naming its holder. DRY_RUN probes nothing (its lines stay the same).
+port_offsets=(); [ -z "${HERE[param_server]:-}" ] || port_offsets+=(0)
+if [ -n "${HERE[verifier]:-}" ]; then for ((k = 0; k < VERIFIERS; k++)); do port_offsets+=($((2 + k))); done; fi
+if [ "${#port_offsets[@]}" -gt 0 ] && [ "$DRY_RUN" != 1 ]; then
+  if [ -z "$PORT_GIVEN" ] && is_loopback "$BIND"; then
+    PORT=$($PYTHON wire.py free-base "$BIND" 5555 "${port_offsets[@]}") || refuse "no free ports for this host's servers"
+  else
+    taken=(); for o in "${port_offsets[@]}"; do taken+=($((PORT + o))); done
+    if ! held=$($PYTHON wire.py ports "$BIND" "${taken[@]}"); then
+      refuse "${held//$'\n'/; } (another run on this host?): pick other ports with PORT=... (this host's servers use PORT, PORT+2 ... PORT+$((1 + VERIFIERS))), or leave PORT unset on one host to have free ones picked"
+    fi
+  fi
+fi
 if [ -n "${HERE[param_server]:-}" ]; then
   [ -z "$PARAM_SERVER" ] || refuse "PARAM_SERVER=$PARAM_SERVER names a param server on another host, but ROLES runs one here: set one of them"
   ps_bind="tcp://$BIND:$PORT"; ps_addr="tcp://$local_host:$PORT"
@@ -250,6 +269,20 @@ placement=$($PYTHON devices.py --accelerator "$ACCELERATOR" --chips "$CHIPS" --t
   --tpu-port-base "$TPU_PORT_BASE" --gpu-mem-budget "$GPU_MEM_BUDGET" --reserved-ports "$reserved" \
   --roles "$jax_roles" ${multihost_trainer:+--multihost-trainer}) || exit 2
 mkdir -p "$RUN_DIR"
+# One run, one identity: every role names it to every server (RLAX_RUN_ID, wire.py), so a role of
+# another run reaching this run's ports by mistake is refused, never served. Made once per RUN_DIR,
+# so restarts and resumes keep it; hosts of one multi-host run share the lead's (RUN_ID=...).
+if [ -z "$RUN_ID" ]; then
+  RUN_ID=$(cat "$RUN_DIR/run_id" 2>/dev/null || true)
+  if [ -z "$RUN_ID" ]; then
+    if [ -n "${HERE[param_server]:-}" ] || [ "${#HERE[@]}" = 4 ]; then
+      RUN_ID=run-$($PYTHON -c "import secrets; print(secrets.token_hex(8))")
+    fi   # a host without the param server learns nothing by itself: RUN_ID names the lead's run
+  fi
+fi
+[[ -z $RUN_ID || $RUN_ID =~ ^[A-Za-z0-9._-]{1,64}$ ]] || refuse "RUN_ID=$RUN_ID: letters, digits, . _ - (at most 64)"
+if [ -n "$RUN_ID" ] && [ "$DRY_RUN" != 1 ]; then echo "$RUN_ID" > "$RUN_DIR/run_id"; fi
+export RLAX_RUN_ID=$RUN_ID
 declare -A CMD ENVS FLAGS
 ORDER=(); summary=""
 while IFS='|' read -r role envs flags; do   # "# placement: ..." then "role|VAR=value ...|flags", in start order
@@ -292,6 +325,7 @@ done
     echo "# this host: ROLES=$ROLES; param server ${ps_addr:-none}; verifiers ${verifier_addr:-none}"
   fi
   echo "export XLA_FLAGS=\"$XLA_FLAGS\""
+  [ -z "$RUN_ID" ] || echo "export RLAX_RUN_ID=\"\$(cat $RUN_DIR/run_id)\""
   for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do   # paths only, never a key
     if [ -n "${!v:-}" ]; then echo "export $v=\"${!v}\""; fi
   done

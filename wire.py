@@ -471,14 +471,17 @@ def _pack_value(value, arrays: list):
     return value
 
 
-def encode(msg, rid: int = 0) -> list:
-    """Message -> list of frames (header bytes, then array buffers)."""
+def encode(msg, rid: int = 0, run: str = "") -> list:
+    """Message -> list of frames (header bytes, then array buffers). `run`: the sender's run id
+    (RLAX_RUN_ID), carried in the header when set; a Server of another run refuses the message."""
     if type(msg).__name__ not in {c.__name__ for c in MESSAGES.values()} or not hasattr(msg, "TYPE"):
         raise WireError(f"{type(msg).__name__} is not a registered wire message")
     arrays: list = []
     body = {f.name: _pack_value(getattr(msg, f.name), arrays) for f in dataclasses.fields(msg)}
-    header = msgpack.packb({"type": msg.TYPE, "v": PROTOCOL_VERSION, "rid": rid, "body": body},
-                           use_bin_type=True)
+    header = {"type": msg.TYPE, "v": PROTOCOL_VERSION, "rid": rid, "body": body}
+    if run:
+        header["run"] = run
+    header = msgpack.packb(header, use_bin_type=True)
     return [header] + [memoryview(a.reshape(-1).view(np.uint8)) if a.size else b"" for a in arrays]
 
 
@@ -525,6 +528,12 @@ def _check_type(cls, name: str, value) -> None:
 
 def decode(frames: list) -> tuple[Any, int]:
     """List of frames -> (message, request id). Raises WireError saying what is wrong."""
+    msg, rid, _ = decode_with_run(frames)
+    return msg, rid
+
+
+def decode_with_run(frames: list) -> tuple[Any, int, str]:
+    """decode, and the sender's run id from the header ("" when it sent none)."""
     if not frames:
         raise WireError("empty message")
     try:
@@ -533,6 +542,9 @@ def decode(frames: list) -> tuple[Any, int]:
         raise WireError(f"header is not msgpack: {type(e).__name__}: {e}") from None
     if not isinstance(header, dict) or not {"type", "v", "rid", "body"} <= set(header):
         raise WireError("header must be a map with type, v, rid and body")
+    run = header.get("run", "")
+    if not isinstance(run, str) or len(run) > 100:
+        raise WireError("header: run must be a short string")
     if header["v"] != PROTOCOL_VERSION:
         raise WireError(f"protocol version {header['v']!r}, this build speaks {PROTOCOL_VERSION}")
     cls = MESSAGES.get(header["type"]) if isinstance(header["type"], str) else None
@@ -553,7 +565,7 @@ def decode(frames: list) -> tuple[Any, int]:
     for name, value in body.items():
         _check_type(cls, name, value)
         values[name] = _unpack_value(value, data)
-    return cls(**values), rid
+    return cls(**values), rid, run
 
 
 # ----------------------------------------------------------------------------- sockets
@@ -703,11 +715,15 @@ class Server:
     """A ROUTER socket with a dispatch table. Handlers are `handler(msg, peer) -> reply | None`."""
 
     def __init__(self, name: str, bind: str, *, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 curve_key: str | None = None, curve_clients=None):
+                 curve_key: str | None = None, curve_clients=None, run_id: str | None = None):
         """`curve_key`: this server's key pair file (default RLAX_CURVE_KEY). `curve_clients`: the
         allowed client public keys, as `load_client_keys` takes them (default RLAX_CURVE_CLIENTS,
-        else the server's own public key: the shared-pair setup)."""
+        else the server's own public key: the shared-pair setup). `run_id`: the run this server
+        belongs to (default RLAX_RUN_ID, which launch.sh sets for every role): a message that names
+        another run is refused (a client that names none, a tool or a test, is served)."""
         self.name, self.bind_addr, self.instance = name, bind, os.urandom(6).hex()
+        self.run_id = os.environ.get("RLAX_RUN_ID", "") if run_id is None else run_id
+        self.other_runs = 0  # messages refused because they named another run
         self.handlers: dict[type, Callable] = {Ping: lambda m, p: Pong(self.name, self.instance)}
         self.ctx = zmq.Context.instance()
         self.bad_messages = 0
@@ -757,10 +773,17 @@ class Server:
     def handle(self, frames: list) -> None:
         identity, payload = frames[0], frames[1:]
         try:
-            msg, rid = decode(payload)
+            msg, rid, run = decode_with_run(payload)
         except Exception as e:  # WireError, and whatever else garbage provokes: never die of it
             self.bad_messages += 1
             self.reply((identity, 0), Error(f"{self.name}: malformed message: {type(e).__name__}: {e}"[:1000]))
+            return
+        if run and self.run_id and run != self.run_id and not isinstance(msg, Ping):
+            self.other_runs += 1
+            self.reply((identity, rid), Error(
+                f"{self.name} at {self.bind_addr} belongs to run {self.run_id}, not to run {run}: two runs "
+                f"share this address; give each run its own ports (launch.sh: PORT=..., or leave PORT unset "
+                f"to have free ones picked)"))
             return
         handler = self.handlers.get(type(msg))
         if handler is None:
@@ -808,11 +831,13 @@ class Client:
     the verifier's pongs)."""
 
     def __init__(self, name: str, addr: str, *, timeout_s: float = 30.0, curve_key: str | None = None,
-                 curve_server_key: str | None = None):
+                 curve_server_key: str | None = None, run_id: str | None = None):
         """`curve_key`: this client's key pair file (default RLAX_CURVE_KEY). `curve_server_key`: a
         file holding the server's public key, .pub or pair (default RLAX_CURVE_SERVER_KEY, else the
-        public key of `curve_key`: the shared-pair setup)."""
+        public key of `curve_key`: the shared-pair setup). `run_id`: the run this client belongs to
+        (default RLAX_RUN_ID), named in every request so that a server of another run refuses it."""
         self.name, self.addr, self.timeout_s = name, addr, timeout_s
+        self.run_id = os.environ.get("RLAX_RUN_ID", "") if run_id is None else run_id
         self.curve_key = curve_key or curve_keys_from_env()
         self.curve_server_key = curve_server_key or os.environ.get("RLAX_CURVE_SERVER_KEY") or None
         self._keys = None
@@ -841,7 +866,7 @@ class Client:
     def send(self, msg) -> int:
         """Send `msg` as a request without waiting; returns its request id, which its reply carries."""
         rid = next(self._rids)
-        self.sock.send_multipart(encode(msg, rid), copy=False)
+        self.sock.send_multipart(encode(msg, rid, self.run_id), copy=False)
         return rid
 
     def receive(self, timeout_s: float):
@@ -925,6 +950,55 @@ class Client:
         self.sock.close(0)
 
 
+# --- ports: is an address free, and who holds it (launch.sh asks before it starts any role) -------
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could bind host:port now (with SO_REUSEADDR, as ZeroMQ binds)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0" if host in ("*", "0.0.0.0") else host, port))
+            return True
+        except OSError:
+            return False
+
+
+def port_holder(port: int) -> str:
+    """Who listens on TCP `port` on this machine: "pid N: its command line", from /proc (Linux; what
+    this user may see), or "" when that cannot be told."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(cols[9])
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if not any(os.readlink(f"/proc/{pid}/fd/{fd}") in {f"socket:[{i}]" for i in inodes} for fd in fds):
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f"pid {pid}: " + " ".join(f.read().decode(errors="replace").replace("\0", " ").split())[:300]
+        except OSError:
+            continue
+    return ""
+
+
+def free_base(host: str, start: int, offsets: list[int], tries: int = 200) -> int | None:
+    """The first base port from `start` (in steps of max(offsets) + 1) whose base + each offset is free."""
+    step = max(offsets) + 1
+    for base in range(start, min(start + tries * step, 65536 - step), step):
+        if all(port_free(host, base + o) for o in offsets):
+            return base
+    return None
+
+
 if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description="Wire utilities.")
@@ -945,7 +1019,25 @@ if __name__ == "__main__":
                "RLAX_CURVE_CLIENTS is a directory of *.pub files or a file of Z85 public keys, one a line.")
     keygen.add_argument("dir")
     keygen.add_argument("--name", default="curve", help="file name stem (default: curve)")
+    ports = sub.add_parser("ports", help="exit 1 and say who holds them if any of PORTs is taken on HOST")
+    ports.add_argument("host")
+    ports.add_argument("port", type=int, nargs="+")
+    base = sub.add_parser("free-base", help="print the first base port from START whose base+OFFSET are all free")
+    base.add_argument("host")
+    base.add_argument("start", type=int)
+    base.add_argument("offset", type=int, nargs="+")
     args = parser.parse_args()
+    if args.cmd == "ports":
+        taken = [p for p in args.port if not port_free(args.host, p)]
+        for p in taken:
+            print(f"port {p} is taken" + (f" by {who}" if (who := port_holder(p)) else ""))
+        raise SystemExit(1 if taken else 0)
+    if args.cmd == "free-base":
+        found = free_base(args.host, args.start, args.offset)
+        if found is None:
+            raise SystemExit(f"no free ports from {args.start}")
+        print(found)
+        raise SystemExit(0)
     if args.cmd == "keygen":
         os.makedirs(args.dir, exist_ok=True)
         public, secret = zmq.curve_keypair()

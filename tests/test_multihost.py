@@ -63,6 +63,7 @@ def test_default_roles_are_the_single_machine_run(tmp_path):
     today = """\
 # placement: cpu (ACCELERATOR): every role on the CPU
 export XLA_FLAGS=""
+export RLAX_RUN_ID="$(cat RUN/run_id)"
 JAX_PLATFORMS=cpu python3 param_server.py --bind tcp://127.0.0.1:5555 --state-dir RUN/param_server  # param_server
 JAX_PLATFORMS=cpu python3 verifier.py --bind tcp://127.0.0.1:5557 --executors 2  # verifier
 JAX_PLATFORMS=cpu RLAX_ACCELERATOR=cpu python3 inference_worker.py --param-server tcp://127.0.0.1:5555 \

@@ -11,6 +11,7 @@ import time
 
 import isolation
 import verifier
+from test_system import tiny  # noqa: F401  (the module-scoped tiny model fixture)
 
 
 def _processes_of(uids: set) -> list:
@@ -124,3 +125,86 @@ def test_an_int8_worker_holds_only_its_quantised_weights_and_a_lora_base_only_fo
                                             lora.adapter_from_tensors(dict(named), TINY, lcfg), TINY, lcfg), "int8")
     same = jax.tree_util.tree_map(lambda a, b: np.array_equal(np.asarray(a), np.asarray(b)), worker.params, want)
     assert all(jax.tree_util.tree_leaves(same))
+
+
+# ----------------------------------------------------------------------------- one run, one identity
+
+def test_a_server_refuses_a_client_of_another_run():
+    """wire.py: a request names its run (RLAX_RUN_ID); a server of another run refuses it, naming both
+    runs and what to do; the same run, and a client that names none (a tool), are served."""
+    import threading
+    import pytest
+    import wire
+    from conftest import free_port
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    server = wire.Server("param_server", addr, run_id="run-aaa")
+    server.on(wire.GetStats, lambda m, p: wire.Ok({"served": 1}))
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        for run, served in (("run-aaa", True), ("", True), ("run-bbb", False)):
+            client = wire.Client("trainer", addr, timeout_s=10, run_id=run)
+            if served:
+                assert client.call(wire.GetStats()).info == {"served": 1}
+            else:
+                with pytest.raises(wire.RemoteError, match="belongs to run run-aaa, not to run run-bbb"):
+                    client.call(wire.GetStats())
+                assert isinstance(client.call(wire.Ping()), wire.Pong)   # liveness is not the run's
+            client.close()
+        assert server.other_runs == 1
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def _launch(run_dir, model_path, **env):
+    """One launch.sh run of 2 steps with the tiny model; PORT is left unset unless given."""
+    from conftest import ROOT
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PORT", "RUN_ID", "RLAX_RUN_ID")},
+           "RUN_DIR": run_dir, "STEPS": "2", "WORKERS": "1", "MODEL": model_path, "VERIFIER_EXECUTORS": "1",
+           "WORKER_ARGS": "--lease-s 10",
+           "TRAINER_ARGS": "--heldout 1 --eval-samples 2 --eval-every 0 --prompts-per-step 4", **env}
+    return subprocess.Popen(["bash", "launch.sh"], cwd=ROOT, env=env, stdout=open(run_dir + ".log", "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_two_runs_on_one_host_each_finish_on_their_own_weights(tmp_path, tiny):  # noqa: F811
+    """Two launch.sh runs at once with default settings: the second finds the first's ports taken and
+    takes the next free ones, each run has its own identity, both finish bitwise on-policy, and each
+    param server only ever saw its own trainer. A third with the first's PORT given refuses at start,
+    naming the process that holds it."""
+    import json
+    import re
+    import signal
+    from conftest import wait_until
+    a, b, c = (str(tmp_path / n) for n in ("a", "b", "c"))
+    first = _launch(a, tiny)
+    second = None
+    try:
+        wait_until(lambda: os.path.exists(os.path.join(a, "param_server.log")) and "serving" in open(
+            os.path.join(a, "param_server.log")).read(), 120, "the first run's param server")
+        second = _launch(b, tiny)
+        port_a = int(re.search(r"param_server.py --bind tcp://127.0.0.1:(\d+)", open(a + "/commands.sh").read())[1])
+        third = subprocess.run(["bash", "launch.sh"], cwd=os.path.dirname(os.path.dirname(__file__)),
+                               env={**os.environ, "RUN_DIR": c, "PORT": str(port_a), "MODEL": tiny},
+                               capture_output=True, text=True, timeout=120)
+        assert third.returncode == 2 and f"port {port_a} is taken by pid" in third.stderr, third.stderr
+        assert "param_server.py" in third.stderr and "PORT=" in third.stderr, third.stderr
+        for proc, run_dir in ((first, a), (second, b)):
+            assert proc.wait(600) == 0, open(run_dir + ".log").read()[-3000:]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(60)
+    port_b = int(re.search(r"param_server.py --bind tcp://127.0.0.1:(\d+)", open(b + "/commands.sh").read())[1])
+    assert port_a != port_b
+    assert open(a + "/run_id").read() != open(b + "/run_id").read()
+    for run_dir in (a, b):
+        steps = [json.loads(line) for line in open(run_dir + "/metrics.jsonl") if "reward/mean" in line]
+        assert [r["step"] for r in steps] == [1, 2] and all(r["mismatch/bitwise_frac"] == 1.0 for r in steps)
+        log = open(run_dir + "/param_server.log").read()
+        assert log.count("new trainer lineage") <= 1 and "refused" not in log.lower(), log[-2000:]
+        assert os.path.isdir(run_dir + "/final")
