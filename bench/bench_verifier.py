@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import candidate  # noqa: E402
 import isolation  # noqa: E402
 import judge  # noqa: E402
+import rootfs  # noqa: E402
 import verifier  # noqa: E402
 
 
@@ -80,7 +81,8 @@ def cpu_per_job(problems, rounds: int) -> list[tuple[float, float, float]]:
     """(CPU ms, minor faults, wall ms) per job, per round of the problems run serially on one executor
     (all protections): from /proc, the executor's own time and its launcher's, whose reaped children
     (every candidate and judge) are in its cutime/cstime. Needs /proc and root, as the pool does."""
-    ex = verifier._ExecutorProcess("namespaces", isolation.default_hidden_paths())
+    image = rootfs.acquire(rootfs.DEFAULT_PACKAGES)  # the sandbox's in-memory files, as a pool has them
+    ex = verifier._ExecutorProcess("namespaces", isolation.default_hidden_paths(), True, image.path)
     tick = os.sysconf("SC_CLK_TCK")
 
     def usage() -> tuple[int, int]:
@@ -108,6 +110,7 @@ def cpu_per_job(problems, rounds: int) -> list[tuple[float, float, float]]:
             out.append(((c1 - c0) / tick / len(jobs) * 1e3, (f1 - f0) / len(jobs), dt / len(jobs) * 1e3))
     finally:
         ex.close()
+        rootfs.release(image)
     return out
 
 
