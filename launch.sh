@@ -276,7 +276,7 @@ if [ -z "$RUN_ID" ]; then
   RUN_ID=$(cat "$RUN_DIR/run_id" 2>/dev/null || true)
   if [ -z "$RUN_ID" ]; then
     if [ -n "${HERE[param_server]:-}" ] || [ "${#HERE[@]}" = 4 ]; then
-      RUN_ID=run-$($PYTHON -c "import secrets; print(secrets.token_hex(8))")
+      RUN_ID=run-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
     fi   # a host without the param server learns nothing by itself: RUN_ID names the lead's run
   fi
 fi
