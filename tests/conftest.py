@@ -64,6 +64,24 @@ class Roles:
                 proc.wait(timeout=30)
 
 
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer byte-level Qwen2 with sharpened random weights (so sampling is not uniform noise), in
+    Hugging Face layout: test_system.tiny, which several modules import. Built once per session (the
+    same PRNGKey(0) weights every time, so sharing it changes no test); no test writes into it."""
+    import jax
+    import hf_io
+    import model
+    path = str(tmp_path_factory.mktemp("tiny"))
+    cfg = model.ModelConfig(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                            head_dim=16, intermediate_size=192, max_seq_len=96, rope_theta=1e4,
+                            rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
+    params = model.init_params(cfg, jax.random.PRNGKey(0))
+    params = jax.tree_util.tree_map(lambda x: (x * 4).astype(x.dtype) if x.ndim > 1 else x, params)
+    hf_io.save_hf(path, cfg, params)
+    return path
+
+
 @pytest.fixture
 def roles(tmp_path):
     r = Roles(str(tmp_path))

@@ -10,7 +10,7 @@ import zmq
 
 import weights
 import wire
-from conftest import free_port, wait_until
+from conftest import Roles, free_port, wait_until
 
 
 def start(roles, tmp_path, name="ps"):
@@ -152,6 +152,20 @@ def test_long_polls_for_work_and_rollouts(roles, tmp_path):
     assert [r["version"] for r in result["r"].rollouts] == [4]
 
 
+@pytest.fixture(scope="module")
+def bad_request_server(tmp_path_factory):
+    """One param server for every bad request below: each case checks that its request changed nothing
+    (stats before and after), so on a shared server a request that did change something still fails
+    its own case, and would show in the next ones too. Saves a process start per case."""
+    tmp_path = tmp_path_factory.mktemp("bad_requests")
+    roles = Roles(str(tmp_path))
+    try:
+        _, client, port = start(roles, tmp_path)
+        yield client, port
+    finally:
+        roles.stop_all()
+
+
 @pytest.mark.parametrize("msg, reason", [
     (wire.EnqueueWork([{"item_id": "x"}]), "lacks field"),
     (wire.EnqueueWork([item(1, group_size=0)]), "must be positive"),
@@ -167,8 +181,8 @@ def test_long_polls_for_work_and_rollouts(roles, tmp_path):
     (wire.GetRollouts(0), "max_items"),
     (wire.LeaseWork("w", lease_s=-1), "lease_s"),
 ])
-def test_bad_requests_get_errors_and_change_nothing(roles, tmp_path, msg, reason):
-    _, client, port = start(roles, tmp_path)
+def test_bad_requests_get_errors_and_change_nothing(bad_request_server, msg, reason):
+    client, port = bad_request_server
     client.call(wire.EnqueueWork([item(1)]))
     before = client.call(wire.GetStats()).info
     with pytest.raises(wire.RemoteError, match=reason):

@@ -17,7 +17,6 @@ import pytest
 import safetensors.numpy
 
 import hf_io
-import model
 import wire
 from conftest import ROOT, free_port, wait_until
 
@@ -25,16 +24,10 @@ XLA = {"XLA_FLAGS": ""}  # the same (default) compiler flags in every role, as l
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A 2-layer byte-level Qwen2 with sharpened random weights (so sampling is not uniform noise)."""
-    path = str(tmp_path_factory.mktemp("tiny"))
-    cfg = model.ModelConfig(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                            head_dim=16, intermediate_size=192, max_seq_len=96, rope_theta=1e4,
-                            rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True)
-    params = model.init_params(cfg, jax.random.PRNGKey(0))
-    params = jax.tree_util.tree_map(lambda x: (x * 4).astype(x.dtype) if x.ndim > 1 else x, params)
-    hf_io.save_hf(path, cfg, params)
-    return path
+def tiny(tiny_model_dir):
+    """A 2-layer byte-level Qwen2 with sharpened random weights (so sampling is not uniform noise):
+    conftest.tiny_model_dir, written once per session for every module that imports this fixture."""
+    return tiny_model_dir
 
 
 def start_system(roles, run_dir, model_path, workers=({},), trainer_args=(), fix=True):
