@@ -388,6 +388,8 @@ def enter_sandbox(mode: str, hide: list[str], image: str | None = None) -> dict:
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
         mount("tmpfs", ROOT_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME, "size=4m,mode=755")
         for name in sorted(os.listdir(image)):  # the image's top level: directories and symlinks
+            if name in ("etc", "dev", "tmp", "proc", "sys"):
+                continue  # the sandbox's own (below), never a copy of the host's
             src, dst = f"{image}/{name}", f"{ROOT_DIR}/{name}"
             if os.path.islink(src):
                 os.symlink(os.readlink(src), dst)
