@@ -1,6 +1,6 @@
 """The judge of the verifier: the trusted side of an assert job.
 
-Two processes per assert job, both forked from the executor's launcher (sandbox.py), which imported
+Two processes per assert job, both forked from the executor's launcher (executor.py), which imported
 their code before it entered the sandbox:
   candidate (candidate.py, untrusted)  the program's own process: runs the program, says hello (its
                               names), then answers the judge's requests about its objects.

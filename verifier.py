@@ -27,7 +27,7 @@ How a verdict is reached (why it cannot be forged):
   * io-style (Codeforces): the program's stdout is captured by the executor (trusted) and compared
     token by token with the expected output; the exit status must be 0.
 The candidate and the judge are in judge.py, the isolation (namespaces, uids, limits, cleanup) in
-isolation.py, the executor that runs them in sandbox.py, the verdict record in verdicts.py.
+isolation.py, the executor that runs them in executor.py, the verdict record in verdicts.py.
   * math and reward jobs (envs.py) run no program: a math completion's final answer is compared with
     the reference by math-verify, in a grading process killed at the job's time limit (an answer that
     runs past it, or is longer than envs.MAX_ANSWER_CHARS, fails); a reward job calls the user's
@@ -55,7 +55,7 @@ Processes and sockets:
             batch of the pinging connection may still take (ExecutorPool.submit_batch: its client
             waits that long); wire.CancelBatch -> wire.Ok, dropping a batch its client gave up on.
             Its client is verifier_client.VerifierFleet (its own module: no role imports this one).
-  executor  `python -E -s sandbox.py --executor CONFIG` (started by the pool, never by hand): a fresh
+  executor  `python -E -s executor.py --executor CONFIG` (started by the pool, never by hand): a fresh
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
 
@@ -93,7 +93,7 @@ import time
 
 import envs
 import rootfs
-import sandbox
+import executor
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
                        kill_uid, refuse, remove_cgroup, remove_stale_cgroups, role_uids)
 from boundary import from_bytes, recv_frame, send_frame, to_plain
@@ -287,7 +287,7 @@ class _ExecutorProcess:
 
     def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True, image: str | None = None):
         cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup, "image": image})
-        command = [sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg]
+        command = [sys.executable, "-E", "-s", os.path.abspath(executor.__file__), "--executor", cfg]
         # A minimal environment: the verifier's own (its secrets included) never enters an
         # executor's memory, so no program can find it there.
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,

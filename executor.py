@@ -4,7 +4,7 @@ Trusted code, on the trusted side of the boundary: the executor and the launcher
 line of the program or of the tests (the candidate and the judge are children the launcher forks and
 confines: candidate.py and judge.py are their code, isolation.py the confinement). verifier.py is the
 role (API, executor pool, ZeroMQ service); the pool starts each executor as
-`python -E -s sandbox.py --executor CONFIG` with a minimal environment: a fresh pre-imported
+`python -E -s executor.py --executor CONFIG` with a minimal environment: a fresh pre-imported
 interpreter that enters the sandbox once (isolation.enter_sandbox) and talks length-prefixed msgpack
 on its stdin/stdout. Everything it and its children import is imported here, before the sandbox
 hides the project's files: the standard library, msgpack, verdicts.py, isolation.py, boundary.py,
@@ -712,4 +712,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--executor":
         executor_main(sys.argv[2])
     else:
-        sys.exit("sandbox.py is started by verifier.py's executor pool: --executor CONFIG")
+        sys.exit("executor.py is started by verifier.py's executor pool: --executor CONFIG")
