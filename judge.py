@@ -53,6 +53,7 @@ from verdicts import INFRA_ERROR, BoundaryError
 ROUND_TRIPS_PER_MARK = 1024  # the judge tells the executor of its requests in steps of this many
 
 _LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
+CANDIDATE_GONE = "candidate_gone"  # the report when the program's process died or its channel broke
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
 
@@ -513,7 +514,8 @@ class Handle:
     chooses, exactly as in one process). What the program answers (a call's result, an attribute,
     its len or str) is a value fixed before the judge compares it, exactly as a plain return value is.
     The Handle's own code runs in the judge and executes nothing of the program; a malformed or
-    hostile reply is a BoundaryError (status failed), a dead candidate CandidateGone (crashed).
+    hostile reply is a BoundaryError (status failed), a dead candidate CandidateGone (the executor,
+    which sees how it died, makes that crashed, timeout or memory).
     """
     __slots__ = ("__weakref__", "_oubliette_chan", "_oubliette_id", "_oubliette_label", "_oubliette_mro",
                  "_oubliette_kind", "_oubliette_buf", "_oubliette_asked", "_oubliette_end")
@@ -834,8 +836,8 @@ def _describe_failure(e: BaseException) -> dict:
             " in the program" if isinstance(e, CandidateMemoryError) else " holding the program's values")}
     if getattr(e, "__dict__", {}).get(_FROM_PROGRAM):
         return {"status": "runtime_error", "detail": f"the program raised {type(e).__name__}: {msg}{where}"}
-    if isinstance(e, CandidateGone):
-        return {"status": "crashed", "detail": msg}
+    if isinstance(e, CandidateGone):  # a fact, not a verdict: the executor knows how it died
+        return {"status": CANDIDATE_GONE, "detail": msg}
     if isinstance(e, AssertionError):
         return {"status": "failed", "detail": f"assertion failed{where}" + (f": {msg[:200]}" if msg else "")}
     if isinstance(e, (BoundaryError, AmbiguousName, ForgedName)):
@@ -1128,4 +1130,6 @@ def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int, progr
         return {"status": INFRA_ERROR, "detail": f"the judge failed: {describe(e)}"}
 
 
-JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD_FAILURES
+JUDGE_STATUSES = ("passed", "failed", CANDIDATE_GONE, "memory", INFRA_ERROR) + _LOAD_FAILURES
+"""What a judge's report may say: a verdict's status, or CANDIDATE_GONE, which the executor turns
+into one (Executor._verdict_of_assert: only it sees how the candidate's process ended)."""
