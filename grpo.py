@@ -74,7 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import objectives
-from objectives import _is_int, _is_real, _masked_mean
+from objectives import is_int, is_real, masked_mean
 
 ADVANTAGES = ("grpo", "drgrpo", "rloo", "reinforce", "passk", "nsr", "w_reinforce")
 SIGNED_ADVANTAGES = ("nsr", "w_reinforce")  # no baseline: the sign of (2r - 1) is the advantage's
@@ -180,62 +180,62 @@ class GRPOConfig:
                               ("is_correction", IS_CORRECTIONS)):
             if getattr(self, name) not in allowed:
                 bad(name, f"must be one of {allowed}")
-        if not _is_int(self.group_size) or self.group_size < 1:
+        if not is_int(self.group_size) or self.group_size < 1:
             bad("group_size", "must be an int >= 1")
         if self.advantage not in ("reinforce",) + SIGNED_ADVANTAGES and self.group_size < 2:
             bad("group_size", f"advantage={self.advantage!r} needs a group baseline, so G >= 2")
-        if self.advantage == "passk" and (not _is_int(self.pass_k) or not 1 <= self.pass_k <= self.group_size):
+        if self.advantage == "passk" and (not is_int(self.pass_k) or not 1 <= self.pass_k <= self.group_size):
             bad("pass_k", f"must be an int in 1..group_size ({self.group_size})")
-        if not _is_real(self.positive_weight) or self.positive_weight < 0:
+        if not is_real(self.positive_weight) or self.positive_weight < 0:
             bad("positive_weight", "must be a finite number >= 0")
         if self.cov_penalty not in COV_PENALTIES:
             bad("cov_penalty", f"must be one of {COV_PENALTIES}")
         for name in ("cov_clip_frac", "cov_kl_frac"):
-            if not _is_real(getattr(self, name)) or not 0 < getattr(self, name) <= 1:
+            if not is_real(getattr(self, name)) or not 0 < getattr(self, name) <= 1:
                 bad(name, "must be a share of the tokens in (0, 1]")
-        if not (_is_real(self.cov_clip_low) and _is_real(self.cov_clip_high)) or self.cov_clip_low > self.cov_clip_high:
+        if not (is_real(self.cov_clip_low) and is_real(self.cov_clip_high)) or self.cov_clip_low > self.cov_clip_high:
             bad("cov_clip_low", f"must be finite and <= cov_clip_high ({self.cov_clip_high})")
-        if not _is_real(self.cov_kl_coef) or self.cov_kl_coef < 0:
+        if not is_real(self.cov_kl_coef) or self.cov_kl_coef < 0:
             bad("cov_kl_coef", "must be a finite number >= 0")
-        if not _is_real(self.adv_eps) or self.adv_eps <= 0:
+        if not is_real(self.adv_eps) or self.adv_eps <= 0:
             bad("adv_eps", "must be a finite number > 0")
-        if not _is_real(self.clip_eps_low) or not 0 < self.clip_eps_low < 1:
+        if not is_real(self.clip_eps_low) or not 0 < self.clip_eps_low < 1:
             bad("clip_eps_low", "must be in (0, 1) so that 1 - eps_low is a positive ratio")
-        if not _is_real(self.clip_eps_high) or self.clip_eps_high <= 0:
+        if not is_real(self.clip_eps_high) or self.clip_eps_high <= 0:
             bad("clip_eps_high", "must be a finite number > 0")
-        if self.dual_clip_c is not None and (not _is_real(self.dual_clip_c) or self.dual_clip_c <= 1):
+        if self.dual_clip_c is not None and (not is_real(self.dual_clip_c) or self.dual_clip_c <= 1):
             bad("dual_clip_c", "must be None or a finite number > 1 (Ye et al. 2020)")
-        if not _is_int(self.max_len) or self.max_len < 0:
+        if not is_int(self.max_len) or self.max_len < 0:
             bad("max_len", "must be an int >= 0")
         if self.loss_agg == "seq_mean_token_sum_norm" and self.max_len <= 0:
             bad("max_len", "loss_agg='seq_mean_token_sum_norm' (Dr. GRPO) needs the constant max_len > 0")
-        if not _is_real(self.kl_beta) or self.kl_beta < 0:
+        if not is_real(self.kl_beta) or self.kl_beta < 0:
             bad("kl_beta", "must be a finite number >= 0")
-        if not _is_real(self.is_cap) or self.is_cap < 1:
+        if not is_real(self.is_cap) or self.is_cap < 1:
             bad("is_cap", "must be a finite number >= 1")
         if self.is_correction in ("token_mask", "seq_mask") and self.is_cap <= 1:
             bad("is_cap", "the masked corrections keep [1/C, C], which needs C > 1")
         self._check_rejection_bands(bad)
-        if not _is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
+        if not is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
             bad("overlong_buffer_len", "must be an int >= 0")
         if self.overlong_buffer_len > 0 and not 0 < self.overlong_buffer_len <= self.max_len:
             bad("overlong_buffer_len", f"needs 0 < L_cache <= max_len (max_len={self.max_len})")
-        if not _is_real(self.overlong_penalty_factor) or self.overlong_penalty_factor < 0:
+        if not is_real(self.overlong_penalty_factor) or self.overlong_penalty_factor < 0:
             bad("overlong_penalty_factor", "must be a finite number >= 0")
         if (self.overlong_filter or self.overlong_buffer_len > 0) and self.max_len <= 0:
             bad("max_len", "the overlong filter/penalty needs max_len > 0")
 
     def _check_rejection_bands(self, bad):
         """The rollout correction's bands each hold ratio 1 (a sampler equal to the trainer rejects nothing)."""
-        if not _is_real(self.icepop_low) or not 0 < self.icepop_low <= 1:
+        if not is_real(self.icepop_low) or not 0 < self.icepop_low <= 1:
             bad("icepop_low", "must be in (0, 1] (IcePop's alpha: the band [alpha, beta] holds rho = 1)")
-        if not _is_real(self.icepop_high) or self.icepop_high < 1:
+        if not is_real(self.icepop_high) or self.icepop_high < 1:
             bad("icepop_high", "must be a finite number >= 1 (IcePop's beta)")
-        if not _is_real(self.geo_low) or not 0 < self.geo_low <= 1:
+        if not is_real(self.geo_low) or not 0 < self.geo_low <= 1:
             bad("geo_low", "must be in (0, 1] (the band [geo_low, geo_high] holds ratio 1)")
-        if not _is_real(self.geo_high) or self.geo_high < 1:
+        if not is_real(self.geo_high) or self.geo_high < 1:
             bad("geo_high", "must be a finite number >= 1")
-        if not _is_real(self.veto_ratio) or not 0 <= self.veto_ratio < 1:
+        if not is_real(self.veto_ratio) or not 0 <= self.veto_ratio < 1:
             bad("veto_ratio", "must be in [0, 1): 0 = off, else a ratio below 1")
 
     @property
@@ -301,9 +301,9 @@ def overlong_penalty(lengths_R, max_len: int, buffer_len: int, penalty: float = 
         -1                                   if |y| > L_max
     all multiplied by `penalty`.
     """
-    if not _is_int(max_len) or not _is_int(buffer_len) or not 0 < buffer_len <= max_len:
+    if not is_int(max_len) or not is_int(buffer_len) or not 0 < buffer_len <= max_len:
         raise ValueError(f"overlong_penalty needs ints 0 < buffer_len <= max_len; got {buffer_len=}, {max_len=}")
-    if not _is_real(penalty) or penalty < 0:
+    if not is_real(penalty) or penalty < 0:
         raise ValueError(f"overlong_penalty: penalty must be a finite number >= 0; got {penalty!r}")
     L_R = jnp.asarray(lengths_R, jnp.float32)
     soft_start = max_len - buffer_len
@@ -319,7 +319,7 @@ def overlong_mask(lengths_R, max_len: int, finished_R=None):
     since the length alone cannot tell whether its last token was EOS; pass finished_R (True where the
     sampler emitted EOS) to keep those. Multiply the loss mask by keep_R[:, None].
     """
-    if not _is_int(max_len) or max_len <= 0:
+    if not is_int(max_len) or max_len <= 0:
         raise ValueError(f"overlong_mask: max_len must be an int > 0; got {max_len!r}")
     keep_R = jnp.asarray(lengths_R) < max_len
     if finished_R is not None:
@@ -399,7 +399,7 @@ def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
     finishes, with some zero-advantage groups in it. Without dynamic_sampling every group is kept. Pure,
     host-side: `zero_variance_groups` (or `objectives.signed_advantages`) on a single group.
     """
-    if not _is_int(seen) or not _is_int(batch_size) or seen < 1 or batch_size < 1:
+    if not is_int(seen) or not is_int(batch_size) or seen < 1 or batch_size < 1:
         raise ValueError(f"keep_group needs ints seen >= 1 and batch_size >= 1; got {seen=!r}, {batch_size=!r}")
     r_G = np.asarray(rewards_G)
     if r_G.ndim != 1 or r_G.size == 0:
@@ -742,12 +742,12 @@ def policy_loss(logp_RT, logp_old_RT, adv_R, mask_RT, cfg: GRPOConfig, *, logp_b
 
     modified_RT = _is_modified(logp_old_RT, logp_behav_RT, rejected_RT, m_RT, cfg)
     aux = dict(pg_loss=pg_loss, kl_loss=kl_loss,
-               clip_frac_low=_masked_mean(s["clip_low_RT"], mf_RT),
-               clip_frac_high=_masked_mean(s["clip_high_RT"], mf_RT),
-               dual_clip_frac=_masked_mean(s["dual_RT"], mf_RT),
-               is_weight_mean=_masked_mean(w_RT, mf_RT),
-               is_frac_modified=_masked_mean(modified_RT, mf_RT),
-               cov_frac=_masked_mean(cov_RT, mf_RT),
+               clip_frac_low=masked_mean(s["clip_low_RT"], mf_RT),
+               clip_frac_high=masked_mean(s["clip_high_RT"], mf_RT),
+               dual_clip_frac=masked_mean(s["dual_RT"], mf_RT),
+               is_weight_mean=masked_mean(w_RT, mf_RT),
+               is_frac_modified=masked_mean(modified_RT, mf_RT),
+               cov_frac=masked_mean(cov_RT, mf_RT),
                num_tokens=jnp.sum(mf_RT),
                den_kept=den_kept.astype(jnp.float32), den_rejected=den_rejected.astype(jnp.float32),
                ratio_RT=jax.lax.stop_gradient(jnp.where(m_RT, s["ratio_RT"], 1.0)),
@@ -854,10 +854,10 @@ def mismatch_metrics(logp_behav_RT, logp_RT, mask_RT):
     d_RT = t_RT - s_RT
     dc_RT = jnp.clip(d_RT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio_RT = jnp.exp(dc_RT)
-    return {"bitwise_frac": jnp.where(n > 0, _masked_mean(s_RT == t_RT, mf_RT), 1.0),
+    return {"bitwise_frac": jnp.where(n > 0, masked_mean(s_RT == t_RT, mf_RT), 1.0),
             "max_abs_logp_diff": jnp.max(jnp.where(m_RT, jnp.abs(d_RT), 0.0)),
-            "mean_abs_logp_diff": _masked_mean(jnp.abs(d_RT), mf_RT),
-            "k3_kl": _masked_mean(jnp.expm1(dc_RT) - dc_RT, mf_RT),
+            "mean_abs_logp_diff": masked_mean(jnp.abs(d_RT), mf_RT),
+            "k3_kl": masked_mean(jnp.expm1(dc_RT) - dc_RT, mf_RT),
             "max_abs_ratio_minus_1": jnp.max(jnp.where(m_RT, jnp.abs(ratio_RT - 1.0), 0.0)),
-            "frac_ratio_outside_0.5_2": _masked_mean((ratio_RT < 0.5) | (ratio_RT > 2.0), mf_RT),
+            "frac_ratio_outside_0.5_2": masked_mean((ratio_RT < 0.5) | (ratio_RT > 2.0), mf_RT),
             "num_tokens": n}
