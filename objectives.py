@@ -22,30 +22,17 @@ R rows (one per completion: B x G), T token positions, N problems (pass@k) or to
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-if TYPE_CHECKING:
-    from grpo import GRPOConfig
-
-
-# Shared with grpo.py: its config's checks and its loss metrics use the same three.
-
-def is_int(x) -> bool:
-    """An integer setting: a Python or numpy int, never a bool."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def is_real(x) -> bool:
-    """A real setting: a finite Python or numpy number, never a bool."""
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+from grpo_config import GRPOConfig, is_int, is_real
 
 
 def masked_mean(x_RT, m_RT):
-    """Sum of x over the mask / number of mask tokens; 0 when the mask is empty."""
+    """Sum of x over the mask / number of mask tokens; 0 when the mask is empty (grpo.py's loss
+    metrics use it too)."""
     return jnp.sum(x_RT * m_RT) / jnp.maximum(jnp.sum(m_RT), 1.0)
 
 
