@@ -8,7 +8,8 @@ role (API, executor pool, ZeroMQ service); the pool starts each executor as
 interpreter that enters the sandbox once (isolation.enter_sandbox) and talks length-prefixed msgpack
 on its stdin/stdout. Everything it and its children import is imported here, before the sandbox
 hides the project's files: the standard library, msgpack, verdicts.py, isolation.py, boundary.py,
-candidate.py and judge.py (no numpy, no zmq). verifier.py's docstring explains why a verdict cannot be forged.
+candidate.py, judge.py, judge_names.py and judge_handles.py (no numpy, no zmq). verifier.py's
+docstring explains why a verdict cannot be forged.
 """
 
 import dataclasses

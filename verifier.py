@@ -22,7 +22,7 @@ How a verdict is reached (why it cannot be forged):
     standard-library module's name.
     Objects that are not plain data (instances of the program's classes, closures, generators)
     stay in the candidate; the judge holds a handle it can call, read attributes of and pass back,
-    and decides `==` itself (a handle equals only itself, never a plain value): judge.Handle
+    and decides `==` itself (a handle equals only itself, never a plain value): judge_handles.Handle
     says why that cannot forge a pass.
   * io-style (Codeforces): the program's stdout is captured by the executor (trusted) and compared
     token by token with the expected output; the exit status must be 0.
