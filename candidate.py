@@ -1,6 +1,6 @@
 """The candidate side of the verifier: the program's own process (untrusted).
 
-Forked from the executor's launcher (sandbox.py) for one job and confined there, it runs the program
+Forked from the executor's launcher (executor.py) for one job and confined there, it runs the program
 and then, for an assert job, answers the judge's requests about the program's objects (candidate_main);
 for an io job it runs the program as __main__ on stdin/stdout (io_candidate_main). Everything here runs
 after the program, in its process: it is as untrusted as the program, which can patch or replace any

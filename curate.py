@@ -383,16 +383,16 @@ def check_dataset(path: str, make_pool, fmt: str = "completion", timeout_s: floa
 
 def _warn_trusted_names(path: str, numbered: list, out) -> None:
     """check_dataset's step: a warning per assert problem whose tests judge with a standard name
-    (`Counter(words(s))`, `isclose(area(1), 3.14)`, judge.trusted_names) they neither import nor
+    (`Counter(words(s))`, `isclose(area(1), 3.14)`, judge_names.trusted_names) they neither import nor
     define: in the verifier, as in one process, they then take the program's, and a program can bind
     any function of its own there (one that agrees with anything).
     The verifier refuses only a *standard* object under another's name (docs/verifier.md)."""
-    import judge
+    import judge_names
     for lineno, p in numbered:
         if p.kind != "assert":
             continue
         try:
-            names = judge.trusted_names(p.tests)
+            names = judge_names.trusted_names(p.tests)
         except SyntaxError:
             continue  # reported with the verdicts: the tests do not compile
         if names:

@@ -2,7 +2,8 @@
 
 Test: python -m pytest -q tests/test_grpo.py
 
-The trainer composes these functions; a researcher changes the algorithm here and nowhere else.
+The trainer composes these functions; a researcher changes the algorithm here, and its settings, each
+checked when a run starts, in grpo_config.py (GRPOConfig, imported here for every function's cfg).
 The DEFAULT variant, `GRPOConfig()` with no arguments, is:
   1. Advantages: GRPO group normalisation, A_i = (r_i - mean_G(r)) / (std_G(r) + eps), with the std
      WITHIN each group of G completions of one prompt [Shao et al. 2024, outcome supervision]. We use the
@@ -67,182 +68,19 @@ row's completion length is mask_RT.sum(1).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import objectives
-from objectives import _is_int, _is_real, _masked_mean
+from grpo_config import IS_CORRECTIONS, KL_ESTIMATORS, LOSS_AGGS, SIGNED_ADVANTAGES, GRPOConfig, is_int, is_real
+from objectives import masked_mean
 
-ADVANTAGES = ("grpo", "drgrpo", "rloo", "reinforce", "passk", "nsr", "w_reinforce")
-SIGNED_ADVANTAGES = ("nsr", "w_reinforce")  # no baseline: the sign of (2r - 1) is the advantage's
-COV_PENALTIES = ("none", "clip_cov", "kl_cov")
-POLICY_LOSSES = ("ppo", "gspo")
-LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-IS_CORRECTIONS = ("none", "tis", "seq_tis", "token_mask", "seq_mask", "icepop")
-REJECTING_CORRECTIONS = ("token_mask", "seq_mask", "icepop")  # the is_correction choices that reject tokens
 LOSS_TERMS = ("pg_loss", "kl_loss")  # policy_loss's aux entries that are terms of the loss (the rest: fractions)
 
 # exp(20) ~ 4.9e8: far outside any sane ratio, still finite in f32 (and its square is too).
 LOG_RATIO_CLAMP = 20.0
-
-
-@dataclass(frozen=True)
-class GRPOConfig:
-    """Which variant of the policy-gradient update to run; paper symbols in each field's doc."""
-
-    group_size: int = 8
-    """G: completions sampled per prompt (GRPO Alg. 1). >= 2 for every group baseline, >= 1 for reinforce."""
-    advantage: str = "grpo"
-    """grpo: (r - mean_G)/(std_G + eps); drgrpo: r - mean_G; rloo: r_i - mean_{j!=i} r_j; reinforce: r - mean_batch;
-    passk: the Pass@k Training advantage (Chen et al. 2025, `objectives.passk_advantages`); nsr / w_reinforce: negative
-    sample reinforcement and its weighted form (Zhu et al. 2025, `objectives.signed_advantages`)."""
-    pass_k: int = 4
-    """k of Pass@k Training (advantage=passk): a group's reward is the max reward of k of its G
-    completions, averaged over all C(G, k) subsets; 1 <= k <= G (k = 1 is GRPO's advantage exactly)."""
-    positive_weight: float = 0.1
-    """lambda of W-REINFORCE (advantage=w_reinforce, Zhu et al. 2025 use 0.1): a right completion's
-    advantage, a wrong one's being -1; NSR is lambda = 0 (advantage=nsr ignores this field)."""
-    adv_eps: float = 1e-6
-    """eps in the GRPO std division; > 0 (a zero-variance group gets A = 0 exactly regardless)."""
-    policy_loss: str = "ppo"
-    """ppo: token-level clipped surrogate; gspo: sequence-level, length-normalised ratio (Zheng et al. 2025)."""
-    clip_eps_low: float = 0.2
-    """epsilon_low: the ratio is clipped below at 1 - epsilon_low; in (0, 1). GSPO's paper uses 3e-4."""
-    clip_eps_high: float = 0.28
-    """epsilon_high: the ratio is clipped above at 1 + epsilon_high (DAPO clip-higher: 0.28). GSPO's paper: 4e-4."""
-    dual_clip_c: float | None = None
-    """c of dual-clip PPO (Ye et al. 2020): for A < 0 the loss is capped at -c*A; None = off; must be > 1."""
-    loss_agg: str = "token_mean"
-    """token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr. GRPO, / (R * max_len))."""
-    max_len: int = 0
-    """L_max: the generation budget in completion tokens (not prompt + completion); Dr. GRPO's constant
-    normaliser and DAPO's overlong limit; set it to the sampler's max new tokens; 0 = unset."""
-    kl_beta: float = 0.0
-    """beta: weight of the KL(pi || pi_ref) penalty in the loss; 0 skips the reference policy entirely."""
-    kl_estimator: str = "k3"
-    """k1 | k2 | k3 (Schulman 2020); GRPO uses k3 (Shao et al. 2024)."""
-    is_correction: str = "tis"
-    """Off-policy weight on rho_t = pi_old/pi_behav (`is_weights`): none | tis (min(rho_t, C)) | seq_tis
-    (min(rho_i, C), rho_i = prod_t rho_t over sequence i) | token_mask (rho_t; tokens outside [1/C, C]
-    rejected) | seq_mask (rho_i; sequences outside [1/C, C] rejected) | icepop (rho_t; tokens outside
-    [icepop_low, icepop_high] rejected). Rejected tokens leave the loss, numerator and denominator."""
-    is_cap: float = 2.0
-    """C: TIS truncation (Yao et al. 2025 use 2); the masks keep [1/C, C] inclusive; >= 1 (> 1 for masks)."""
-    icepop_low: float = 0.5
-    """alpha of IcePop (is_correction=icepop): tokens with rho_t < alpha are rejected; in (0, 1]."""
-    icepop_high: float = 5.0
-    """beta of IcePop: tokens with rho_t > beta are rejected; >= 1."""
-    geo_reject: bool = False
-    """Geometric-mean rejection, with any is_correction: a sequence whose exp(mean_t log rho_t) lies
-    outside [geo_low, geo_high] is rejected whole (verl's geometric rejection sampling)."""
-    geo_low: float = 0.999
-    """lower bound of the geometric-mean ratio a sequence keeps (--geo-reject); in (0, 1]."""
-    geo_high: float = 1.001
-    """upper bound of the geometric-mean ratio a sequence keeps (--geo-reject); >= 1."""
-    veto_ratio: float = 0.0
-    """Veto, with any is_correction: a sequence holding any token with rho_t < this is rejected whole
-    (a catastrophic token: the sampler was far surer than the trainer); 0 = off; in [0, 1)."""
-    overlong_buffer_len: int = 0
-    """L_cache of DAPO's soft overlong punishment; 0 = off; needs 0 < L_cache <= max_len."""
-    overlong_penalty_factor: float = 1.0
-    """Scale of the overlong punishment (DAPO: 1.0); the reward drops linearly to -factor over the buffer."""
-    overlong_filter: bool = False
-    """DAPO overlong filtering: give truncated completions zero loss weight (see `overlong_mask`)."""
-    dynamic_sampling: bool = False
-    """DAPO dynamic sampling: drop groups whose G rewards are all equal, up to 4 x B looked at (`keep_group`)."""
-    cov_penalty: str = "none"
-    """Restrain the tokens whose log-prob covaries most with their advantage, which drive the entropy
-    collapse (Cui et al. 2025, `objectives.covariance_tokens`): none | clip_cov (detach the gradient of a random
-    r of the tokens with omega_low <= Cov <= omega_high) | kl_cov (add beta |log pi - log pi_old| to the top-k of Cov)."""
-    cov_clip_frac: float = 2e-4
-    """r of Clip-Cov: the share of the (micro)batch's tokens detached (at least one); Cui et al. use 2e-4
-    on batches of millions of tokens."""
-    cov_clip_low: float = 1.0
-    """omega_low of Clip-Cov: tokens with Cov below it are never detached (Cui et al.: 1)."""
-    cov_clip_high: float = 5.0
-    """omega_high of Clip-Cov: tokens with Cov above it are never detached (Cui et al.: 5)."""
-    cov_kl_frac: float = 2e-3
-    """k of KL-Cov: the share of the (micro)batch's tokens, largest Cov first, that get the KL term (at least one)."""
-    cov_kl_coef: float = 1.0
-    """beta of KL-Cov (Cui et al.: 1). The term is 0 with gradient 0 where pi = pi_old, i.e. at the
-    batch's first optimizer step: it acts from the second (--minibatches or --ppo-epochs > 1)."""
-
-    def __post_init__(self):
-        def bad(field, why):
-            raise ValueError(f"GRPOConfig.{field}={getattr(self, field)!r}: {why}")
-
-        for name, allowed in (("advantage", ADVANTAGES), ("policy_loss", POLICY_LOSSES),
-                              ("loss_agg", LOSS_AGGS), ("kl_estimator", KL_ESTIMATORS),
-                              ("is_correction", IS_CORRECTIONS)):
-            if getattr(self, name) not in allowed:
-                bad(name, f"must be one of {allowed}")
-        if not _is_int(self.group_size) or self.group_size < 1:
-            bad("group_size", "must be an int >= 1")
-        if self.advantage not in ("reinforce",) + SIGNED_ADVANTAGES and self.group_size < 2:
-            bad("group_size", f"advantage={self.advantage!r} needs a group baseline, so G >= 2")
-        if self.advantage == "passk" and (not _is_int(self.pass_k) or not 1 <= self.pass_k <= self.group_size):
-            bad("pass_k", f"must be an int in 1..group_size ({self.group_size})")
-        if not _is_real(self.positive_weight) or self.positive_weight < 0:
-            bad("positive_weight", "must be a finite number >= 0")
-        if self.cov_penalty not in COV_PENALTIES:
-            bad("cov_penalty", f"must be one of {COV_PENALTIES}")
-        for name in ("cov_clip_frac", "cov_kl_frac"):
-            if not _is_real(getattr(self, name)) or not 0 < getattr(self, name) <= 1:
-                bad(name, "must be a share of the tokens in (0, 1]")
-        if not (_is_real(self.cov_clip_low) and _is_real(self.cov_clip_high)) or self.cov_clip_low > self.cov_clip_high:
-            bad("cov_clip_low", f"must be finite and <= cov_clip_high ({self.cov_clip_high})")
-        if not _is_real(self.cov_kl_coef) or self.cov_kl_coef < 0:
-            bad("cov_kl_coef", "must be a finite number >= 0")
-        if not _is_real(self.adv_eps) or self.adv_eps <= 0:
-            bad("adv_eps", "must be a finite number > 0")
-        if not _is_real(self.clip_eps_low) or not 0 < self.clip_eps_low < 1:
-            bad("clip_eps_low", "must be in (0, 1) so that 1 - eps_low is a positive ratio")
-        if not _is_real(self.clip_eps_high) or self.clip_eps_high <= 0:
-            bad("clip_eps_high", "must be a finite number > 0")
-        if self.dual_clip_c is not None and (not _is_real(self.dual_clip_c) or self.dual_clip_c <= 1):
-            bad("dual_clip_c", "must be None or a finite number > 1 (Ye et al. 2020)")
-        if not _is_int(self.max_len) or self.max_len < 0:
-            bad("max_len", "must be an int >= 0")
-        if self.loss_agg == "seq_mean_token_sum_norm" and self.max_len <= 0:
-            bad("max_len", "loss_agg='seq_mean_token_sum_norm' (Dr. GRPO) needs the constant max_len > 0")
-        if not _is_real(self.kl_beta) or self.kl_beta < 0:
-            bad("kl_beta", "must be a finite number >= 0")
-        if not _is_real(self.is_cap) or self.is_cap < 1:
-            bad("is_cap", "must be a finite number >= 1")
-        if self.is_correction in ("token_mask", "seq_mask") and self.is_cap <= 1:
-            bad("is_cap", "the masked corrections keep [1/C, C], which needs C > 1")
-        self._check_rejection_bands(bad)
-        if not _is_int(self.overlong_buffer_len) or self.overlong_buffer_len < 0:
-            bad("overlong_buffer_len", "must be an int >= 0")
-        if self.overlong_buffer_len > 0 and not 0 < self.overlong_buffer_len <= self.max_len:
-            bad("overlong_buffer_len", f"needs 0 < L_cache <= max_len (max_len={self.max_len})")
-        if not _is_real(self.overlong_penalty_factor) or self.overlong_penalty_factor < 0:
-            bad("overlong_penalty_factor", "must be a finite number >= 0")
-        if (self.overlong_filter or self.overlong_buffer_len > 0) and self.max_len <= 0:
-            bad("max_len", "the overlong filter/penalty needs max_len > 0")
-
-    def _check_rejection_bands(self, bad):
-        """The rollout correction's bands each hold ratio 1 (a sampler equal to the trainer rejects nothing)."""
-        if not _is_real(self.icepop_low) or not 0 < self.icepop_low <= 1:
-            bad("icepop_low", "must be in (0, 1] (IcePop's alpha: the band [alpha, beta] holds rho = 1)")
-        if not _is_real(self.icepop_high) or self.icepop_high < 1:
-            bad("icepop_high", "must be a finite number >= 1 (IcePop's beta)")
-        if not _is_real(self.geo_low) or not 0 < self.geo_low <= 1:
-            bad("geo_low", "must be in (0, 1] (the band [geo_low, geo_high] holds ratio 1)")
-        if not _is_real(self.geo_high) or self.geo_high < 1:
-            bad("geo_high", "must be a finite number >= 1")
-        if not _is_real(self.veto_ratio) or not 0 <= self.veto_ratio < 1:
-            bad("veto_ratio", "must be in [0, 1): 0 = off, else a ratio below 1")
-
-    @property
-    def rejects(self) -> bool:
-        """Whether a rollout correction may reject tokens (then the loss's denominators are known only
-        after the forward that gives pi_old: see `rejected_tokens` and `kept_denominator`)."""
-        return self.is_correction in REJECTING_CORRECTIONS or self.geo_reject or self.veto_ratio > 0
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -301,9 +139,9 @@ def overlong_penalty(lengths_R, max_len: int, buffer_len: int, penalty: float = 
         -1                                   if |y| > L_max
     all multiplied by `penalty`.
     """
-    if not _is_int(max_len) or not _is_int(buffer_len) or not 0 < buffer_len <= max_len:
+    if not is_int(max_len) or not is_int(buffer_len) or not 0 < buffer_len <= max_len:
         raise ValueError(f"overlong_penalty needs ints 0 < buffer_len <= max_len; got {buffer_len=}, {max_len=}")
-    if not _is_real(penalty) or penalty < 0:
+    if not is_real(penalty) or penalty < 0:
         raise ValueError(f"overlong_penalty: penalty must be a finite number >= 0; got {penalty!r}")
     L_R = jnp.asarray(lengths_R, jnp.float32)
     soft_start = max_len - buffer_len
@@ -319,7 +157,7 @@ def overlong_mask(lengths_R, max_len: int, finished_R=None):
     since the length alone cannot tell whether its last token was EOS; pass finished_R (True where the
     sampler emitted EOS) to keep those. Multiply the loss mask by keep_R[:, None].
     """
-    if not _is_int(max_len) or max_len <= 0:
+    if not is_int(max_len) or max_len <= 0:
         raise ValueError(f"overlong_mask: max_len must be an int > 0; got {max_len!r}")
     keep_R = jnp.asarray(lengths_R) < max_len
     if finished_R is not None:
@@ -399,7 +237,7 @@ def keep_group(rewards_G, seen: int, batch_size: int, cfg: GRPOConfig) -> bool:
     finishes, with some zero-advantage groups in it. Without dynamic_sampling every group is kept. Pure,
     host-side: `zero_variance_groups` (or `objectives.signed_advantages`) on a single group.
     """
-    if not _is_int(seen) or not _is_int(batch_size) or seen < 1 or batch_size < 1:
+    if not is_int(seen) or not is_int(batch_size) or seen < 1 or batch_size < 1:
         raise ValueError(f"keep_group needs ints seen >= 1 and batch_size >= 1; got {seen=!r}, {batch_size=!r}")
     r_G = np.asarray(rewards_G)
     if r_G.ndim != 1 or r_G.size == 0:
@@ -742,12 +580,12 @@ def policy_loss(logp_RT, logp_old_RT, adv_R, mask_RT, cfg: GRPOConfig, *, logp_b
 
     modified_RT = _is_modified(logp_old_RT, logp_behav_RT, rejected_RT, m_RT, cfg)
     aux = dict(pg_loss=pg_loss, kl_loss=kl_loss,
-               clip_frac_low=_masked_mean(s["clip_low_RT"], mf_RT),
-               clip_frac_high=_masked_mean(s["clip_high_RT"], mf_RT),
-               dual_clip_frac=_masked_mean(s["dual_RT"], mf_RT),
-               is_weight_mean=_masked_mean(w_RT, mf_RT),
-               is_frac_modified=_masked_mean(modified_RT, mf_RT),
-               cov_frac=_masked_mean(cov_RT, mf_RT),
+               clip_frac_low=masked_mean(s["clip_low_RT"], mf_RT),
+               clip_frac_high=masked_mean(s["clip_high_RT"], mf_RT),
+               dual_clip_frac=masked_mean(s["dual_RT"], mf_RT),
+               is_weight_mean=masked_mean(w_RT, mf_RT),
+               is_frac_modified=masked_mean(modified_RT, mf_RT),
+               cov_frac=masked_mean(cov_RT, mf_RT),
                num_tokens=jnp.sum(mf_RT),
                den_kept=den_kept.astype(jnp.float32), den_rejected=den_rejected.astype(jnp.float32),
                ratio_RT=jax.lax.stop_gradient(jnp.where(m_RT, s["ratio_RT"], 1.0)),
@@ -854,10 +692,10 @@ def mismatch_metrics(logp_behav_RT, logp_RT, mask_RT):
     d_RT = t_RT - s_RT
     dc_RT = jnp.clip(d_RT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio_RT = jnp.exp(dc_RT)
-    return {"bitwise_frac": jnp.where(n > 0, _masked_mean(s_RT == t_RT, mf_RT), 1.0),
+    return {"bitwise_frac": jnp.where(n > 0, masked_mean(s_RT == t_RT, mf_RT), 1.0),
             "max_abs_logp_diff": jnp.max(jnp.where(m_RT, jnp.abs(d_RT), 0.0)),
-            "mean_abs_logp_diff": _masked_mean(jnp.abs(d_RT), mf_RT),
-            "k3_kl": _masked_mean(jnp.expm1(dc_RT) - dc_RT, mf_RT),
+            "mean_abs_logp_diff": masked_mean(jnp.abs(d_RT), mf_RT),
+            "k3_kl": masked_mean(jnp.expm1(dc_RT) - dc_RT, mf_RT),
             "max_abs_ratio_minus_1": jnp.max(jnp.where(m_RT, jnp.abs(ratio_RT - 1.0), 0.0)),
-            "frac_ratio_outside_0.5_2": _masked_mean((ratio_RT < 0.5) | (ratio_RT > 2.0), mf_RT),
+            "frac_ratio_outside_0.5_2": masked_mean((ratio_RT < 0.5) | (ratio_RT > 2.0), mf_RT),
             "num_tokens": n}

@@ -3,7 +3,7 @@ uids, the kill and reap sweeps, and the exceptions that say isolation or cleanup
 
 Trusted code, on the trusted side of the boundary. It runs in the verifier's pool (verifier.py: uids
 and cgroups of its executors, their cleanup), in each executor at start-up (enter_sandbox), in the
-launcher (sandbox.py: fork, confine, clean up) and in each forked child between fork and the first
+launcher (executor.py: fork, confine, clean up) and in each forked child between fork and the first
 line of the program or of the tests (confine, install_seccomp): always before the program runs, or in
 a process the program cannot signal or write to. Linux-specific. Standard library only.
 
@@ -29,7 +29,7 @@ is missing), and the verifier refuses to start: it fails closed.
       where "others" may: /tmp, /var/tmp, /dev/shm); not as root it runs as the verifier's user and
       can signal it (so it can kill its executor: an infra_error it caused), and cleanup finds
       leftovers through parentage (we are their subreaper). The verdict logic (judge.py,
-      sandbox.py) is unchanged, so forging a pass is still defeated; escaping is not. The service
+      executor.py) is unchanged, so forging a pass is still defeated; escaping is not. The service
       logs a warning with every batch it serves this way.
 
 Why a uid per executor rather than per execution: RLIMIT_NPROC counts processes per real uid, so a

@@ -1,13 +1,14 @@
 """The judge of the verifier: the trusted side of an assert job.
 
-Two processes per assert job, both forked from the executor's launcher (sandbox.py), which imported
+Two processes per assert job, both forked from the executor's launcher (executor.py), which imported
 their code before it entered the sandbox:
   candidate (candidate.py, untrusted)  the program's own process: runs the program, says hello (its
                               names), then answers the judge's requests about its objects.
   judge (here, trusted)       forked for one job and confined as a candidate is: runs the tests in a
                               namespace it builds itself, with the program's objects as handles
-                              (judge_job, judge_main, Handle); it checks every message it gets.
-boundary.py is the codec and the conversation both use.
+                              (judge_job, judge_main); it checks every message it gets.
+boundary.py is the codec and the conversation both use; judge_names.py builds the tests' namespace;
+judge_handles.py holds the program's objects in the judge (Handle, ProgramClass).
 
 What an honest program can rely on is what one Python process gives it (reference.py states that
 harness as code; tests/test_fidelity.py holds the verifier to it over a corpus of honest programs
@@ -15,7 +16,7 @@ and their planted-bug twins). docs/verifier.md lists the few differences that re
 reason. The rules that make this hold without trusting the program:
   names      the program's top-level names shadow builtins and module names as in one process,
              except where that would let a program redefine what the tests use to judge it
-             (_bind_program_names: a builtin-named function is the tests' only when it is the
+             (judge_names.bind_program_names: a builtin-named function is the tests' only when it is the
              function under test; a module-named one only when the tests do not use it as a module).
   values     plain data and the standard library's value types cross by value (boundary.py); a
              program's exception is raised in the judge as its own class name with its builtin
@@ -25,7 +26,7 @@ reason. The rules that make this hold without trusting the program:
              program objects. An operator that puts a plain value of the tests beside a program
              object (`obj == 5`, `obj - 5`, `5 in obj`) is never the program's: that is how tests
              hold a result against its expected value, so it gets Python's default (identity,
-             TypeError, iteration in the judge). See Handle.
+             TypeError, iteration in the judge). See judge_handles.Handle.
   arguments  the tests' own objects that are not plain data (a lambda, a generator, an instance
              of a test class) are lent to the program: its uses of them are requests the judge
              answers (_Channel.serve), running only the tests' code. A plain list, dict or set
@@ -38,35 +39,23 @@ import array
 import ast
 import builtins
 import collections
-import importlib
 import linecache
 import os
 import sys
 import traceback
 import types
 
-from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, NAMED, OK, PREFETCH_AFTER,
-                      PREFETCH_MAX, PURE_MODULES, RAISED, REFUSED, Peer, containers, describe, ext, from_bytes,
-                      named_ref, pack, resolve_named, send_frame, to_plain)
+from boundary import (ARGREF, EXC, EXC_CLASS, HANDLE, HYBRID, HYBRID_BASES, LENT, NAMED, OK, RAISED, REFUSED, Peer,
+                      describe, ext, from_bytes, named_ref, resolve_named, send_frame, to_plain)
+from judge_handles import FROM_PROGRAM, HYBRID_METHODS, CandidateGone, Handle, ProgramClass, forwarded, forwarded_doc
+from judge_names import (BUILTIN_NAMES, AmbiguousName, ForgedName, TestNames, bind_program_names, bound_by_tests,
+                         checked_name, code_names, judge_imports)
 from verdicts import INFRA_ERROR, BoundaryError
 
 ROUND_TRIPS_PER_MARK = 1024  # the judge tells the executor of its requests in steps of this many
 
 _LOAD_FAILURES = ("syntax_error", "runtime_error", "memory")  # what a failed hello may say
-_BUILTIN_NAMES = frozenset(dir(builtins))
-
-
-class CandidateGone(Exception):
-    """The candidate process died or stopped answering in the middle of the tests."""
-
-
-class AmbiguousName(Exception):
-    """The program shadows a builtin the tests may use to judge it, and nothing says which it is."""
-
-
-class ForgedName(Exception):
-    """The program binds a standard object under a name the standard library uses for another one
-    (`from operator import truth as Counter`), and the tests use that name: refused (_forged_name)."""
+CANDIDATE_GONE = "candidate_gone"  # the report when the program's process died or its channel broke
 
 
 class CandidateMemoryError(MemoryError):
@@ -74,19 +63,6 @@ class CandidateMemoryError(MemoryError):
 
 
 # ============================================================================ judge side (trusted tests)
-
-_FROM_PROGRAM = "_oubliette_from_program"  # set on each exception the judge raises for the program
-
-
-# The dunders the tests may read of a program object: its names, doc and attributes' dict. Every other
-# dunder the judge's machinery probes (numpy's __array_interface__, __array__, __float__ by
-# attribute...) would let the program describe a value the judge builds itself, outside the codec.
-_FORWARDED_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__wrapped__", "__dict__"})
-
-
-def _forwarded(name: str) -> bool:
-    return not name.startswith("_oubliette_") and (not name.startswith("__") or name in _FORWARDED_DUNDERS)
-
 
 def _program_exc_str(self):
     text = self.__dict__.get("_oubliette_str")
@@ -97,7 +73,7 @@ def _program_exc_getattr(self, name: str):
     """An attribute of a program's exception that its args and plain attributes do not hold (a
     class attribute, a method): asked of the program's own exception object."""
     own = self.__dict__.get("_oubliette_handle")
-    if own is None or not _forwarded(name):
+    if own is None or not forwarded(name):
         raise AttributeError(name)
     return getattr(own, name)
 
@@ -157,7 +133,7 @@ class _Channel(Peer):
                 cls = self.types.get(tname)
                 if cls is None:
                     cls = self.types[tname] = type(tname if tname.isidentifier() else "object", (Handle,),
-                                                   {"__slots__": (), "__doc__": _forwarded_doc})
+                                                   {"__slots__": (), "__doc__": forwarded_doc})
             h = self.handles[hid] = Handle.__new__(cls)  # not cls(...): a stand-in's call is the program's
             Handle.__init__(h, self, hid, label, frozenset(mro), kind)
         return h
@@ -165,7 +141,7 @@ class _Channel(Peer):
     def program_class(self, cid: int, name: str, mro: tuple) -> "ProgramClass":
         cls = self.classes.get(cid)
         if cls is None:
-            body = {"__slots__": (), "__doc__": _forwarded_doc, "_oubliette_cid": cid, "_oubliette_cchan": self,
+            body = {"__slots__": (), "__doc__": forwarded_doc, "_oubliette_cid": cid, "_oubliette_cchan": self,
                     "_oubliette_cmro": frozenset(mro) | {cid}}
             cls = self.classes[cid] = ProgramClass(name if name.isidentifier() else "ProgramClass", (Handle,), body)
         return cls
@@ -194,7 +170,7 @@ class _Channel(Peer):
         key = ("hybrid", base, h._oubliette_type)
         cls = self.types.get(key)
         if cls is None:
-            cls = self.types[key] = type(h._oubliette_type, (base,), dict(_HYBRID_METHODS))
+            cls = self.types[key] = type(h._oubliette_type, (base,), dict(HYBRID_METHODS))
         obj = base.__new__(cls, value) if base not in (list, dict, set) else base.__new__(cls)
         if base in (list, dict, set):
             base.__init__(obj, value)
@@ -314,7 +290,7 @@ class _Channel(Peer):
             if isinstance(e, (StopIteration, StopAsyncIteration)) and op != "next":
                 # PEP 479's rule, applied here: a call's StopIteration would end the tests' map() early
                 e = RuntimeError(f"the program raised {type(e).__name__} in {what}")
-            e.__dict__[_FROM_PROGRAM] = True
+            e.__dict__[FROM_PROGRAM] = True
             raise e
         raise BoundaryError(f"{what}: {str(reply[1])[:200]}")
 
@@ -475,326 +451,6 @@ def _sync(mine, theirs, depth: int = 0) -> None:
                 _sync(m, t, depth + 1)
 
 
-def _is_program_value(chan: "_Channel", x) -> bool:
-    """Whether x is one of the program's objects on this channel (a handle, a class stand-in or a hybrid)."""
-    if isinstance(x, Handle):
-        return x._oubliette_chan is chan
-    if isinstance(x, ProgramClass):
-        return x._oubliette_cchan is chan
-    h = object.__getattribute__(x, "_oubliette_handle") if getattr(type(x), "_oubliette_hybrid", False) else None
-    return isinstance(h, Handle) and h._oubliette_chan is chan
-
-
-def _is_other_program_value(h: "Handle", other) -> bool:
-    return _is_program_value(h._oubliette_chan, other)
-
-
-class Handle:
-    """An object of the program, as the judge holds it: an id, usable only by the candidate.
-
-    Objects the program makes (instances of its classes, its functions and classes themselves,
-    closures, generators...) never leave the candidate. The judge gets a Handle of a class named
-    like the object's own (`type(h).__name__` is "Point"), and every use of it is a request:
-      h(*args)  h.attr  h.attr = v  h[key]  h[key] = v   iter(h) next(h) len(h) str(h) repr(h)
-      hash(h) bool(h) format(h)  with h:   int(h) float(h) round(h)  isinstance(h, C)
-      h OP g  (g a program object: ==, <, +, in ... as the program defines them; never with a plain value)
-    A call's plain arguments that the program changes in place are changed in the tests too.
-
-    Why this cannot forge a pass. The program never sees a test's expected value unless the test
-    passes it: `==`, `<`, arithmetic and `in` are exactly the operators tests use to hold a result
-    against an expectation (`f(3) == 918273645`, `abs(f(x) - y) < 1e-6`, `y in f(x)`), and
-    forwarding one with a plain value of the tests beside a program object would let the program
-    answer "equal" (or return an object that remembers y and later says 0). So none is: `h == 5`
-    is False, `h < 5` and `h - 5` are TypeError, and `5 in h` iterates h and compares here, whatever
-    h's class (the program decides its class and its mro, so no class can be singled out as
-    trusted). To make `f(3) == 918273645` true, f must return 918273645 (a subclass of int arrives
-    as a hybrid compared by its int value). Between two program objects every operator is the
-    program's: both sides are its own (a test comparing two program objects checks what the program
-    chooses, exactly as in one process). What the program answers (a call's result, an attribute,
-    its len or str) is a value fixed before the judge compares it, exactly as a plain return value is.
-    The Handle's own code runs in the judge and executes nothing of the program; a malformed or
-    hostile reply is a BoundaryError (status failed), a dead candidate CandidateGone (crashed).
-    """
-    __slots__ = ("__weakref__", "_oubliette_chan", "_oubliette_id", "_oubliette_label", "_oubliette_mro",
-                 "_oubliette_kind", "_oubliette_buf", "_oubliette_asked", "_oubliette_end")
-
-    def __init__(self, chan: _Channel, hid: int, label: str, mro: frozenset, kind: str):
-        for k, v in (("chan", chan), ("id", hid), ("label", label), ("mro", mro), ("kind", kind),
-                     ("buf", None), ("asked", 0), ("end", None)):
-            object.__setattr__(self, "_oubliette_" + k, v)
-
-    @property
-    def _oubliette_type(self) -> str:
-        return type(self).__name__
-
-    def _oubliette_ask(self, op: str, what: str, arg=None, args_sent=None):
-        return self._oubliette_chan.ask(op, self._oubliette_id, what, arg, args_sent)
-
-    def _oubliette_enc(self, x):
-        return self._oubliette_chan.enc(x)
-
-    def _oubliette_meets(self, other) -> bool:
-        """Whether an operator between this object and `other` is the program's to answer: only when
-        `other` is the program's too (see the class docstring)."""
-        return _is_other_program_value(self, other)
-
-    def _oubliette_op(self, name: str, others: tuple = (), reflected: bool = False):
-        """operator.<name>(self, *others) (reflected: (*others, self)), run by the candidate."""
-        return self._oubliette_ask("op", f"{name}({self._oubliette_label})", [name, reflected, [self._oubliette_enc(o) for o in others]])
-
-    def __call__(self, *args, **kwargs):
-        return _call(self._oubliette_chan, self._oubliette_id, self._oubliette_label, args, kwargs)
-
-    def __getattr__(self, name: str):
-        if not _forwarded(name):
-            raise AttributeError(name)
-        return self._oubliette_ask("getattr", f"{self._oubliette_label}.{name}", name)
-
-    def __setattr__(self, name, value):
-        self._oubliette_ask("setattr", f"{self._oubliette_label}.{name} = ...", [name, self._oubliette_enc(value)])
-
-    def __delattr__(self, name):
-        self._oubliette_ask("delattr", f"del {self._oubliette_label}.{name}", name)
-
-    def __getitem__(self, key):
-        return self._oubliette_ask("getitem", f"{self._oubliette_label}[...]", self._oubliette_enc(key))
-
-    def __setitem__(self, key, value):
-        self._oubliette_ask("setitem", f"{self._oubliette_label}[...] = ...", [self._oubliette_enc(key), self._oubliette_enc(value)])
-
-    def __delitem__(self, key):
-        self._oubliette_ask("delitem", f"del {self._oubliette_label}[...]", self._oubliette_enc(key))
-
-    def __iter__(self):
-        return self._oubliette_ask("iter", f"iter({self._oubliette_label})")
-
-    def __next__(self):
-        buf = self._oubliette_buf
-        if buf:
-            return buf.popleft()
-        end = self._oubliette_end
-        if end is not None:
-            object.__setattr__(self, "_oubliette_end", StopIteration())
-            raise end
-        asked = self._oubliette_asked
-        n = 1 if asked < PREFETCH_AFTER else min(PREFETCH_MAX, 1 << (asked - PREFETCH_AFTER + 1))
-        object.__setattr__(self, "_oubliette_asked", asked + 1)
-        got = self._oubliette_ask("next", f"next({self._oubliette_label})", n)
-        if type(got) is not list or len(got) != 3 or type(got[0]) is not list or got[1] not in (0, 1, 2) \
-                or not got[0] and got[1] == 0 or (got[1] == 2 and not isinstance(got[2], BaseException)) \
-                or (got[1] == 1 and not (got[2] is None or type(got[2]) is StopIteration)):
-            raise BoundaryError("malformed reply from the program")
-        items, ended, exc = got
-        if ended:
-            object.__setattr__(self, "_oubliette_end", exc if ended == 2 or isinstance(exc, StopIteration)
-                               else StopIteration())
-            if ended == 2:
-                exc.__dict__[_FROM_PROGRAM] = True
-        if items:
-            object.__setattr__(self, "_oubliette_buf", collections.deque(items[1:]))
-            return items[0]
-        return self.__next__()
-
-    def __len__(self):
-        return self._oubliette_typed("len", int)
-
-    def __str__(self):
-        return self._oubliette_typed("str", str)
-
-    def __repr__(self):
-        return self._oubliette_typed("repr", str)
-
-    def __bool__(self):
-        return self._oubliette_typed("bool", bool)
-
-    def __hash__(self):
-        return self._oubliette_typed("hash", int)
-
-    def __format__(self, spec):
-        value = self._oubliette_ask("format", f"format({self._oubliette_label})", spec)
-        if type(value) is not str:
-            raise BoundaryError("format() of a program object returned a non-str")
-        return value
-
-    def __enter__(self):
-        return self._oubliette_ask("enter", f"{self._oubliette_label}.__enter__()")
-
-    def __exit__(self, et, ev, tb):
-        return self._oubliette_ask("exit", f"{self._oubliette_label}.__exit__()", self._oubliette_enc([et, ev, None]))
-
-    def _oubliette_typed(self, op: str, typ: type):
-        value = self._oubliette_ask(op, f"{op}({self._oubliette_label})")
-        if type(value) is not typ:
-            raise BoundaryError(f"{op}() of a program object returned {type(value).__name__}")
-        return value
-
-    # Comparisons answer with a real bool or raise: never NotImplemented, which is truthy and would
-    # make a test's explicit `assert r.__eq__(x)` pass.
-    def __eq__(self, other):
-        if other is self:
-            return True
-        if not self._oubliette_meets(other):
-            return False
-        return self._oubliette_op("eq", (other,))
-
-    def __ne__(self, other):
-        if other is self:
-            return False
-        if not self._oubliette_meets(other):
-            return True
-        return self._oubliette_op("ne", (other,))
-
-    def __contains__(self, x):
-        if self._oubliette_meets(x):
-            return bool(self._oubliette_op("contains", (x,)))
-        return any(x is item or x == item for item in self)
-
-    def __copy__(self):  # the program copies its object, as copy.copy would in one process
-        return self._oubliette_ask("copy", f"copy({self._oubliette_label})")
-
-    def __deepcopy__(self, memo):
-        return self._oubliette_ask("deepcopy", f"deepcopy({self._oubliette_label})")
-
-    def __dir__(self):
-        names = self._oubliette_ask("dir", f"dir({self._oubliette_label})")
-        if type(names) is not list or not all(type(n) is str for n in names):
-            raise BoundaryError("dir() of a program object returned something else than names")
-        return names
-
-    def __reduce__(self):
-        raise TypeError("a program object cannot be pickled by the tests")
-
-
-def _call(chan: _Channel, target: int, label: str, args: tuple, kwargs: dict):
-    """A call of a program function, method or class: the arguments' containers are noted for the
-    reply's ARGREFs, and changed in place afterwards if the program changed its copies."""
-    sent = [list(args), dict(kwargs)]
-    chan.argrefs.append(containers(sent))
-    try:
-        return chan.ask("call", target, f"{label}(...)", pack(chan.enc(sent)), args_sent=sent)
-    finally:
-        chan.argrefs.pop()
-
-
-_forwarded_doc = property(lambda self: self._oubliette_ask("getattr", f"{self._oubliette_label}.__doc__", "__doc__"))
-
-
-class ProgramClass(type):
-    """The metaclass of the judge's stand-ins for the program's classes: `Square` in the tests is a
-    class here, so `type(Square(3)) is Square`, `type(s).__name__ == "Square"`, `isinstance(s, Shape)`
-    (asked of the program's mro, sent with every object) and `issubclass` hold as in one process.
-    Calling it, its attributes (`Square.unit()`, `Color.RED`), iterating it, len, [key] and repr are
-    requests to the program; a stand-in's instances are Handles."""
-
-    def __call__(cls, *args, **kwargs):
-        return _call(cls._oubliette_cchan, cls._oubliette_cid, cls.__name__, args, kwargs)
-
-    def _oubliette_class_ask(cls, op: str, arg=None):
-        return cls._oubliette_cchan.ask(op, cls._oubliette_cid, f"{op}({cls.__name__})", arg)
-
-    def __getattr__(cls, name: str):
-        if not _forwarded(name):
-            raise AttributeError(name)
-        return cls._oubliette_class_ask("getattr", name)
-
-    def __setattr__(cls, name, value):
-        cls._oubliette_class_ask("setattr", [name, cls._oubliette_cchan.enc(value)])
-
-    def __iter__(cls):
-        return cls._oubliette_class_ask("iter")
-
-    def __len__(cls):
-        return _typed_value(cls._oubliette_class_ask("len"), int, "len")
-
-    def __getitem__(cls, key):
-        return cls._oubliette_class_ask("getitem", cls._oubliette_cchan.enc(key))
-
-    def __contains__(cls, x):
-        if not _is_program_value(cls._oubliette_cchan, x):  # a value of the tests: compared here
-            return any(x is item or x == item for item in cls)
-        return bool(cls._oubliette_cchan.ask("op", cls._oubliette_cid, f"in {cls.__name__}",
-                                             ["contains", False, [cls._oubliette_cchan.enc(x)]]))
-
-    def __repr__(cls):
-        return _typed_value(cls._oubliette_class_ask("repr"), str, "repr")
-
-    def __instancecheck__(cls, obj) -> bool:
-        h = obj if isinstance(obj, Handle) else object.__getattribute__(obj, "_oubliette_handle") \
-            if getattr(type(obj), "_oubliette_hybrid", False) else None
-        return isinstance(h, Handle) and h._oubliette_chan is cls._oubliette_cchan \
-            and cls._oubliette_cid in h._oubliette_mro
-
-    def __subclasscheck__(cls, sub) -> bool:
-        return isinstance(sub, ProgramClass) and sub._oubliette_cchan is cls._oubliette_cchan \
-            and cls._oubliette_cid in sub._oubliette_cmro
-
-
-def _typed_value(value, typ: type, op: str):
-    if type(value) is not typ:
-        raise BoundaryError(f"{op}() of a program object returned {type(value).__name__}")
-    return value
-
-
-def _binary(name: str, reflected: bool = False, ordering: bool = False):
-    def method(self, other):
-        if not self._oubliette_meets(other):
-            if ordering:
-                raise TypeError(f"the tests cannot order a program object ({self._oubliette_label}) "
-                                f"with a value of theirs")
-            return NotImplemented
-        return self._oubliette_op(name, (other,), reflected)
-    return method
-
-
-def _unary(name: str):
-    def method(self):
-        return self._oubliette_op(name)
-    return method
-
-
-def _conversion(name: str, typ=None):
-    def method(self, *args):
-        value = self._oubliette_ask("conv", f"{name}({self._oubliette_label})", [name, *map(self._oubliette_enc, args)])
-        if typ is not None and type(value) is not typ:
-            raise BoundaryError(f"{name}() of a program object returned {type(value).__name__}")
-        return value
-    return method
-
-
-for _op in ("lt", "le", "gt", "ge"):
-    setattr(Handle, f"__{_op}__", _binary(_op, ordering=True))
-for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift", "rshift"):
-    setattr(Handle, f"__{_op}__", _binary(_op))
-    setattr(Handle, f"__r{_op}__", _binary(_op, reflected=True))
-    setattr(Handle, f"__i{_op}__", _binary(f"i{_op}"))
-for _op, _name in (("and_", "and"), ("or_", "or"), ("xor", "xor")):
-    setattr(Handle, f"__{_name}__", _binary(_op))
-    setattr(Handle, f"__r{_name}__", _binary(_op, reflected=True))
-    setattr(Handle, f"__i{_name}__", _binary(f"i{_name}"))
-for _op in ("neg", "pos", "abs", "invert"):
-    setattr(Handle, f"__{_op}__", _unary(_op))
-Handle.__index__ = _unary("index")
-for _name, _typ in (("int", int), ("float", float), ("complex", complex), ("bytes", bytes), ("round", None),
-                    ("trunc", None),
-                    ("floor", None), ("ceil", None), ("reversed", None)):
-    setattr(Handle, f"__{_name}__", _conversion(_name, _typ))
-
-
-def _hybrid_getattr(self, name):
-    if not _forwarded(name):
-        raise AttributeError(name)
-    return getattr(object.__getattribute__(self, "_oubliette_handle"), name)
-
-
-_HYBRID_METHODS = {
-    "_oubliette_hybrid": True,
-    "__getattr__": _hybrid_getattr,
-    "__repr__": lambda self: repr(object.__getattribute__(self, "_oubliette_handle")),
-    "__str__": lambda self: str(object.__getattribute__(self, "_oubliette_handle")),
-}
-"""An instance of a program's subclass of a builtin value type, in the judge: the builtin value
-(compared, hashed and computed with by the builtin type's own methods) and the program's object
-behind it (its other attributes, repr and str)."""
 
 
 def _test_line(exc: BaseException) -> str:
@@ -832,10 +488,10 @@ def _describe_failure(e: BaseException) -> dict:
     if isinstance(e, MemoryError):  # the program's, or ours holding its values: both its doing
         return {"status": "memory", "detail": "out of memory" + (
             " in the program" if isinstance(e, CandidateMemoryError) else " holding the program's values")}
-    if getattr(e, "__dict__", {}).get(_FROM_PROGRAM):
+    if getattr(e, "__dict__", {}).get(FROM_PROGRAM):
         return {"status": "runtime_error", "detail": f"the program raised {type(e).__name__}: {msg}{where}"}
-    if isinstance(e, CandidateGone):
-        return {"status": "crashed", "detail": msg}
+    if isinstance(e, CandidateGone):  # a fact, not a verdict: the executor knows how it died
+        return {"status": CANDIDATE_GONE, "detail": msg}
     if isinstance(e, AssertionError):
         return {"status": "failed", "detail": f"assertion failed{where}" + (f": {msg[:200]}" if msg else "")}
     if isinstance(e, (BoundaryError, AmbiguousName, ForgedName)):
@@ -843,219 +499,13 @@ def _describe_failure(e: BaseException) -> dict:
     return {"status": "failed", "detail": f"the tests raised {type(e).__name__}: {msg}{where}"}
 
 
-# ---------------------------------------------------------------------------- the tests' namespace
-
-class _TestNames:
-    """What the tests' code does with names: every name it reads (loads), the names it reads an
-    attribute of (attr_hosts: `math.isclose` uses math as a module), and the names it calls on
-    another call of the program (helpers: `abs(f(x) - y)`, `sorted(g(x))` judge f's and g's results)."""
-
-    @classmethod
-    def from_superset(cls, names: set) -> "_TestNames":
-        """Without parsing: when the program has no name of a builtin or a module, the names the
-        tests' code mentions are enough (_judge_imports)."""
-        used = cls.__new__(cls)
-        used.loads, used.attr_hosts, used.helpers = names, set(), set()
-        return used
-
-    def __init__(self, tree: ast.AST, program_names: set):
-        self.loads, self.attr_hosts, self.helpers = set(), set(), set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                self.loads.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                self.attr_hosts.add(node.value.id)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                    and any(_calls_program(arg, program_names) for arg in [*node.args, *node.keywords]):
-                self.helpers.add(node.func.id)
-
-
-def _calls_program(tree: ast.AST, program_names: set) -> bool:
-    """Whether an expression calls one of the program's names (`f(3)`, `obj.area()` on a program name)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            root = node.func
-            while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
-                root = root.func if isinstance(root, ast.Call) else root.value
-            if isinstance(root, ast.Name) and root.id in program_names:
-                return True
-    return False
-
-
-def _bound_by_tests(tree: ast.AST) -> set:
-    """Every name the tests bind anywhere: assigned, a loop or with or except target, imported,
-    defined, declared global: the tests' own, never updated from the program (_Channel.update_globals)."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
-    return names
-
-
-def _checked_name(tree: ast.AST) -> str | None:
-    """NAME in the tests' top-level `check(NAME)`: HumanEval's tests as training jobs send them (the
-    entry point called at the end), read as the job's entry point."""
-    for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
-                and node.value.func.id == "check" and len(node.value.args) == 1 \
-                and isinstance(node.value.args[0], ast.Name):
-            return node.value.args[0].id
-    return None
-
-
-def _code_names(code: types.CodeType) -> set:
-    """Every name the compiled tests mention (globals, attributes, locals' names aside)."""
-    names, stack = set(), [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return names
-
-
-def _judge_imports(imports, wanted: set) -> dict:
-    """What the tests may use of the program's imports ({name: [module, attribute]} from its hello),
-    as the usual harnesses allow (`math.isclose`, `Counter`), built by the judge alone: it imports
-    each module itself, by name: a standard-library module under its own name (`import sys`) or, under
-    any name, a module of PURE_MODULES (`import re as regex`) or a public name of one
-    (resolve_named). Only the names the tests use (wanted) are imported. Malformed or disallowed
-    entries are skipped (a test using one gets NameError: the program's failure)."""
-    out = {}
-    if type(imports) is not dict:
-        return out
-    for name, origin in list(imports.items())[:256]:
-        if name not in wanted or type(name) is not str or not name.isidentifier() or name.startswith("__") \
-                or type(origin) is not list or len(origin) != 2 or not all(type(s) is str for s in origin):
-            continue
-        module, attr = origin
-        try:
-            if not attr:
-                if module in PURE_MODULES or (name == module.partition(".")[0] and module in sys.stdlib_module_names
-                                              and module.isidentifier()):
-                    out[name] = importlib.import_module(name if name == module.partition(".")[0] else module)
-            else:
-                out[name] = resolve_named([module, attr], True)
-        except (BoundaryError, ImportError):
-            continue
-    return out
-
-
-# Modules whose public names tests commonly use without importing them (`Counter`, `isclose`,
-# `defaultdict`): a standard object the program binds under one of those names must be that object.
-_TRUSTED_HOMES = (*sorted(PURE_MODULES), "decimal", "random", "typing")
-_standard: tuple[dict, dict] | None = None
-
-
-def standard_names() -> tuple[dict[str, tuple[list, set]], dict[int, str]]:
-    """({name: (where it is defined, ids of the objects it stands for)}, {id: a name} of every
-    standard object): each public name of _TRUSTED_HOMES and each of those modules' own name (for the
-    module), and among the objects also every builtin."""
-    global _standard
-    if _standard is None:
-        names: dict[str, tuple[list, set]] = {}
-        objects = {id(v): n for n, v in vars(builtins).items()}
-        for home in _TRUSTED_HOMES:
-            module = importlib.import_module(home)
-            names.setdefault(home, ([], set()))[0].append(home)
-            names[home][1].add(id(module))
-            for name, value in vars(module).items():
-                if not name.startswith("_") and (callable(value) or isinstance(value, types.ModuleType)):
-                    names.setdefault(name, ([], set()))[0].append(f"{home}.{name}")
-                    names[name][1].add(id(value))
-                    objects.setdefault(id(value), f"{home}.{name}")
-        _standard = names, objects
-    return _standard
-
-
-def _forged_name(name: str, value) -> str | None:
-    """Why binding `value` under `name` forges a name the tests may rely on, or None: a standard
-    object (one the judge resolved: a builtin, a pure module's function or class, a module) under
-    the name of a different standard object. A program's own function under such a name is its own,
-    as in one process (`python curate.py check` warns about tests that trust it). Builtins' names
-    have their own rule (_bind_program_names)."""
-    names, objects = standard_names()
-    if name not in names or name in _BUILTIN_NAMES or id(value) in names[name][1]:
-        return None
-    if not isinstance(value, types.ModuleType) and id(value) not in objects:
-        return None  # the program's own object (a Handle, a value): never asked anything here
-    what = value.__name__ if isinstance(value, types.ModuleType) else objects[id(value)]
-    return (f"the program binds {what} under the name {name}, which stands for "
-            f"{' or '.join(names[name][0])}: a name the tests use must be what it says")
-
-
-def trusted_names(tests: str) -> list[str]:
-    """The standard names (standard_names: `Counter`, `isclose`, `math`) the tests judge with but
-    neither import nor define: applied to another call's result (`Counter(words(s))`) or used as a
-    module (`math.sqrt`). They take the program's, whatever it binds there (`python curate.py check`
-    warns). The function under test (`add(2, 3)`, the NAME of `check(NAME)`) is the program's by design."""
-    tree = ast.parse(tests)
-    judging = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and any(
-                isinstance(sub, ast.Call) for arg in [*node.args, *(k.value for k in node.keywords)]
-                for sub in ast.walk(arg)):
-            judging.add(node.func.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            judging.add(node.value.id)
-    judging -= _bound_by_tests(tree) | {_checked_name(tree)}
-    return sorted(n for n in judging if n in standard_names()[0] and n not in _BUILTIN_NAMES)
-
-
-def _bind_program_names(ns: dict, values: dict, imports: dict, used: _TestNames, entry_point) -> None:
-    """Bind the program's names for the tests as one process would, except where that would let the
-    program redefine what the tests use to judge it:
-      a builtin's name (`def max`, `from math import pow`) is the program's when it is the entry
-      point or, without one, when the tests never call it on a result of the program (the function
-      under test: `assert pow(2, 3) == 8`); a name the tests apply to another call of the program
-      (`abs(f(x) - y)`, `sorted(g(x))`, `len(h())`) stays Python's, since there it judges that
-      call's result and the program could replace it with one that always agrees;
-      a standard-library module's name (`def tokenize`, `check(fnmatch)`) is the program's callable
-      unless the tests use it as a module (`math.isclose`: then it is the judge's import of that
-      module, if the program imported it, or undefined);
-      every other name is the program's (a value, a name the judge resolves, or a Handle), and the
-      program's imports of standard modules are the judge's own imports (_judge_imports);
-      but a standard object under the name of another (`from operator import truth as Counter`,
-      `import cmath as math`) that the tests use, other than the function under test, is refused:
-      ForgedName, the program's failure (_forged_name)."""
-    program = {**values, **imports}
-    for name in sorted(program.keys() & used.loads - {entry_point}):
-        if (why := _forged_name(name, program[name])) is not None:
-            raise ForgedName(why)
-    under_test = {n for n, v in program.items() if n in used.loads and n not in used.helpers and callable(v)
-                  and not isinstance(v, types.ModuleType)}
-    shadowing = {n for n in under_test if n in _BUILTIN_NAMES}
-    if entry_point is None and shadowing and len(under_test) > 1:
-        raise AmbiguousName(f"the program defines {', '.join(sorted(shadowing))}, named like a builtin, and the "
-                            f"tests use other functions of it too ({', '.join(sorted(under_test - shadowing))}): "
-                            "the judge cannot tell the function under test from a builtin the tests apply "
-                            "(name the entry point, or rename it)")
-    for name, value in program.items():
-        if name in _BUILTIN_NAMES:
-            if name != entry_point and (entry_point is not None or name not in shadowing):
-                continue
-        elif name in sys.stdlib_module_names and name != entry_point and not isinstance(value, types.ModuleType):
-            if name in used.attr_hosts or not callable(value):
-                continue
-        ns[name] = value
-
-
 def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: int,
                progress_fd: int | None = None) -> dict:
     """Runs in the judge process, once the tests compiled: build the tests' namespace, run the tests,
     return the report {"status", "detail"} (status in JUDGE_STATUSES).
 
-    The namespace is the judge's own: its builtins, its imports of standard modules (_judge_imports),
-    and the program's names (_bind_program_names) as values decoded by the codec or Handles to the
+    The namespace is the judge's own: its builtins, its imports of standard modules (judge_imports),
+    and the program's names (bind_program_names) as values decoded by the codec or Handles to the
     candidate. Nothing of the program runs here, and no dunder name of the program is bound (a
     program-supplied `__builtins__` would make every builtin the tests call a call into the program)."""
     chan = _Channel(fd, progress_fd)
@@ -1078,20 +528,20 @@ def judge_main(tests: str, code: types.CodeType, entry_point: str | None, fd: in
                   and type(packed) is bytes}
         chan.decoding -= 1
         imports = hello.get("imports") if type(hello.get("imports")) is dict else {}
-        shadowing = any(n in _BUILTIN_NAMES or n in sys.stdlib_module_names for n in [*values, *imports])
+        shadowing = any(n in BUILTIN_NAMES or n in sys.stdlib_module_names for n in [*values, *imports])
         tree = ast.parse(tests, "<tests>") if shadowing else None
-        used = _TestNames(tree, {*values, *imports}) if shadowing else _TestNames.from_superset(_code_names(code))
+        used = TestNames(tree, {*values, *imports}) if shadowing else TestNames.from_superset(code_names(code))
         # the function under test: the job's entry point, or the NAME of the tests' own `check(NAME)`
-        subject = entry_point if entry_point is not None else _checked_name(tree) if tree is not None else None
+        subject = entry_point if entry_point is not None else checked_name(tree) if tree is not None else None
         wanted = used.loads | ({entry_point} if entry_point else set())  # check(f) is the judge's call
-        _bind_program_names(ns, values, _judge_imports(imports, wanted), used, subject)
+        bind_program_names(ns, values, judge_imports(imports, wanted), used, subject)
         if entry_point is not None and not callable(ns.get(entry_point)):
             return {"status": "failed", "detail": f"the program does not define {entry_point}()"}
         chan.ns = ns  # the program's plain data names, kept current as its functions change them
         pushable = {n for n, v in values.items() if ns.get(n) is v
-                    and not isinstance(v, (Handle, ProgramClass)) and not callable(v)} & _code_names(code)
+                    and not isinstance(v, (Handle, ProgramClass)) and not callable(v)} & code_names(code)
         if pushable:  # never a name the tests bind anywhere: theirs, even when it holds the same object
-            pushable -= _bound_by_tests(tree if tree is not None else ast.parse(tests, "<tests>"))
+            pushable -= bound_by_tests(tree if tree is not None else ast.parse(tests, "<tests>"))
         chan.globals_bound = {n: values[n] for n in pushable}
         ns.update(__name__="__main__", __builtins__=builtins)
         exec(code, ns)
@@ -1128,4 +578,6 @@ def judge_job(tests: str, entry_point: str | None, fd: int, marks_fd: int, progr
         return {"status": INFRA_ERROR, "detail": f"the judge failed: {describe(e)}"}
 
 
-JUDGE_STATUSES = ("passed", "failed", "crashed", "memory", INFRA_ERROR) + _LOAD_FAILURES
+JUDGE_STATUSES = ("passed", "failed", CANDIDATE_GONE, "memory", INFRA_ERROR) + _LOAD_FAILURES
+"""What a judge's report may say: a verdict's status, or CANDIDATE_GONE, which the executor turns
+into one (Executor._verdict_of_assert: only it sees how the candidate's process ended)."""

@@ -177,10 +177,10 @@ port_offsets=(); [ -z "${HERE[param_server]:-}" ] || port_offsets+=(0)
 if [ -n "${HERE[verifier]:-}" ]; then for ((k = 0; k < VERIFIERS; k++)); do port_offsets+=($((2 + k))); done; fi
 if [ "${#port_offsets[@]}" -gt 0 ] && [ "$DRY_RUN" != 1 ]; then
   if [ -z "$PORT_GIVEN" ] && is_loopback "$BIND"; then
-    PORT=$($PYTHON wire.py free-base "$BIND" 5555 "${port_offsets[@]}") || refuse "no free ports for this host's servers"
+    PORT=$($PYTHON ports.py free-base "$BIND" 5555 "${port_offsets[@]}") || refuse "no free ports for this host's servers"
   else
     taken=(); for o in "${port_offsets[@]}"; do taken+=($((PORT + o))); done
-    if ! held=$($PYTHON wire.py ports "$BIND" "${taken[@]}"); then
+    if ! held=$($PYTHON ports.py check "$BIND" "${taken[@]}"); then
       refuse "${held//$'\n'/; } (another run on this host?): pick other ports with PORT=... (this host's servers use PORT, PORT+2 ... PORT+$((1 + VERIFIERS))), or leave PORT unset on one host to have free ones picked"
     fi
   fi

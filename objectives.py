@@ -22,26 +22,17 @@ R rows (one per completion: B x G), T token positions, N problems (pass@k) or to
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-if TYPE_CHECKING:
-    from grpo import GRPOConfig
+from grpo_config import GRPOConfig, is_int, is_real
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _is_real(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _masked_mean(x_RT, m_RT):
-    """Sum of x over the mask / number of mask tokens; 0 when the mask is empty."""
+def masked_mean(x_RT, m_RT):
+    """Sum of x over the mask / number of mask tokens; 0 when the mask is empty (grpo.py's loss
+    metrics use it too)."""
     return jnp.sum(x_RT * m_RT) / jnp.maximum(jnp.sum(m_RT), 1.0)
 
 
@@ -86,7 +77,7 @@ def passk_advantages(rewards_BG, k: int, eps: float = 1e-6):
     gets A = 0 exactly. k = 1 is GRPO's advantage."""
     r_BG = jnp.asarray(rewards_BG, jnp.float32)
     B, G = r_BG.shape
-    if not _is_int(k) or not 1 <= k <= G:
+    if not is_int(k) or not 1 <= k <= G:
         raise ValueError(f"passk_advantages: k={k!r} must be an int in 1..G={G}")
     v_G, W_GG = (jnp.asarray(x, jnp.float32) for x in passk_weights(G, k))
     order_BG = jnp.argsort(r_BG, axis=1, stable=True)
@@ -110,7 +101,7 @@ def signed_advantages(rewards_BG, positive_weight: float):
     completions are trained on, their probability pushed down and spread over the other tokens, which
     keeps the model's other answers (its pass@k); W-REINFORCE (lambda = 0.1 in the paper) adds a little
     of the positive signal. No group baseline: a group whose completions all fail is still pushed down."""
-    if not _is_real(positive_weight) or positive_weight < 0:
+    if not is_real(positive_weight) or positive_weight < 0:
         raise ValueError(f"signed_advantages: positive_weight={positive_weight!r} must be a finite number >= 0")
     rho_BG = 2.0 * jnp.asarray(rewards_BG, jnp.float32) - 1.0
     return jnp.where(rho_BG > 0, positive_weight * rho_BG, rho_BG)
@@ -128,7 +119,7 @@ def token_covariance(logp_RT, adv_R, mask_RT):
     mf_RT = m_RT.astype(jnp.float32)
     logp_RT = jax.lax.stop_gradient(jnp.where(m_RT, jnp.asarray(logp_RT, jnp.float32), 0.0))
     adv_RT = jnp.where(m_RT, jnp.asarray(adv_R, jnp.float32)[:, None], 0.0)
-    cov_RT = (logp_RT - _masked_mean(logp_RT, mf_RT)) * (adv_RT - _masked_mean(adv_RT, mf_RT))
+    cov_RT = (logp_RT - masked_mean(logp_RT, mf_RT)) * (adv_RT - masked_mean(adv_RT, mf_RT))
     return jnp.where(m_RT, cov_RT, 0.0)
 
 
@@ -203,7 +194,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     forms the huge binomials; if n - c < k every k-subset holds a correct sample and pass@k = 1.
     """
     for name, v in (("n", n), ("c", c), ("k", k)):
-        if not _is_int(v):
+        if not is_int(v):
             raise ValueError(f"pass_at_k: {name}={v!r} must be an int")
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
@@ -223,7 +214,7 @@ def pass_at_k_array(n_N, c_N, k: int) -> np.ndarray:
         raise ValueError(f"pass_at_k_array needs 1-D n and c of one shape; got {n_N.shape}, {c_N.shape}")
     if not (np.issubdtype(n_N.dtype, np.integer) and np.issubdtype(c_N.dtype, np.integer)) and n_N.size:
         raise ValueError("pass_at_k_array: n and c must be integer arrays")
-    if not _is_int(k) or k < 1 or np.any(c_N < 0) or np.any(c_N > n_N) or np.any(n_N < k):
+    if not is_int(k) or k < 1 or np.any(c_N < 0) or np.any(c_N > n_N) or np.any(n_N < k):
         raise ValueError(f"pass_at_k_array needs 0 <= c <= n and 1 <= k <= n elementwise; got k={k!r}")
     if n_N.size == 0:
         return np.zeros((0,), np.float64)

@@ -7,7 +7,7 @@ plain Python process, no boundary between them.
               failure) and exits with status 0, within the time limit.
   io job      the program run once per case, the case's input on stdin: a case passes iff the exit
               status is 0 and the whitespace-separated tokens of stdout equal the expected output's
-              (the verifier's rule, sandbox.py:Executor.run_io; bytes, ASCII whitespace).
+              (the verifier's rule, executor.py:Executor.run_io; bytes, ASCII whitespace).
 Job dicts are the verifier's (verifier.py:check_job); the verdict is {"passed", "status" (passed,
 failed or timeout), "detail" (the last line of stderr, or what differed), "fraction" (io: cases
 passed / cases, counted as the verifier counts them: all cases with partial_reward, else up to the

@@ -1,7 +1,7 @@
 """What every side of the verifier agrees on: a job's limits, the verdict record and its status names.
 
 Defined once here and imported by every process that makes or reads a verdict: the executor
-(sandbox.py) and the judge (judge.py), the verifier role (verifier.py) and its scorers (envs.py), the
+(executor.py) and the judge (judge.py), the verifier role (verifier.py) and its scorers (envs.py), the
 worker, curate and the trainer (through lifecycle.py). Plain data, trusted by no one: every side that
 receives a verdict checks it (verdict_from_dict). Standard library only, so any process can import it,
 the sandboxed ones included. Verdict's docstring is the list of statuses.

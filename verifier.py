@@ -18,16 +18,17 @@ How a verdict is reached (why it cannot be forged):
     judge's report, on a pipe the candidate does not hold, says "passed". Names that shadow
     builtins (abs, len, ...) and dunders (__builtins__) are never bound, so a program cannot
     redefine what tests use; the judge imports a module the program imported only if it is a pure
-    one (judge.PURE_MODULES), by name, itself, and binds no program object under a
+    one (boundary.PURE_MODULES), by name, itself, and binds no program object under a
     standard-library module's name.
     Objects that are not plain data (instances of the program's classes, closures, generators)
     stay in the candidate; the judge holds a handle it can call, read attributes of and pass back,
-    and decides `==` itself (a handle equals only itself, never a plain value): judge.Handle
+    and decides `==` itself (a handle equals only itself, never a plain value): judge_handles.Handle
     says why that cannot forge a pass.
   * io-style (Codeforces): the program's stdout is captured by the executor (trusted) and compared
     token by token with the expected output; the exit status must be 0.
-The candidate and the judge are in judge.py, the isolation (namespaces, uids, limits, cleanup) in
-isolation.py, the executor that runs them in sandbox.py, the verdict record in verdicts.py.
+The candidate and the judge are in candidate.py and judge.py, their codec in boundary.py, the
+isolation (namespaces, uids, limits, cleanup) in isolation.py, the executor that runs them in
+executor.py (a separate process: this role never imports it), the verdict record in verdicts.py.
   * math and reward jobs (envs.py) run no program: a math completion's final answer is compared with
     the reference by math-verify, in a grading process killed at the job's time limit (an answer that
     runs past it, or is longer than envs.MAX_ANSWER_CHARS, fails); a reward job calls the user's
@@ -55,7 +56,7 @@ Processes and sockets:
             batch of the pinging connection may still take (ExecutorPool.submit_batch: its client
             waits that long); wire.CancelBatch -> wire.Ok, dropping a batch its client gave up on.
             Its client is verifier_client.VerifierFleet (its own module: no role imports this one).
-  executor  `python -E -s sandbox.py --executor CONFIG` (started by the pool, never by hand): a fresh
+  executor  `python -E -s executor.py --executor CONFIG` (started by the pool, never by hand): a fresh
             pre-imported interpreter that enters the sandbox once and forks a limited candidate per
             job; talks to the pool over its stdin/stdout pipes with length-prefixed msgpack.
 
@@ -93,7 +94,6 @@ import time
 
 import envs
 import rootfs
-import sandbox
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
                        kill_uid, refuse, remove_cgroup, remove_stale_cgroups, role_uids)
 from boundary import from_bytes, recv_frame, send_frame, to_plain
@@ -236,6 +236,9 @@ def program_verdict(job: dict) -> Verdict | None:
 # ============================================================================ pool (parent side)
 
 
+# The executor is a script of its own, started by path: the pool neither imports it nor the
+# candidate's and judge's code it pre-imports.
+EXECUTOR_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "executor.py")
 EXECUTOR_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 EXECUTOR_START_S = 30.0
 """How long a new executor may take to say it is ready."""
@@ -287,7 +290,7 @@ class _ExecutorProcess:
 
     def __init__(self, isolation: str, hide: list[str], use_cgroup: bool = True, image: str | None = None):
         cfg = json.dumps({"isolation": isolation, "hide": hide, "use_cgroup": use_cgroup, "image": image})
-        command = [sys.executable, "-E", "-s", os.path.abspath(sandbox.__file__), "--executor", cfg]
+        command = [sys.executable, "-E", "-s", EXECUTOR_SCRIPT, "--executor", cfg]
         # A minimal environment: the verifier's own (its secrets included) never enters an
         # executor's memory, so no program can find it there.
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,

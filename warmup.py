@@ -175,7 +175,7 @@ VERIFY_CHUNK = 1024  # jobs per VerifyBatch (the service takes at most 4096 in o
 def verifier_service():
     """score()'s verifier: `verifier.py` (2 executors, its default isolation) in a process of its own,
     started on first use and stopped at exit; a client of it. Not verifier.verify_batch's pool in this
-    process: that pool forks to clean up after its executors (sandbox.kill_uid, as root), and a fork
+    process: that pool forks to clean up after its executors (isolation.kill_uid, as root), and a fork
     in a process where JAX runs may deadlock (JAX warns "os.fork() was called ..."). subprocess.Popen
     starts the service without a Python-level fork of this process. The client is the worker's
     (verifier_client.VerifierFleet, one address): checked verdicts, a second try, INFRA_ERROR if both fail."""

@@ -1,4 +1,4 @@
-"""Datasets larger than memory, and bad rows named, never fatal, never altered (tasks.py's readers).
+"""Datasets larger than memory, and bad rows named, never fatal, never altered (dataset_files.py).
 Run: python -m pytest -q tests/test_datasets_stream.py"""
 import datetime
 import decimal
@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+import dataset_files
 import tasks
 
 pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (requirements-datasets.txt)")
@@ -49,7 +50,7 @@ def test_parquet_is_read_a_row_group_and_a_batch_at_a_time_never_whole(tmp_path,
         calls.append((k.get("row_groups"), k.get("batch_size")))
         return real(self, *a, **k)
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", iter_batches)
-    monkeypatch.setattr(tasks, "_BATCH_BYTES", 1)  # a batch of one row
+    monkeypatch.setattr(dataset_files, "_BATCH_BYTES", 1)  # a batch of one row
     problems = tasks.iter_problems(str(path))
     number, first = next(problems)
     assert (number, first.item_id) == (1, "t0") and calls == [([0], 1)]
@@ -243,7 +244,7 @@ def test_an_hf_dataset_is_read_from_its_arrow_table_a_batch_at_a_time(monkeypatc
                       "at": pa.array([10**15 * i for i in range(5)], pa.timestamp("ns"))})
     ds = _ArrowDataset(table)
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda *a, **k: ds))
-    monkeypatch.setattr(tasks, "_BATCH_BYTES", 1)
+    monkeypatch.setattr(dataset_files, "_BATCH_BYTES", 1)
     numbered, errors = tasks.scan_jsonl("hf:some/set", reward=True)
     assert errors == [] and ds.batches == [1] * 5
     assert [json.loads(p.row)["at"] for _, p in numbered][:2] == ["1970-01-01T00:00:00.000000000",

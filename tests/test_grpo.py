@@ -17,8 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpo  # noqa: E402
+import grpo_config  # noqa: E402
 import objectives  # noqa: E402
-from grpo import GRPOConfig  # noqa: E402
+from grpo_config import GRPOConfig  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")
 
@@ -70,7 +71,7 @@ def test_reinforce_advantage_by_hand():
     close(adv, REWARDS - 1.125)
 
 
-@pytest.mark.parametrize("advantage", [a for a in grpo.ADVANTAGES if a not in grpo.SIGNED_ADVANTAGES])
+@pytest.mark.parametrize("advantage", [a for a in grpo_config.ADVANTAGES if a not in grpo_config.SIGNED_ADVANTAGES])
 def test_all_equal_group_gives_exact_zero_advantage(advantage):
     # 0.1*3/3 != 0.1 in floating point; the advantage must still be exactly 0, not residue/eps.
     # (nsr and w_reinforce have no baseline: an all-wrong group is pushed down, tested on their own)
@@ -393,7 +394,7 @@ def test_no_rejection_unless_configured():
     assert cfg_(veto_ratio=1e-4).rejects and cfg_(geo_reject=True).rejects and cfg_(is_correction="icepop").rejects
 
 
-@pytest.mark.parametrize("agg", grpo.LOSS_AGGS)
+@pytest.mark.parametrize("agg", grpo_config.LOSS_AGGS)
 def test_rejecting_microbatches_reproduce_the_whole_batch(agg):
     # update.py's accumulation when tokens are rejected: each microbatch's loss times its own kept
     # denominator, the sum divided once by kept_denominator(totals of the masks, rejected summed):
@@ -555,11 +556,11 @@ def test_on_policy_gradient_equals_reinforce(policy_loss, agg, caller_stops_grad
 # every (policy loss, aggregation, IS correction) triple; KL + dual clip on for every other one
 CONFIGS = [cfg_(policy_loss=p, loss_agg=a, max_len=8, is_correction=c, kl_beta=0.05 * (i % 2),
                 dual_clip_c=3.0 if i % 2 else None)
-           for i, (p, a, c) in enumerate(itertools.product(grpo.POLICY_LOSSES, grpo.LOSS_AGGS, grpo.IS_CORRECTIONS))]
+           for i, (p, a, c) in enumerate(itertools.product(grpo_config.POLICY_LOSSES, grpo_config.LOSS_AGGS, grpo_config.IS_CORRECTIONS))]
 # every policy loss x IS correction, aggregation cycling, KL on for gspo, dual clip for every other one
-DEGENERATE_CONFIGS = [cfg_(policy_loss=p, loss_agg=grpo.LOSS_AGGS[i % 3], max_len=8, is_correction=c,
+DEGENERATE_CONFIGS = [cfg_(policy_loss=p, loss_agg=grpo_config.LOSS_AGGS[i % 3], max_len=8, is_correction=c,
                            kl_beta=0.05 * (i // 4 % 2), dual_clip_c=3.0 if i % 2 else None)
-                      for i, (p, c) in enumerate(itertools.product(grpo.POLICY_LOSSES, grpo.IS_CORRECTIONS))]
+                      for i, (p, c) in enumerate(itertools.product(grpo_config.POLICY_LOSSES, grpo_config.IS_CORRECTIONS))]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.policy_loss}-{c.loss_agg}-{c.is_correction}-{c.kl_beta}")
@@ -660,7 +661,7 @@ def test_drgrpo_max_len_counts_completion_tokens_not_T():
     close(grpo.aggregate(loss_RT, mask_RT, cfg_(loss_agg="seq_mean_token_sum_norm", max_len=4)), 1.25)
 
 
-@pytest.mark.parametrize("agg", grpo.LOSS_AGGS)
+@pytest.mark.parametrize("agg", grpo_config.LOSS_AGGS)
 def test_microbatch_weights_reproduce_the_whole_batch(agg):
     # sum over microbatches of weight * aggregate(microbatch) == aggregate(batch); rows of 0..4 tokens,
     # split unevenly (3, 3, 1) so that a weight by row count, token count or live rows would differ

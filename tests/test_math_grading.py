@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import hash_answers
 import math_answers
 
 
@@ -545,7 +546,7 @@ def test_every_gsm8k_gold_reads_back(gold):
     ("5 ((((", None), ("5 (1 / 0)", None), ("5 = )(", None),
 ])
 def test_hash_number_reads_one_number_or_none(line, value):
-    assert math_answers._hash_number(line) == value
+    assert hash_answers.hash_number(line) == value
 
 
 @pytest.mark.parametrize("latex, interval", [

@@ -221,7 +221,7 @@ def test_launch_starts_exactly_the_lines_it_writes(tmp_path):
     fake = tmp_path / "python"
     fake.write_text(f"""#!/usr/bin/env bash
 case "$1" in
-  devices.py|wire.py) exec {sys.executable} "$@" ;;  # the placement itself, the ports' check
+  devices.py|ports.py) exec {sys.executable} "$@" ;;  # the placement itself, the ports' check
   -) cat > /dev/null; exit 0 ;;              # launch.sh's closing summary
 esac
 {sys.executable} -c 'import json, os, sys; json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, \

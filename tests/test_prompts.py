@@ -22,7 +22,7 @@ import hf_local  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 transformers = pytest.importorskip("transformers")
-# hf_io imports jax, so the fork in sandbox.kill_uid (the pool's cleanup, run in this process) draws
+# hf_io imports jax, so the fork in isolation.kill_uid (the pool's cleanup, run in this process) draws
 # jax's fork warning; that child only calls setresuid/kill/_exit and never touches jax.
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 

@@ -411,7 +411,7 @@ def test_answer_error_names_what_a_wrong_answer_gets_wrong():
 
 def test_warmup_report_does_not_fork_after_jax_started():
     """`python warmup.py --report` scores samples in the sandboxed verifier, whose executor pool forks
-    to clean up after its executors (sandbox.kill_uid, as root). In the process where JAX runs such a
+    to clean up after its executors (isolation.kill_uid, as root). In the process where JAX runs such a
     fork may deadlock, and JAX says so on stderr; the report's verifier runs in a process of its own.
     The smallest report: one held-out and one training problem."""
     import os

@@ -100,10 +100,10 @@ def run(pool, program, tests, entry_point=None, **limits):
 # ----------------------------------------------------------------------------- real data: HumanEval
 
 def test_the_sandboxed_side_imports_no_numpy_or_zmq():
-    """The candidate and the judge are forked from the executor and hold all it imported (sandbox.py
+    """The candidate and the judge are forked from the executor and hold all it imported (executor.py
     and its modules): none of it may be numpy or zmq, large native code a program could reach."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    probe = ("import sys, sandbox, judge\n"
+    probe = ("import sys, executor, judge\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'zmq', 'jax'}))")
     out = subprocess.run([sys.executable, "-E", "-s", "-c", probe], cwd=root, capture_output=True,
                          text=True, timeout=60, check=True)

@@ -243,12 +243,12 @@ def test_honest_aliases_keep_their_names(pool, program, tests, job):
 
 
 def test_curate_names_the_standard_names_tests_trust_the_program_for():
-    import judge
-    assert judge.trusted_names(WORDS_TESTS) == ["Counter"]
-    assert judge.trusted_names("from collections import Counter\n" + WORDS_TESTS) == []
-    assert judge.trusted_names("import math\nassert math.isclose(f(), 1) and isclose(g(), 2)\n") == ["isclose"]
-    assert judge.trusted_names("assert math.sqrt(f(4)) == 2\nassert add(2, 3) == 5\n") == ["math"]
-    assert judge.trusted_names("def check(c):\n    assert c(f()) == 1\ncheck(Counter)\n") == []
+    import judge_names
+    assert judge_names.trusted_names(WORDS_TESTS) == ["Counter"]
+    assert judge_names.trusted_names("from collections import Counter\n" + WORDS_TESTS) == []
+    assert judge_names.trusted_names("import math\nassert math.isclose(f(), 1) and isclose(g(), 2)\n") == ["isclose"]
+    assert judge_names.trusted_names("assert math.sqrt(f(4)) == 2\nassert add(2, 3) == 5\n") == ["math"]
+    assert judge_names.trusted_names("def check(c):\n    assert c(f()) == 1\ncheck(Counter)\n") == []
 
 
 def test_curate_check_warns_about_tests_that_trust_the_program(pool, tmp_path):

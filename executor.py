@@ -4,11 +4,12 @@ Trusted code, on the trusted side of the boundary: the executor and the launcher
 line of the program or of the tests (the candidate and the judge are children the launcher forks and
 confines: candidate.py and judge.py are their code, isolation.py the confinement). verifier.py is the
 role (API, executor pool, ZeroMQ service); the pool starts each executor as
-`python -E -s sandbox.py --executor CONFIG` with a minimal environment: a fresh pre-imported
+`python -E -s executor.py --executor CONFIG` with a minimal environment: a fresh pre-imported
 interpreter that enters the sandbox once (isolation.enter_sandbox) and talks length-prefixed msgpack
 on its stdin/stdout. Everything it and its children import is imported here, before the sandbox
 hides the project's files: the standard library, msgpack, verdicts.py, isolation.py, boundary.py,
-candidate.py and judge.py (no numpy, no zmq). verifier.py's docstring explains why a verdict cannot be forged.
+candidate.py, judge.py, judge_names.py and judge_handles.py (no numpy, no zmq). verifier.py's
+docstring explains why a verdict cannot be forged.
 """
 
 import dataclasses
@@ -30,7 +31,7 @@ from isolation import (MNT_DETACH, MS_NODEV, MS_NOEXEC, MS_NOSUID, PR_SET_CHILD_
                        seccomp_program, wait_child)
 from boundary import PURE_MODULES, describe, from_bytes, pack, recv_frame, send_frame
 from candidate import candidate_main, io_candidate_main
-from judge import JUDGE_STATUSES, judge_job
+from judge import CANDIDATE_GONE, JUDGE_STATUSES, judge_job
 from verdicts import (INFRA_ERROR, LIMIT_KEYS, ROUND_TRIP_ALLOWANCE_S, BoundaryError, Limits, Verdict,
                       make_verdict)
 
@@ -544,13 +545,22 @@ class Executor:
         finally:
             os.close(report_r)
         report = self._parse_report(raw) if outcome == "report" else None
-        crashed = report is not None and report["status"] == "crashed"
-        res = self._finished(self.launcher.finish(0.5 if crashed else 0.0))
-        jstatus, jmarks = res["judge_status"], res["judge_marks"]
+        gone = report is not None and report["status"] == CANDIDATE_GONE
+        res = self._finished(self.launcher.finish(0.5 if gone else 0.0))
+        jmarks = res["judge_marks"]
         # a judge with no mark at a timeout was still waiting for the program's first word
         if not jmarks.startswith(b"1") and not (outcome == "timeout" and jmarks == b""):
             raise InfraFailure("the judge could not be confined: "
                                + (jmarks[1:].decode("utf-8", "replace") or "it died first"))
+        return self._verdict_of_assert(outcome, report, res, lim)
+
+    @classmethod
+    def _verdict_of_assert(cls, outcome: str, report: dict | None, res: dict, lim: Limits) -> Verdict:
+        """The one place an assert job's status is decided, from the facts: how reading the judge's
+        report ended (outcome), the report, and the launcher's account of both processes (res).
+        The judge decides only what the tests showed; when it saw the candidate go (CANDIDATE_GONE)
+        the status comes from how the candidate's process ended, which only this side sees."""
+        jstatus, jmarks = res["judge_status"], res["judge_marks"]
         if outcome == "timeout":
             return make_verdict("memory" if res["oom"] else "timeout",
                             "killed by the job's memory limit" if res["oom"] else f"timeout after {lim.timeout_s}s")
@@ -565,11 +575,13 @@ class Executor:
             raise InfraFailure("the judge did not report (" + (
                 "it died before the program's tests" if outcome == "eof" else "malformed report") + ")")
         status, detail = report["status"], report["detail"]
-        if crashed and res["killed"]:
-            detail += " (it had closed its channel and was still running: killed)"
-        elif crashed:  # refine with how the candidate died
+        if status != CANDIDATE_GONE:
+            return make_verdict(status, detail)
+        if res["killed"]:
+            status, detail = "crashed", detail + " (it had closed its channel and was still running: killed)"
+        else:  # how the candidate died
             cstat = res["status"]
-            status = self._signal_status(cstat) or "crashed"
+            status = cls._signal_status(cstat) or "crashed"
             if os.WIFSIGNALED(cstat):
                 detail += f" ({_signal_name(os.WTERMSIG(cstat))})"
             else:
@@ -712,4 +724,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--executor":
         executor_main(sys.argv[2])
     else:
-        sys.exit("sandbox.py is started by verifier.py's executor pool: --executor CONFIG")
+        sys.exit("executor.py is started by verifier.py's executor pool: --executor CONFIG")
