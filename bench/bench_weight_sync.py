@@ -4,9 +4,9 @@ the same bytes (the ceiling), measured side by side in one run.
 Run:  python bench/bench_weight_sync.py                       # 256 MiB and 1 GiB, 3 versions each (~2 min)
       python bench/bench_weight_sync.py --sizes-mb 64 --repeats 2
 
-ours:     this process plays the trainer: weights.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
+ours:     this process plays the trainer: weights_zmq.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
           commit with the manifest) into a real param_server.py process; a member process runs the inference
-          worker's own weight path (weights.WeightFetcher, made by inference_worker.weight_fetcher;
+          worker's own weight path (weights_zmq.WeightFetcher, made by inference_worker.weight_fetcher;
           --no-relay: one worker fetches from the param server; its own thread and sockets, every chunk
           and tensor CRC-checked) and reports when the fetcher offers the complete version (HOLD) and
           when it has installed it as jax arrays on its device (INSTALLED: jax.device_put of every
@@ -63,7 +63,7 @@ def member(addr: str) -> None:
     say("READY")
     version, lineage = -1, ""
     while True:
-        buf = fetcher.wait_newer(version + 1, lineage, 60.0)
+        buf = fetcher.newest(version + 1, lineage, 60.0)
         if buf is None:
             continue
         version, lineage = buf.key
@@ -128,7 +128,7 @@ def expect(q, word, timeout=300):
 
 
 def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
-    import weights
+    import weights_zmq
     import wire
     from bench_broadcast import model_tensors
     tensors = model_tensors(mb)  # tensors of 1 to 32 MiB, as bench_broadcast's
@@ -163,7 +163,7 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
         ours, inst, push, ceil = [], [], [], []
         for version in range(1, warmup + repeats + 1):  # the first `warmup` of each are not counted
             t0 = time.time()
-            weights.push_weights(client, version, "bench", tensors)
+            weights_zmq.push_weights(client, version, "bench", tensors)
             t_push = time.time() - t0
             hold = float(expect(mq, "HOLD")[2])
             installed = float(expect(mq, "INSTALLED")[2])
