@@ -103,7 +103,7 @@ def test_a_version_shows_only_complete_and_a_corrupt_chunk_discards_the_push(rol
 
 
 PUSHER = """
-import sys, time, numpy as np, weights, wire
+import sys, time, numpy as np, weights_zmq, wire
 c = wire.Client("pusher", sys.argv[1], timeout_s=10)
 def slow():
     for i in range(100):
