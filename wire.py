@@ -111,8 +111,10 @@ class Pong:
 # --- parameter server: weights, streamed in chunks ---------------------------------------------
 # A weight version travels as a MANIFEST (a map, checked by versions.Manifest.from_dict) and a sequence
 # of chunks, each a byte range of the version's tensors laid end to end, with its CRC32. weights.py
-# tells the whole path: weights_zmq.push_weights (trainer -> param server), weights_zmq.WeightStore (the param
-# server's versions), weights_zmq.WeightFetcher and weights_zmq.ChunkServer (-> workers, and between them).
+# tells the whole path; these messages are its ZeroMQ transport's (weights_zmq.py): push_weights
+# (trainer -> param server), WeightStore (the param server's versions), WeightFetcher and ChunkServer
+# (-> workers, and between them). They stay here with every other message: one registry and codec,
+# one socket the param server serves weights and work on, one list that docs/protocol.md describes.
 
 @message("push_chunk")
 class PushChunk:
