@@ -441,11 +441,11 @@ class Worker:
         self.base_key, self.base_params = None, None
         self.fetcher = weight_fetcher(cfg, self.incarnation)
 
-    def install(self, version: int, lineage: str, tensors: dict, adapter: versions.VersionBuffer | None = None) -> None:
-        """Swap in a complete, checksummed weight version {HF name: array} (invariant 4: never a
-        partial one; the weight transport checked every CRC). `adapter`: the version is an adapter
-        version (LoRA), `tensors` its adapter's (policy_params merges them onto the base)."""
-        self.params = self.policy_params(version, lineage, tensors, adapter)
+    def install(self, v: versions.VersionBuffer) -> None:
+        """Swap in a complete, checksummed weight version, its tensors {HF name: array} (invariant 4:
+        never a partial one; the weight transport checked every CRC). An adapter version (LoRA)
+        holds the adapter's tensors and its base (policy_params merges them onto the base)."""
+        self.params = self.policy_params(v)
         if self.cfg.sampler_quant != "none":  # last: what we sample with is what was pushed, quantised
             before = quant.params_bytes(self.params)
             self.params = quant.quantise_params(self.params, self.cfg.sampler_quant)
@@ -455,7 +455,7 @@ class Worker:
                               f"{quant.params_bytes(self.params) / 2**20:.2f} MiB, {before / 2**20:.2f} MiB as pushed; "
                               f"weights on the device {held / 2**20:.2f} MiB"
                               + (" (with the full-precision LoRA base)" if self.base_params else ""))
-        self.version, self.lineage = version, lineage
+        self.version, self.lineage = v.key
 
     def to_device(self, tensors: dict) -> dict:
         """A full version {HF name: array} as the model's params on our device(s). With
@@ -464,7 +464,7 @@ class Worker:
             return jax.device_put(hf_io.from_hf_tensors(tensors, self.mcfg))
         return sharding.shard_params(hf_io.from_hf_tensors(tensors, self.mcfg, host=True), self.mcfg, self.mesh)
 
-    def policy_params(self, version: int, lineage: str, tensors: dict, adapter: versions.VersionBuffer | None) -> dict:
+    def policy_params(self, v: versions.VersionBuffer) -> dict:
         """The policy in the compute dtype, before any quantisation. A full version goes to the device
         and is also the base that later adapter versions of its lineage apply to. An adapter version's
         policy is lora.merge(base on device, adapter): the jitted function the trainer runs its forward
@@ -473,21 +473,21 @@ class Worker:
         and the merge. The LoRA config is the manifest's, so a worker cannot disagree with its trainer.
         A quantising worker (--sampler-quant) keeps a full-precision base only once an adapter version
         needs it: after a full version it holds the quantised weights alone."""
-        if adapter is None:
-            params = self.to_device(tensors)
+        if not v.is_adapter:
+            params = self.to_device(v.tensors())
             if self.cfg.sampler_quant == "none":  # the policy itself: holding it as the base costs nothing
-                self.base_key, self.base_params = versions.VersionKey(version, lineage), params
+                self.base_key, self.base_params = v.key, params
             else:  # quantised next: a full-precision base beside it would cost more than int8 saves; an
                 self.base_key, self.base_params = None, None  # adapter version brings the base back (LoRA)
             return params
-        m = adapter.manifest
+        m = v.manifest
         lcfg = lora.LoraConfig.from_dict(m.lora)
-        merge_in = lora.adapter_from_tensors(tensors, self.mcfg, lcfg)
+        merge_in = lora.adapter_from_tensors(v.tensors(), self.mcfg, lcfg)
         if self.base_key != m.base_key:
-            base = adapter.base
+            base = v.base
             if base is None or base.key != m.base_key or base.stream is None:
                 raise ValueError(f"adapter v{m.version} applies to base v{m.base}, which this worker lacks")
-            self.base_params = self.to_device(base.manifest.tensor_views(base.stream))
+            self.base_params = self.to_device(base.tensors())
             self.base_key = base.key
             self.fetcher.done(base)
             log(self.cfg, f"base weights v{base.key.version} of lineage {base.key.lineage!r} on the device")
@@ -503,8 +503,7 @@ class Worker:
                 self.timeline.add("pull", start, time.time(), version=self.version)
             return
         try:
-            self.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream),
-                         buf if buf.is_adapter else None)
+            self.install(buf)
             log(self.cfg, f"weights v{self.version} in {time.monotonic() - t0:.2f}s")
         except ValueError as e:
             log(self.cfg, f"weights v{buf.key.version} refused: {e}; keeping v{self.version}")

@@ -361,6 +361,27 @@ class VersionBuffer:
 
 
 
+def from_arrays(version: int, lineage: str, named, base: int | None = None, lora: dict | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> VersionBuffer:
+    """A complete VersionBuffer made in this process from (name, array) pairs, as a transport would
+    deliver it (cut, checksummed, each chunk checked where it lands); `base`, `lora`: an adapter
+    version's (set its `.base` to the base's VersionBuffer before installing it)."""
+    pieces, chunks = cut_chunks(named, chunk_bytes), []
+    while True:
+        try:
+            data, crc = next(pieces)
+        except StopIteration as end:
+            tensors = end.value
+            break
+        chunks.append((np.array(data), crc))  # a copy: cut_chunks may hand out views of its input
+    manifest = Manifest(version, lineage, tensors, [[int(c.size), crc] for c, crc in chunks], base, lora)
+    buf = VersionBuffer(manifest, new_memory(manifest.nbytes))
+    for i, (data, crc) in enumerate(chunks):
+        buf.put(i, data, crc)
+    buf.complete = True
+    return buf
+
+
 # ----------------------------------------------------------------------------- as a file
 
 # safetensors' names of the wire's dtypes: a version on disk is a valid safetensors file.

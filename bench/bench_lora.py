@@ -80,8 +80,7 @@ def member(addr: str, size: str) -> None:
             continue
         say(f"HOLD {buf.key.version} {time.time():.6f}")
         worker.params = None  # the version it replaces: freed as the worker's install would
-        worker.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream),
-                       buf if buf.manifest.base is not None else None)
+        worker.install(buf)
         jax.block_until_ready(worker.params)
         say(f"INSTALLED {buf.key.version} {time.time():.6f}")
         worker.fetcher.done(buf)

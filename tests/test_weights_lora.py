@@ -10,7 +10,6 @@ says and across a restart, a fetcher that lacks the base (late, restarted, a rel
 base then the newest adapter, a new lineage drops the old base, and malformed manifests are refused
 while the server keeps serving.
 """
-import mmap
 import threading
 import types
 
@@ -222,14 +221,7 @@ TINY = model.ModelConfig(vocab_size=64, hidden_size=16, num_layers=2, num_heads=
 
 def buffer(version, lineage, named, base=None, lora_cfg=None):
     """A complete VersionBuffer as the fetcher offers it, from (name, array) pairs."""
-    chunks = list(versions.cut_chunks(named, 1 << 20))
-    tensors = [[n, a.dtype.name, list(a.shape), versions.crc32(a)] for n, a in named]
-    m = versions.Manifest(version, lineage, tensors, [[int(d.size), c] for d, c in chunks], base, lora_cfg)
-    buf = versions.VersionBuffer(m, mmap.mmap(-1, m.nbytes))
-    for i, (data, crc) in enumerate(chunks):
-        buf.put(i, data, crc)
-    buf.complete = True
-    return buf
+    return versions.from_arrays(version, lineage, named, base, lora_cfg, 1 << 20)
 
 
 def test_a_fetcher_fetches_an_adapters_base_unless_it_holds_that_very_one():
@@ -263,9 +255,9 @@ def test_the_worker_installs_an_adapter_version_as_lora_merge_onto_its_base():
     base = buffer(0, "L", base_named)
     v1 = buffer(1, "L", named, 0, lcfg.to_dict())
     with pytest.raises(ValueError, match="lacks"):  # no base held, none with the version
-        worker.install(1, "L", v1.manifest.tensor_views(v1.stream), v1)
+        worker.install(v1)
     v1.base = base
-    worker.install(1, "L", v1.manifest.tensor_views(v1.stream), v1)  # a new worker: base, then adapter
+    worker.install(v1)  # a new worker: base, then adapter
     assert (worker.version, worker.base_key, done) == (1, versions.VersionKey(0, "L"), [base])
     want = lora.merge(jax.device_put(hf_io.from_hf_tensors(dict(base_named), TINY)), ad, TINY, lcfg)
     same = jax.tree_util.tree_map(lambda a, b: a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b)),
@@ -274,13 +266,13 @@ def test_the_worker_installs_an_adapter_version_as_lora_merge_onto_its_base():
     assert not np.array_equal(np.asarray(worker.params["layers"]["q_proj"]), np.asarray(worker.base_params["layers"]["q_proj"]))
     # The next version onto the base it holds: the base buffer is not needed (nor read) again.
     v2 = buffer(2, "L", named, 0, lcfg.to_dict())
-    worker.install(2, "L", v2.manifest.tensor_views(v2.stream), v2)
+    worker.install(v2)
     assert worker.version == 2 and done == [base]
     # An adapter of another lineage whose base the worker lacks: refused, the worker keeps v2.
     other = buffer(1, "M", named, 0, lcfg.to_dict())
     with pytest.raises(ValueError, match="lacks"):
-        worker.install(1, "M", other.manifest.tensor_views(other.stream), other)
+        worker.install(other)
     assert (worker.version, worker.base_key) == (2, versions.VersionKey(0, "L"))
     # A full version is the new base.
-    worker.install(0, "M", base.manifest.tensor_views(base.stream))
+    worker.install(buffer(0, "M", base_named))
     assert worker.base_key == versions.VersionKey(0, "M") and worker.params is worker.base_params
