@@ -121,13 +121,15 @@ class DirTransport(weights.Transport):
             return None
         try:
             stat = os.stat(path)
-            if self.refused.get(path) == (stat.st_mtime_ns, stat.st_size):
-                return None  # refused already, and not rewritten since
+        except FileNotFoundError:  # pruned meanwhile: a newer one is there
+            return None
+        if self.refused.get(path) == (stat.st_mtime_ns, stat.st_size):
+            return None  # refused already, and not rewritten since
+        try:
             buf = self.read(path)
         except (ValueError, OSError) as e:
             self.log(f"weights v{key.version} refused: {e}; keeping the version we have")
-            if "stat" in locals():
-                self.refused[path] = (stat.st_mtime_ns, stat.st_size)
+            self.refused[path] = (stat.st_mtime_ns, stat.st_size)
             return None
         self.offered.add(key)
         return buf

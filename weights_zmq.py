@@ -231,7 +231,7 @@ class WeightStore(weights.Transport):
             for mirror in self.mirrors:
                 try:
                     mirror.publish(v)
-                except OSError as e:  # nor must a full shared disk: its readers keep the version they have
+                except (OSError, ValueError) as e:  # nor must a shared disk: its readers keep what they have
                     self.log(f"could not publish weights v{v.manifest.version} to {mirror}: {e!r}")
             with self._disk:
                 self.persisted, self._writing = done, False

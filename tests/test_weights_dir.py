@@ -132,10 +132,14 @@ def test_a_new_lineage_replaces_the_old_ones_files_and_readers_follow_it(tmp_pat
 
 def test_a_param_server_with_weights_dir_publishes_what_it_commits(roles, tmp_path):
     addr, folder = f"tcp://127.0.0.1:{free_port()}", str(tmp_path / "shared")
-    roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps"),
-                "--weights-dir", folder, "--keep-versions", "2")
-    client = wire.Client("test", addr, timeout_s=10)
-    client.call(wire.Ping(), timeout_s=30, what="param server start")
+
+    def start():
+        proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps"),
+                           "--weights-dir", folder, "--keep-versions", "2")
+        client = wire.Client("test", addr, timeout_s=10)
+        client.call(wire.Ping(), timeout_s=30, what="param server start")
+        return proc, client
+    proc, client = start()
     reader = weights_fs.DirTransport(folder)
     weights_zmq.push_weights(client, 0, "L", full(0), chunk_bytes=4096)
     buf = reader.newest(0, "", 30.0)
@@ -143,6 +147,14 @@ def test_a_param_server_with_weights_dir_publishes_what_it_commits(roles, tmp_pa
     weights_zmq.push_weights(client, 1, "L", adapter(1), chunk_bytes=4096, base=0, lora=LORA)
     buf = reader.newest(1, "L", 30.0)
     assert buf.key == (1, "L") and buf.is_adapter and same(buf, adapter(1)) and buf.base.key == (0, "L")
+    # A restarted param server publishes what it restored from its state dir, base and adapter (its
+    # persister writes the state dir first, so what the reader saw is there).
+    roles.kill(proc)
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    proc, client = start()
+    buf = weights_fs.DirTransport(folder).newest(0, "", 30.0)
+    assert buf.key == (1, "L") and same(buf, adapter(1)) and same(buf.base, full(0))
 
 
 def test_a_run_whose_worker_reads_its_weights_from_the_directory_stays_bitwise(roles, tmp_path, tiny):  # noqa: F811
