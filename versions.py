@@ -360,7 +360,6 @@ class VersionBuffer:
         self.have[i] = True  # after the bytes: a reader that sees True sees them
 
 
-
 def from_arrays(version: int, lineage: str, named, base: int | None = None, lora: dict | None = None,
                 chunk_bytes: int = CHUNK_BYTES) -> VersionBuffer:
     """A complete VersionBuffer made in this process from (name, array) pairs, as a transport would
