@@ -176,3 +176,13 @@ def test_a_run_whose_worker_reads_its_weights_from_the_directory_stays_bitwise(r
     log = roles.log(worker)
     assert "weights v1 in" in log, log[-3000:]
     assert "fetched weights" not in log  # never the chunk fetcher: every version came through the directory
+
+
+def test_launch_sh_weights_dir_goes_to_the_param_server_and_the_workers(tmp_path):
+    from test_multihost import launch_text
+    text = launch_text(tmp_path, ACCELERATOR="cpu", WORKERS=2, WEIGHTS_DIR="/shared/weights")
+    lines = text.splitlines()
+    assert any("param_server.py" in line and "--weights-dir /shared/weights" in line for line in lines), text
+    workers = [line for line in lines if "inference_worker.py" in line]
+    assert len(workers) == 2 and all("--weights-dir /shared/weights" in line for line in workers), text
+    assert "--weights-dir" not in launch_text(tmp_path, ACCELERATOR="cpu", WORKERS=2)
