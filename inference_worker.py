@@ -6,14 +6,14 @@
 Sockets (all requests, see wire.py):
   -> param server   hello (once), lease_work, renew_leases (from a heartbeat thread with a socket of
                     its own), submit_rollout; get_weights and get_chunk from the weight-fetching
-                    thread (weights.WeightFetcher, its own sockets)
+                    thread (weights_zmq.WeightFetcher, its own sockets)
   -> other workers  get_chunk (relay mode: from our parent in the relay tree, or one step up)
-  <- other workers  get_chunk, served by our weights.ChunkServer (relay mode; its own thread and socket)
+  <- other workers  get_chunk, served by our weights_zmq.ChunkServer (relay mode; its own thread and socket)
   -> verifiers      verify_batch (and ping, while a batch is out), spread over every verifier named
 
 The loop, one batch at a time:
-  1. Pull. A thread of ours (weights.WeightFetcher, made by weight_fetcher; weights.py tells a
-     version's whole way here) fetches every new version in the background as a manifest and
+  1. Pull. A thread of ours (weights_zmq.WeightFetcher, made by weight_fetcher; weights.py tells a
+     version's whole way here; with --weights-dir a shared directory instead, weights_fs.py) fetches every new version in the background as a manifest and
      chunks, each CRC-checked, from the param server or, in relay mode (the default), from another
      worker the param server names, while it serves the chunks it holds on to the workers below it
      (the server sends each version about once, whatever the fleet size). Every `pull_every`
@@ -83,7 +83,10 @@ import quant
 import sharding
 import timeline
 import verifier_client
+import versions
 import weights
+import weights_fs
+import weights_zmq
 import wire
 import workitems
 from verdicts import INFRA_ERROR
@@ -156,7 +159,7 @@ class Config:
     """a verifier that failed is skipped for this long (tried again only when every other one failed)"""
     relay: bool = True
     """weights by relay broadcast: fetch each version's chunks from the worker the param server names
-    as our parent and serve them on to our own children (weights.RelayTree), so the server sends
+    as our parent and serve them on to our own children (weights_zmq.RelayTree), so the server sends
     each version about once; --no-relay: fetch every chunk from the param server"""
     relay_bind: str = "tcp://127.0.0.1:*"
     """where our chunk server listens in relay mode (port *: any free one); its address is what the
@@ -165,6 +168,11 @@ class Config:
     """how long a relay may take to produce a chunk before we fetch it one step up the tree"""
     fetch_delay_s: float = 0.0
     """testing knob: sleep this long after fetching each chunk (a slow link), to catch a relay mid-version"""
+    weights_dir: str = ""
+    """read each weight version from this shared directory (weights_fs.DirTransport), where the param
+    server started with the same --weights-dir publishes them, instead of fetching chunks over the
+    network (no relay): for a remote worker that shares a filesystem, not a fast path, with the server.
+    "" = fetch from the param server"""
     timeline: str = ""
     """append one JSON line per span of work (pull, sample, verify, submit) to this file (timeline.py);
     "" = none. launch.sh gives $RUN_DIR/timeline/<name>.jsonl"""
@@ -219,12 +227,16 @@ def verifier_fleet(cfg: Config) -> verifier_client.VerifierFleet:
                                          cooldown_s=cfg.verifier_cooldown_s, log=lambda text: log(cfg, text))
 
 
-def weight_fetcher(cfg: Config, incarnation: str) -> weights.WeightFetcher:
-    """The worker's weight path (weights.WeightFetcher, and its ChunkServer in relay mode) with this
-    worker's settings, fetching from now on in a thread of its own."""
-    return weights.WeightFetcher(cfg.name, cfg.param_server, incarnation, log=lambda text: log(cfg, text),
-                                 timeout_s=cfg.timeout_s, relay_bind=cfg.relay_bind if cfg.relay else None,
-                                 relay_timeout_s=cfg.relay_timeout_s, fetch_delay_s=cfg.fetch_delay_s)
+def weight_fetcher(cfg: Config, incarnation: str) -> weights.Transport:
+    """The worker's weight transport (weights.py) with this worker's settings: with --weights-dir the
+    shared directory's (weights_fs.DirTransport, read when asked); else the param server's chunks
+    (weights_zmq.WeightFetcher, and its ChunkServer in relay mode), fetching from now on in a thread
+    of its own."""
+    if cfg.weights_dir:
+        return weights_fs.DirTransport(cfg.weights_dir, log=lambda text: log(cfg, text))
+    return weights_zmq.WeightFetcher(cfg.name, cfg.param_server, incarnation, log=lambda text: log(cfg, text),
+                                     timeout_s=cfg.timeout_s, relay_bind=cfg.relay_bind if cfg.relay else None,
+                                     relay_timeout_s=cfg.relay_timeout_s, fetch_delay_s=cfg.fetch_delay_s)
 
 
 # ----------------------------------------------------------------------------- sampling (pure)
@@ -429,11 +441,11 @@ class Worker:
         self.base_key, self.base_params = None, None
         self.fetcher = weight_fetcher(cfg, self.incarnation)
 
-    def install(self, version: int, lineage: str, tensors: dict, adapter: weights.VersionBuffer | None = None) -> None:
-        """Swap in a complete, checksummed weight version {HF name: array} (invariant 4: never a
-        partial one; weights.WeightFetcher checked every CRC). `adapter`: the version is an adapter
-        version (LoRA), `tensors` its adapter's (policy_params merges them onto the base)."""
-        self.params = self.policy_params(version, lineage, tensors, adapter)
+    def install(self, v: versions.VersionBuffer) -> None:
+        """Swap in a complete, checksummed weight version, its tensors {HF name: array} (invariant 4:
+        never a partial one; the weight transport checked every CRC). An adapter version (LoRA)
+        holds the adapter's tensors and its base (policy_params merges them onto the base)."""
+        self.params = self.policy_params(v)
         if self.cfg.sampler_quant != "none":  # last: what we sample with is what was pushed, quantised
             before = quant.params_bytes(self.params)
             self.params = quant.quantise_params(self.params, self.cfg.sampler_quant)
@@ -443,7 +455,7 @@ class Worker:
                               f"{quant.params_bytes(self.params) / 2**20:.2f} MiB, {before / 2**20:.2f} MiB as pushed; "
                               f"weights on the device {held / 2**20:.2f} MiB"
                               + (" (with the full-precision LoRA base)" if self.base_params else ""))
-        self.version, self.lineage = version, lineage
+        self.version, self.lineage = v.key
 
     def to_device(self, tensors: dict) -> dict:
         """A full version {HF name: array} as the model's params on our device(s). With
@@ -452,7 +464,7 @@ class Worker:
             return jax.device_put(hf_io.from_hf_tensors(tensors, self.mcfg))
         return sharding.shard_params(hf_io.from_hf_tensors(tensors, self.mcfg, host=True), self.mcfg, self.mesh)
 
-    def policy_params(self, version: int, lineage: str, tensors: dict, adapter: weights.VersionBuffer | None) -> dict:
+    def policy_params(self, v: versions.VersionBuffer) -> dict:
         """The policy in the compute dtype, before any quantisation. A full version goes to the device
         and is also the base that later adapter versions of its lineage apply to. An adapter version's
         policy is lora.merge(base on device, adapter): the jitted function the trainer runs its forward
@@ -461,38 +473,37 @@ class Worker:
         and the merge. The LoRA config is the manifest's, so a worker cannot disagree with its trainer.
         A quantising worker (--sampler-quant) keeps a full-precision base only once an adapter version
         needs it: after a full version it holds the quantised weights alone."""
-        if adapter is None:
-            params = self.to_device(tensors)
+        if not v.is_adapter:
+            params = self.to_device(v.tensors())
             if self.cfg.sampler_quant == "none":  # the policy itself: holding it as the base costs nothing
-                self.base_key, self.base_params = weights.VersionKey(version, lineage), params
+                self.base_key, self.base_params = v.key, params
             else:  # quantised next: a full-precision base beside it would cost more than int8 saves; an
                 self.base_key, self.base_params = None, None  # adapter version brings the base back (LoRA)
             return params
-        m = adapter.manifest
+        m = v.manifest
         lcfg = lora.LoraConfig.from_dict(m.lora)
-        merge_in = lora.adapter_from_tensors(tensors, self.mcfg, lcfg)
+        merge_in = lora.adapter_from_tensors(v.tensors(), self.mcfg, lcfg)
         if self.base_key != m.base_key:
-            base = adapter.base
+            base = v.base
             if base is None or base.key != m.base_key or base.stream is None:
                 raise ValueError(f"adapter v{m.version} applies to base v{m.base}, which this worker lacks")
-            self.base_params = self.to_device(base.manifest.tensor_views(base.stream))
+            self.base_params = self.to_device(base.tensors())
             self.base_key = base.key
             self.fetcher.done(base)
             log(self.cfg, f"base weights v{base.key.version} of lineage {base.key.lineage!r} on the device")
         return lora.merge(self.base_params, merge_in, self.mcfg, lcfg)
 
     def pull(self, min_version: int = 0, wait_s: float = 0.0) -> None:
-        """Swap in the newest version the fetcher holds complete, if it is new to us, waiting up to
-        wait_s for one of at least min_version (or of another trainer lineage)."""
+        """Swap in the newest version the weight transport holds complete (weights.Transport.newest), if it
+        is new to us, waiting up to wait_s for one of at least min_version (or of another trainer lineage)."""
         t0, start = time.monotonic(), time.time()
-        buf = self.fetcher.wait_newer(max(min_version, self.version + 1), self.lineage, wait_s)
+        buf = self.fetcher.newest(max(min_version, self.version + 1), self.lineage, wait_s)
         if buf is None:
             if wait_s > 0:
                 self.timeline.add("pull", start, time.time(), version=self.version)
             return
         try:
-            self.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream),
-                         buf if buf.manifest.base is not None else None)
+            self.install(buf)
             log(self.cfg, f"weights v{self.version} in {time.monotonic() - t0:.2f}s")
         except ValueError as e:
             log(self.cfg, f"weights v{buf.key.version} refused: {e}; keeping v{self.version}")

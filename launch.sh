@@ -79,6 +79,8 @@ WORKER_BASE=${WORKER_BASE:-0}       # this host's workers are worker-(WORKER_BAS
                                     # and seeds): give each worker host its own range, names must be unique
 END_AFTER_S=${END_AFTER_S:-120}     # a host with neither trainer nor param server stops this long after
                                     # PARAM_SERVER stopped answering (the run is over); 0 = run until stopped
+WEIGHTS_DIR=${WEIGHTS_DIR:-}        # a directory every host sees (weights_fs.py): the param server publishes
+                                    # each weight version there, this host's workers read it from there
 # One trainer over the chips of several hosts (multihost.py, jax.distributed): run launch.sh with
 # ROLES including trainer on each trainer host, the same TRAINER_HOSTS and TRAINER_COORDINATOR, and
 # TRAINER_HOST_ID 0, 1, ...; host 0's trainer is the one the other roles talk to and writes the run's files.
@@ -227,7 +229,9 @@ fi
 # below it in the param server's relay tree, so its chunk server must listen where they can reach it.
 # On one machine that is loopback; across hosts HOST_ADDR (this host's address as the others see it)
 # must be given, or this host's workers pull every chunk from the param server (--no-relay).
-if [ -n "${HOST_ADDR:-}" ]; then relay_flag="--relay-bind tcp://$HOST_ADDR:*"
+# With WEIGHTS_DIR they read each version from that shared directory instead (no chunks, no relay).
+if [ -n "$WEIGHTS_DIR" ]; then relay_flag="--weights-dir $WEIGHTS_DIR"
+elif [ -n "${HOST_ADDR:-}" ]; then relay_flag="--relay-bind tcp://$HOST_ADDR:*"
 elif [ -n "$off_loopback" ]; then relay_flag="--no-relay"
 else relay_flag=""; fi
 for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
@@ -304,7 +308,7 @@ squeeze() {  # one line, words separated by single spaces (a line of commands.sh
 }
 for role in "${ORDER[@]}"; do
   case $role in
-    param_server) cmd="$PYTHON param_server.py --bind $ps_bind --state-dir $RUN_DIR/param_server" ;;
+    param_server) cmd="$PYTHON param_server.py --bind $ps_bind --state-dir $RUN_DIR/param_server${WEIGHTS_DIR:+ --weights-dir $WEIGHTS_DIR}" ;;
     verifier|verifier-*) k=${role#verifier}; k=${k#-}
       cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS${reward_flag:+ $reward_flag} $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))

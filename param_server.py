@@ -7,13 +7,14 @@ It holds three things and nothing else:
      chunk (push_chunk), then its manifest (push_commit); the server makes it visible only complete
      and checked, and all at once (a worker asking at any moment sees the old version or the new
      one, never a mix), and discards a corrupt, superseded or abandoned push (silent for
-     push_timeout_s) while the previous version keeps being served (weights.WeightStore). It keeps
+     push_timeout_s) while the previous version keeps being served (weights_zmq.WeightStore). It keeps
      the last `keep_versions` and persists the newest to disk from a thread of its own, so a
      restarted server serves it; a version committed but not yet on disk when the server dies is
      pushed again by the trainer, which re-pushes whenever the server's newest version is not its
      own (trainer.check_param_server). Workers ask for the newest manifest (get_weights, a long poll
      with a minimum version) and fetch its chunks (get_chunk) from here or, in relay mode, from each
-     other (weights.RelayTree): the server then sends each version about once, not once per worker.
+     other (weights_zmq.RelayTree): the server then sends each version about once, not once per worker;
+     with --weights-dir it also publishes each version into a shared directory (weights_fs.py).
      A LoRA trainer's versions after its base carry the adapter alone; the server pins the base of
      the current lineage (served and persisted whatever keep_versions says) and refuses an adapter
      version onto any other (weights.py, ADAPTER VERSIONS).
@@ -54,7 +55,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import cli
-import weights
+import versions
+import weights_fs
+import weights_zmq
 import wire
 
 
@@ -66,7 +69,10 @@ class Config:
     state_dir: str = "runs/default/param_server"
     """where the newest weight version is persisted, to survive a restart"""
     keep_versions: int = 3
-    """how many recent weight versions to keep in memory"""
+    """how many recent weight versions to keep in memory (and in --weights-dir)"""
+    weights_dir: str = ""
+    """also publish every weight version, as it is persisted, into this shared directory
+    (weights_fs.DirTransport) for workers started with the same --weights-dir; "" = none"""
     max_items: int = 100_000
     """most work items held at once (queued + leased + finished); more is refused"""
     remember_done: int = 200_000
@@ -277,9 +283,10 @@ class ParamServer:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.weights = weights.WeightStore(cfg.state_dir, cfg.keep_versions,
-                                           log=lambda text: print(f"[param_server] {text}", flush=True))
-        self.relays = weights.RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
+        say = lambda text: print(f"[param_server] {text}", flush=True)  # noqa: E731
+        mirrors = [weights_fs.DirTransport(cfg.weights_dir, cfg.keep_versions, say)] if cfg.weights_dir else []
+        self.weights = weights_zmq.WeightStore(cfg.state_dir, cfg.keep_versions, log=say, mirrors=mirrors)
+        self.relays = weights_zmq.RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
         self.work = WorkQueue(cfg)
         self.server = wire.Server("param_server", cfg.bind)
         self.weight_waiters: list = []   # (peer, msg, deadline)
@@ -331,8 +338,8 @@ class ParamServer:
 
     def _weights_reply(self, msg):
         newest, lineage = self.weights.newest, self.weights.lineage
-        have = weights.VersionKey(msg.have_version, msg.have_lineage)
-        if newest < 0 or weights.VersionKey(newest, lineage) == have or not self._weights_ready(msg):
+        have = versions.VersionKey(msg.have_version, msg.have_lineage)
+        if newest < 0 or versions.VersionKey(newest, lineage) == have or not self._weights_ready(msg):
             return wire.WeightsUnchanged(newest, lineage)
         sources = self.relays.sources(msg.worker) if msg.relay else [""]
         manifest = self.weights.versions[newest].manifest

@@ -4,7 +4,7 @@
     python trainer.py --run-dir runs/demo --resume          # continue from the last good checkpoint
 
 Sockets (requests to the param server, see wire.py): ping, push_chunk + push_commit (a weight version,
-streamed: weights.push_weights), enqueue_work, get_rollouts.
+streamed: weights_zmq.push_weights), enqueue_work, get_rollouts.
 Files: $RUN_DIR/metrics.jsonl (one JSON object per step or evaluation), $RUN_DIR/ledger.jsonl (one
 line per training prompt's final fate), $RUN_DIR/checkpoints/step_N/, and at the end $RUN_DIR/final/
 (the trained policy in Hugging Face layout, `Trainer.export_policy`).
@@ -67,7 +67,7 @@ from trainer_config import Config
 import timeline
 import update
 import workitems
-import weights
+import weights_zmq
 import wire
 
 
@@ -383,19 +383,19 @@ class Trainer:
     def do_push(self, payload: dict) -> None:
         """Each tensor is cut from the (sharded) master and cast on the devices, then gathered to the host
         (hf_io.iter_hf_tensors). Beyond the master the host holds the tensor being sent and what the
-        weights.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
-        chunks). Followers take part in the gathers; the leader streams the tensors (weights.push_weights)."""
+        weights_zmq.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
+        chunks). Followers take part in the gathers; the leader streams the tensors (weights_zmq.push_weights)."""
         if self.lcfg is not None and not payload.get("full"):  # an adapter version: the f32 adapter alone
             named = lora.adapter_tensors(jax.tree_util.tree_map(multihost.to_host, self.master))
             if self.leader:  # its manifest names its base (version 0, our lineage's full one) and the merge
-                weights.push_weights(self.ps, payload["version"], payload["lineage"], list(named.items()),
-                                     base=0, lora=self.lcfg.to_dict())
+                weights_zmq.push_weights(self.ps, payload["version"], payload["lineage"], list(named.items()),
+                                         base=0, lora=self.lcfg.to_dict())
             return
         tensors = hf_io.iter_hf_tensors(self.master if self.lcfg is None else self.base, self.mcfg,
                                         dtype=self.mcfg.jdtype)
         try:
             if self.leader:
-                weights.push_weights(self.ps, payload["version"], payload["lineage"], tensors)
+                weights_zmq.push_weights(self.ps, payload["version"], payload["lineage"], tensors)
         finally:
             for _ in tensors:  # followers; and the leader after a failed push: every process gathers every tensor
                 pass
@@ -479,8 +479,8 @@ class Trainer:
         self.ledger_lines += 1
 
     def push(self) -> float:
-        """Send the policy (the bf16 cast of the master) as version step_n, streamed (weights.push_weights):
-        chunks of weights.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
+        """Send the policy (the bf16 cast of the master) as version step_n, streamed (weights_zmq.push_weights):
+        chunks of versions.CHUNK_BYTES, then the manifest; the param server swaps in a complete, checked set
         or nothing. Built one tensor at a time (do_push), whatever the model's size.
         LoRA: the base goes first, as the full version 0 of our lineage, whenever this param server lacks it
         (our first push; a restarted server without its state, check_param_server); every later version

@@ -109,10 +109,12 @@ class Pong:
 
 
 # --- parameter server: weights, streamed in chunks ---------------------------------------------
-# A weight version travels as a MANIFEST (a map, checked by weights.Manifest.from_dict) and a sequence
+# A weight version travels as a MANIFEST (a map, checked by versions.Manifest.from_dict) and a sequence
 # of chunks, each a byte range of the version's tensors laid end to end, with its CRC32. weights.py
-# tells the whole path: weights.push_weights (trainer -> param server), weights.WeightStore (the param
-# server's versions), weights.WeightFetcher and weights.ChunkServer (-> workers, and between them).
+# tells the whole path; these messages are its ZeroMQ transport's (weights_zmq.py): push_weights
+# (trainer -> param server), WeightStore (the param server's versions), WeightFetcher and ChunkServer
+# (-> workers, and between them). They stay here with every other message: one registry and codec,
+# one socket the param server serves weights and work on, one list that docs/protocol.md describes.
 
 @message("push_chunk")
 class PushChunk:
@@ -120,13 +122,13 @@ class PushChunk:
     `crc` is the CRC32 of `data` (uint8). A wrong CRC or index discards the whole push."""
     push_id: str
     index: int
-    data: np.ndarray  # uint8, checked by weights.chunk_array where it is received
+    data: np.ndarray  # uint8, checked by versions.chunk_array where it is received
     crc: int
 
 
 @message("push_commit")
 class PushCommit:
-    """Trainer -> param server: the push `push_id` is complete; `manifest` (weights.Manifest) describes it.
+    """Trainer -> param server: the push `push_id` is complete; `manifest` (versions.Manifest) describes it.
     The server checks it against the chunks it received and every tensor's CRC, then makes the version
     visible at once, or discards the push and answers an Error (the previous version stays served)."""
     push_id: str
@@ -179,7 +181,7 @@ class GetChunk:
 class Chunk:
     version: int
     index: int
-    data: np.ndarray  # uint8, checked by weights.chunk_array where it is received
+    data: np.ndarray  # uint8, checked by versions.chunk_array where it is received
     crc: int
 
 
@@ -291,7 +293,7 @@ class Verdicts:
 
 # --- records carried inside messages ------------------------------------------------------------
 # A work item and a rollout are dataclasses defined here once (a weight manifest, the third record,
-# is weights.Manifest). On the wire they travel as maps (`to_dict`); `from_dict` is the one place a
+# is versions.Manifest). On the wire they travel as maps (`to_dict`); `from_dict` is the one place a
 # received map becomes a record, checking every field's presence and type, so a malformed one is an
 # error reply where it enters a role, never a crash later. To add a field, add it here with a default:
 # old and new senders then interoperate.

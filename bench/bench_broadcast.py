@@ -5,10 +5,10 @@ Run:  python bench/bench_broadcast.py                     # 256 MiB model, 2 ver
       python bench/bench_broadcast.py --model-mb 64 --workers 1 4 --versions 1
 
 Each case starts a fresh param_server.py and N member processes. A member runs the inference worker's
-own weight path (weights.WeightFetcher, made by inference_worker.weight_fetcher, and in relay mode its
+own weight path (weights_zmq.WeightFetcher, made by inference_worker.weight_fetcher, and in relay mode its
 ChunkServer, each with its own sockets and thread, exactly as in a worker) but no sampler: it only
 reports when it holds a version (every chunk and tensor CRC checked). This process then pushes versions of a model made of random
-bf16 arrays (weights.push_weights, 16 MiB chunks as the trainer does) and measures, per version:
+bf16 arrays (weights_zmq.push_weights, 16 MiB chunks as the trainer does) and measures, per version:
   server_bytes_per_version  bytes the param server's socket sent (wire.Server.bytes_sent, from its
                             get_stats) from the push's start until every member holds the version
   last_worker_s             seconds from the push's start until the last member holds the version
@@ -34,7 +34,8 @@ sys.path.insert(0, ROOT)
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-import weights  # noqa: E402
+import versions  # noqa: E402
+import weights_zmq  # noqa: E402
 import wire  # noqa: E402
 
 
@@ -71,7 +72,7 @@ def member(args) -> None:
     say("READY")
     version, lineage = -1, ""
     while True:
-        buf = fetcher.wait_newer(version + 1, lineage, 60.0)
+        buf = fetcher.newest(version + 1, lineage, 60.0)
         if buf is not None:
             version, lineage = buf.key
             say(f"HOLD {version} {time.time():.6f}")
@@ -117,7 +118,7 @@ def run_case(n: int, relay: bool, tensors: list, versions: int, tmp: str) -> tup
         for version in range(1, versions + 1):
             before = client.call(wire.GetStats()).info["bytes_sent"]
             t0 = time.time()
-            weights.push_weights(client, version, "bench", tensors)
+            weights_zmq.push_weights(client, version, "bench", tensors)
             pushed.append(time.time() - t0)
             times = []
             while len(times) < n:
@@ -154,7 +155,7 @@ def main() -> None:
 
     tensors = model_tensors(args.model_mb)
     model_bytes = sum(a.nbytes for _, a in tensors)
-    print(f"model: {len(tensors)} tensors, {model_bytes / 2**20:.0f} MiB; chunks of {weights.CHUNK_BYTES >> 20} MiB",
+    print(f"model: {len(tensors)} tensors, {model_bytes / 2**20:.0f} MiB; chunks of {versions.CHUNK_BYTES >> 20} MiB",
           flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

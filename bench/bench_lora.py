@@ -3,7 +3,7 @@
 Run:  python bench/bench_lora.py                         # 3m and 100m, rank 8 (~10 min on 2 loaded cores)
       python bench/bench_lora.py --sizes 3m --repeats 2 --no-step
 
-sync:  this process plays the trainer: weights.push_weights into a real param_server.py process
+sync:  this process plays the trainer: weights_zmq.push_weights into a real param_server.py process
        (--keep-versions 1); a member process runs the inference worker's own weight path
        (inference_worker.weight_fetcher, --no-relay) and install (inference_worker.Worker.install: a
        full version to the device; an adapter version lora.merge'd onto the base it holds there), and
@@ -75,13 +75,12 @@ def member(addr: str, size: str) -> None:
     worker.fetcher = inference_worker.weight_fetcher(cfg, os.urandom(4).hex())
     say("READY")
     while True:
-        buf = worker.fetcher.wait_newer(worker.version + 1, worker.lineage, 60.0)
+        buf = worker.fetcher.newest(worker.version + 1, worker.lineage, 60.0)
         if buf is None:
             continue
         say(f"HOLD {buf.key.version} {time.time():.6f}")
         worker.params = None  # the version it replaces: freed as the worker's install would
-        worker.install(buf.key.version, buf.key.lineage, buf.manifest.tensor_views(buf.stream),
-                       buf if buf.manifest.base is not None else None)
+        worker.install(buf)
         jax.block_until_ready(worker.params)
         say(f"INSTALLED {buf.key.version} {time.time():.6f}")
         worker.fetcher.done(buf)
@@ -91,7 +90,7 @@ def member(addr: str, size: str) -> None:
 def bench_sync(size: str, rank: int, repeats: int, warmup: int, tmp: str) -> dict:
     import hf_io
     import lora
-    import weights
+    import weights_zmq
     import wire
     from random_weights import random_params
     mcfg, lcfg = model_config(size), lora.LoraConfig(rank)
@@ -121,9 +120,9 @@ def bench_sync(size: str, rank: int, repeats: int, warmup: int, tmp: str) -> dic
                 sent0 = client.call(wire.GetStats()).info["bytes_sent"]
                 t0 = time.time()
                 if kind == "full":
-                    weights.push_weights(client, version, LINEAGE, full)
+                    weights_zmq.push_weights(client, version, LINEAGE, full)
                 else:
-                    weights.push_weights(client, version, LINEAGE, adapter, base=version - 1, lora=lcfg.to_dict())
+                    weights_zmq.push_weights(client, version, LINEAGE, adapter, base=version - 1, lora=lcfg.to_dict())
                 hold = float(expect(mq, "HOLD", 600)[2])
                 installed = float(expect(mq, "INSTALLED", 600)[2])
                 time.sleep(0.3)

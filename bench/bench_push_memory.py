@@ -6,10 +6,10 @@ Run:  python bench/bench_push_memory.py                      # 100m model, 8 sim
 
 The f32 master is made directly in its shards (sharding.param_shardings) on a (devices x 1) mesh, as the
 Trainer holds it. Each variant then runs in a fresh child process (so one variant's freed memory does
-not hide the other's) and streams the push the param server receives (weights.push_weights: chunks, then
+not hide the other's) and streams the push the param server receives (weights_zmq.push_weights: chunks, then
 the manifest), each message encoded for the wire (wire.encode; a stand-in client, no socket):
   per_tensor  trainer.Trainer.do_push itself: hf_io.iter_hf_tensors cuts, casts and gathers one tensor at a
-              time and weights.push_weights sends it in chunks, so the host never holds the whole model.
+              time and weights_zmq.push_weights sends it in chunks, so the host never holds the whole model.
   whole       the whole-model way: hf_io.to_hf_tensors(cast_params(master, bf16)): the whole bf16 model
               cast on the devices, every stacked leaf copied to the host, then transposed copies.
 Measured: host_peak = tracemalloc's peak of the host (numpy) allocations during the push; extra = that
@@ -22,7 +22,7 @@ copy, which tracemalloc does not see, so there host_peak undercounts and rss_pea
 
 Measured (2026-12-02, 2-core CPU, 100m: 237.8 MB in bf16, largest tensor 46.9 MB; 8 devices): host_peak
 per_tensor 156.6 MB, whole 428.9 MB; rss_peak 153 vs 447 MB. per_tensor holds the tensor being cut and,
-while its chunks are in flight (weights.PUSH_WINDOW of them, sent as views), the one before it.
+while its chunks are in flight (weights_zmq.PUSH_WINDOW of them, sent as views), the one before it.
 
 Last lines: `RESULT name=push_memory variant=<v> devices=<n> model_bf16_mb=<m> largest_tensor_mb=<t>
 host_peak_mb=<p> host_extra_mb=<p - m> rss_peak_delta_mb=<r> push_s=<s>`, one per variant.
@@ -74,7 +74,7 @@ def child(args) -> None:
     import sharding
     import trainer
     import update
-    import weights
+    import weights_zmq
     import wire
 
     cfg = model.ModelConfig(**SIZES[args.size], max_seq_len=64, rope_theta=1e4, rms_norm_eps=1e-6, qkv_bias=True,
@@ -110,7 +110,7 @@ def child(args) -> None:
 
     def push_whole(self):  # the alternative: the whole model cast and converted at once, then pushed
         tensors = hf_io.to_hf_tensors(update.cast_params(self.master, self.mcfg.jdtype), self.mcfg)
-        weights.push_weights(self.ps, self.step_n, self.lineage, tensors.items())
+        weights_zmq.push_weights(self.ps, self.step_n, self.lineage, tensors.items())
 
     fake = types.SimpleNamespace(master=master, mcfg=cfg, ps=Client(), step_n=1, lineage="bench", leader=True)
     push = {"per_tensor": lambda: trainer.Trainer.do_push(fake, {"version": 1, "lineage": "bench"}),

@@ -3,15 +3,19 @@ the same bytes (the ceiling), measured side by side in one run.
 
 Run:  python bench/bench_weight_sync.py                       # 256 MiB and 1 GiB, 3 versions each (~2 min)
       python bench/bench_weight_sync.py --sizes-mb 64 --repeats 2
+      python bench/bench_weight_sync.py --weights-dir /tmp/shared   # the shared-directory transport instead
 
-ours:     this process plays the trainer: weights.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
+ours:     this process plays the trainer: weights_zmq.push_weights (16 MiB chunks, 4 in flight, a receipt for each,
           commit with the manifest) into a real param_server.py process; a member process runs the inference
-          worker's own weight path (weights.WeightFetcher, made by inference_worker.weight_fetcher;
+          worker's own weight path (weights_zmq.WeightFetcher, made by inference_worker.weight_fetcher;
           --no-relay: one worker fetches from the param server; its own thread and sockets, every chunk
           and tensor CRC-checked) and reports when the fetcher offers the complete version (HOLD) and
           when it has installed it as jax arrays on its device (INSTALLED: jax.device_put of every
           tensor, block_until_ready; what Worker.install does, without the model-specific renaming).
           Time = from the start of the push to HOLD (the goal's number), and to INSTALLED.
+          --weights-dir DIR: the same, through the shared-directory transport (weights_fs.DirTransport):
+          the param server also publishes each version into DIR (written, fsynced, renamed) and the
+          member reads it from there (inference_worker --weights-dir) instead of fetching chunks.
 ceiling:  two bare processes, ZeroMQ PUSH -> PULL on loopback, the same bytes in 16 MiB messages,
           send(copy=False) / recv(copy=False): no encoding, no checksums, no receipts, one hop.
           Time = from the sender's first send to the receiver's last recv.
@@ -22,7 +26,7 @@ Note: ours is two hops (trainer -> param server -> worker), so at the ceiling's 
 score 50%; the param server also writes the newest version to disk (its --state-dir, here a temporary
 directory; from a thread, after the commit is answered), which the ceiling does not.
 
-Prints `RESULT name=weight_sync mb=.. ours_s=.. installed_s=.. ceiling_s=.. ours_mb_s=.. ceiling_mb_s=.. frac=..`.
+Prints `RESULT name=weight_sync mb=.. transport=zmq|dir ours_s=.. installed_s=.. ceiling_s=.. ours_mb_s=.. ceiling_mb_s=.. frac=..`.
 """
 import argparse
 import os
@@ -53,17 +57,17 @@ def say(text: str) -> None:
     os.write(1, (text + "\n").encode())
 
 
-def member(addr: str) -> None:
+def member(addr: str, weights_dir: str) -> None:
     """The worker's weight path; prints HOLD/INSTALLED <version> <unix time>."""
     sys.stdout = sys.stderr
     import jax
     import inference_worker
-    cfg = inference_worker.Config(param_server=addr, name="member-0", relay=False)
+    cfg = inference_worker.Config(param_server=addr, name="member-0", relay=False, weights_dir=weights_dir)
     fetcher = inference_worker.weight_fetcher(cfg, os.urandom(4).hex())
     say("READY")
     version, lineage = -1, ""
     while True:
-        buf = fetcher.wait_newer(version + 1, lineage, 60.0)
+        buf = fetcher.newest(version + 1, lineage, 60.0)
         if buf is None:
             continue
         version, lineage = buf.key
@@ -127,8 +131,8 @@ def expect(q, word, timeout=300):
             return parts
 
 
-def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
-    import weights
+def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -> dict:
+    import weights_zmq
     import wire
     from bench_broadcast import model_tensors
     tensors = model_tensors(mb)  # tensors of 1 to 32 MiB, as bench_broadcast's
@@ -138,11 +142,12 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
     me = os.path.abspath(__file__)
     try:
         ps = subprocess.Popen([sys.executable, "param_server.py", "--bind", addr, "--state-dir",
-                               os.path.join(tmp, f"ps-{mb}"), "--keep-versions", "1"], cwd=ROOT,
+                               os.path.join(tmp, f"ps-{mb}"), "--keep-versions", "1",
+                               *(["--weights-dir", weights_dir] if weights_dir else [])], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(ps)
         mq, sq, rq = queue.Queue(), queue.Queue(), queue.Queue()
-        mem = subprocess.Popen([sys.executable, me, "--member", addr], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        mem = subprocess.Popen([sys.executable, me, "--member", addr, "--weights-dir", weights_dir], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                stderr=open(os.path.join(tmp, f"member-{mb}.log"), "w"), start_new_session=True)
         procs.append(mem)
         threading.Thread(target=reader, args=(mem, mq), daemon=True).start()
@@ -163,7 +168,7 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
         ours, inst, push, ceil = [], [], [], []
         for version in range(1, warmup + repeats + 1):  # the first `warmup` of each are not counted
             t0 = time.time()
-            weights.push_weights(client, version, "bench", tensors)
+            weights_zmq.push_weights(client, version, "bench", tensors)
             t_push = time.time() - t0
             hold = float(expect(mq, "HOLD")[2])
             installed = float(expect(mq, "INSTALLED")[2])
@@ -191,7 +196,7 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str) -> dict:
             p.wait()
     med = lambda xs: statistics.median(xs)  # noqa: E731
     mib = nbytes / 2 ** 20
-    r = dict(mb=mb, ours_s=med(ours), installed_s=med(inst), push_s=med(push), ceiling_s=med(ceil))
+    r = dict(mb=mb, transport="dir" if weights_dir else "zmq", ours_s=med(ours), installed_s=med(inst), push_s=med(push), ceiling_s=med(ceil))
     r.update(ours_mb_s=mib / r["ours_s"], installed_mb_s=mib / r["installed_s"], ceiling_mb_s=mib / r["ceiling_s"])
     r["frac"] = r["ours_mb_s"] / r["ceiling_mb_s"]
     r["installed_frac"] = r["installed_mb_s"] / r["ceiling_mb_s"]
@@ -208,19 +213,20 @@ def main() -> None:
                     help="versions per size not timed: the first ones allocate fresh memory in every process (the "
                          "param server's received chunks, the fetcher's buffers, the sink's); from the third on "
                          "each process recycles its earlier versions' memory, as in a run that pushes every step")
+    ap.add_argument("--weights-dir", default="", help="measure the shared-directory transport through this directory")
     ap.add_argument("--member", help=argparse.SUPPRESS)
     ap.add_argument("--sink", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.member:
-        return member(args.member)
+        return member(args.member, args.weights_dir)
     if args.sink:
         return sink("")
     if args.source:
         return source(*args.source)
     with tempfile.TemporaryDirectory() as tmp:
         for mb in args.sizes_mb:
-            bench(mb, args.repeats, args.warmup, tmp)
+            bench(mb, args.repeats, args.warmup, tmp, args.weights_dir)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import pytest
 
 import hf_io
 import model
-import weights
+import versions
+import weights_zmq
 import wire
 from conftest import free_port, wait_until
 
@@ -54,7 +55,7 @@ def start_workers(roles, addr, model_path, n, *flags):
 def fetch(client, version, lineage=""):
     """The served version's tensors, fetched chunk by chunk as a worker does (CRCs checked)."""
     reply = client.call(wire.GetWeights(have_version=-1))
-    m = weights.Manifest.from_dict(reply.manifest)
+    m = versions.Manifest.from_dict(reply.manifest)
     assert (m.version, m.lineage) == (version, lineage)
     stream = np.concatenate([client.call(wire.GetChunk(m.version, m.lineage, i)).data.copy()
                              for i in range(len(m.chunks))])
@@ -70,53 +71,53 @@ def holds(roles, proc, version) -> bool:
 def test_a_version_shows_only_complete_and_a_corrupt_chunk_discards_the_push(roles, tmp_path, tiny):
     _, client, _ = start_ps(roles, tmp_path)
     _, tensors = tiny
-    weights.push_weights(client, 1, "", tensors, chunk_bytes=CHUNK)
-    chunks = [data for data, _ in weights.cut_chunks(tensors, CHUNK)]
+    weights_zmq.push_weights(client, 1, "", tensors, chunk_bytes=CHUNK)
+    chunks = [data for data, _ in versions.cut_chunks(tensors, CHUNK)]
     assert len(chunks) > 4
     # Half a push of version 2: invisible, version 1 is what everyone gets.
     for i, data in enumerate(chunks[:3]):
-        client.call(wire.PushChunk("v2", i, data, weights.crc32(data)))
+        client.call(wire.PushChunk("v2", i, data, versions.crc32(data)))
     assert isinstance(client.call(wire.GetWeights(have_version=1)), wire.WeightsUnchanged)
     # One flipped bit in chunk 3: refused at once, and the whole push is gone.
     bad = chunks[3].copy()
     bad[17] ^= 1
     with pytest.raises(wire.RemoteError, match="CRC mismatch on chunk 3: push discarded, still serving v1"):
-        client.call(wire.PushChunk("v2", 3, bad, weights.crc32(chunks[3])))
+        client.call(wire.PushChunk("v2", 3, bad, versions.crc32(chunks[3])))
     with pytest.raises(wire.RemoteError, match="no such push"):
         client.call(wire.PushCommit("v2", {}))
     got = fetch(client, 1)
     assert all(got[n].tobytes() == a.tobytes() for n, a in tensors)
     # A complete push with a manifest that lies about a tensor: refused, v1 still served.
     for i, data in enumerate(chunks):
-        client.call(wire.PushChunk("v2b", i, data, weights.crc32(data)))
-    entries = [[n, a.dtype.name, list(a.shape), weights.crc32(a)] for n, a in tensors]
+        client.call(wire.PushChunk("v2b", i, data, versions.crc32(data)))
+    entries = [[n, a.dtype.name, list(a.shape), versions.crc32(a)] for n, a in tensors]
     entries[-1][3] ^= 1
-    manifest = weights.Manifest(2, "", entries, [[int(c.size), weights.crc32(c)] for c in chunks])
+    manifest = versions.Manifest(2, "", entries, [[int(c.size), versions.crc32(c)] for c in chunks])
     with pytest.raises(wire.RemoteError, match=f"checksum mismatch for tensor '{entries[-1][0]}'"):
         client.call(wire.PushCommit("v2b", manifest.to_dict()))
     fetch(client, 1)
     # The honest version 2 goes through, and only at its commit.
-    weights.push_weights(client, 2, "", tensors, chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 2, "", tensors, chunk_bytes=CHUNK)
     fetch(client, 2)
     assert client.call(wire.GetStats()).info["pushes_discarded"] == 2
 
 
 PUSHER = """
-import sys, time, numpy as np, weights, wire
+import sys, time, numpy as np, weights_zmq, wire
 c = wire.Client("pusher", sys.argv[1], timeout_s=10)
 def slow():
     for i in range(100):
         yield f"t{i}", np.full(4096, i, np.float32)
         time.sleep(0.05)
 print("pushing", flush=True)
-weights.push_weights(c, 9, "", slow(), chunk_bytes=16384)
+weights_zmq.push_weights(c, 9, "", slow(), chunk_bytes=16384)
 """
 
 
 def test_a_push_whose_trainer_dies_midway_never_shows(roles, tmp_path, tiny):
     proc, client, addr = start_ps(roles, tmp_path, "--push-timeout-s", "1")
     _, tensors = tiny
-    weights.push_weights(client, 1, "", tensors, chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 1, "", tensors, chunk_bytes=CHUNK)
     pusher = roles.start("pusher", "-c", PUSHER, addr)
     wait_until(lambda: "pushing" in roles.log(pusher), 60, "the pusher to start")
     time.sleep(1.5)                                     # about a dozen chunks in
@@ -125,7 +126,7 @@ def test_a_push_whose_trainer_dies_midway_never_shows(roles, tmp_path, tiny):
     wait_until(lambda: "no chunk for 1s" in roles.log(proc), 10, "the half push to be discarded")
     assert client.call(wire.GetStats()).info["version"] == 1
     fetch(client, 1)
-    weights.push_weights(client, 2, "", tensors, chunk_bytes=CHUNK)  # the restarted trainer's push is fine
+    weights_zmq.push_weights(client, 2, "", tensors, chunk_bytes=CHUNK)  # the restarted trainer's push is fine
     fetch(client, 2)
 
 
@@ -137,7 +138,7 @@ def test_relaying_workers_cost_the_server_one_model_per_version(roles, tmp_path,
     wait_until(lambda: len(client.call(wire.GetStats()).info["relays"]) == 4, 120, "4 workers in the relay tree")
     for version in (1, 2):
         before = client.call(wire.GetStats()).info["bytes_sent"]
-        weights.push_weights(client, version, "", tensors, chunk_bytes=CHUNK)
+        weights_zmq.push_weights(client, version, "", tensors, chunk_bytes=CHUNK)
         wait_until(lambda: all(holds(roles, w, version) for w in workers), 60, f"every worker to hold v{version}")
         sent = client.call(wire.GetStats()).info["bytes_sent"] - before
         # One model (plus message headers and the workers' long polls), not four.
@@ -156,9 +157,9 @@ def test_relaying_workers_cost_the_server_one_model_per_version(roles, tmp_path,
         with pytest.raises(wire.RemoteError, match="malformed"):
             target.call(wire.Ping())
         data = target.call(wire.GetChunk(2, "", 0)).data
-        assert weights.crc32(data) == weights.Manifest.from_dict(
+        assert versions.crc32(data) == versions.Manifest.from_dict(
             client.call(wire.GetWeights()).manifest).chunks[0][1]
-    weights.push_weights(client, 3, "", tensors, chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 3, "", tensors, chunk_bytes=CHUNK)
     wait_until(lambda: all(holds(roles, w, 3) for w in workers), 60, "every worker to hold v3")
 
 
@@ -170,7 +171,7 @@ def test_a_relay_killed_midway_costs_its_children_nothing(roles, tmp_path, tiny)
     wait_until(lambda: len(client.call(wire.GetStats()).info["relays"]) == 3, 120, "3 workers in the relay tree")
     names = list(client.call(wire.GetStats()).info["relays"])
     a, b, c = [workers[n] for n in names]
-    weights.push_weights(client, 1, "", tensors, chunk_bytes=4096)  # ~60 chunks, 50 ms each at every hop
+    weights_zmq.push_weights(client, 1, "", tensors, chunk_bytes=4096)  # ~60 chunks, 50 ms each at every hop
     time.sleep(0.8)
     assert "fetched weights v1" not in roles.log(b)
     roles.kill(b)                                                   # the middle relay dies mid-version
@@ -181,7 +182,7 @@ def test_a_relay_killed_midway_costs_its_children_nothing(roles, tmp_path, tiny)
                      f"tcp://127.0.0.1:{free_port()}", "--model", model_path, "--name", names[1],
                      "--relay-timeout-s", "1", "--relay")
     wait_until(lambda: "weights v1 in" in roles.log(b2), 120, "the restarted b to hold v1")
-    weights.push_weights(client, 2, "", tensors, chunk_bytes=4096)
+    weights_zmq.push_weights(client, 2, "", tensors, chunk_bytes=4096)
     wait_until(lambda: all(holds(roles, w, 2) for w in (a, c, b2)), 90, "a, c and the restarted b to hold v2")
 
 
@@ -200,7 +201,7 @@ def test_a_worker_that_heard_nothing_new_keeps_a_live_item(roles, tmp_path, tiny
     proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps1"))
     client = wire.Client("test", addr, timeout_s=10)
     client.call(wire.Ping(), timeout_s=30, what="param server start")
-    weights.push_weights(client, 3, "old", tensors, chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 3, "old", tensors, chunk_bytes=CHUNK)
     worker = inference_worker.Worker(inference_worker.Config(
         param_server=addr, verifier=f"tcp://127.0.0.1:{free_port()}", model=model_path, name="w-live",
         relay=False, timeout_s=1.0))
@@ -229,7 +230,7 @@ def test_a_worker_that_heard_nothing_new_keeps_a_live_item(roles, tmp_path, tiny
     roles.start("param_server2", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps2"))
     client = wire.Client("test2", addr, timeout_s=10)
     client.call(wire.Ping(), timeout_s=30, what="param server restart")
-    weights.push_weights(client, 0, "new", tensors, chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 0, "new", tensors, chunk_bytes=CHUNK)
     t.join(timeout=60)
     assert done.get("action") == "sample" and (worker.version, worker.lineage) == (0, "new")
 

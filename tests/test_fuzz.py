@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 import zmq
 
-import weights
+import versions
+import weights_zmq
 import wire
 from conftest import ROOT, free_port
 
@@ -84,17 +85,17 @@ def tensors(version: int) -> list:
 def push_frames(push_id: str, version: int, manifest_change: dict | None = None) -> list:
     """A streamed push as raw messages: (frames, expect) for each chunk (16 bytes), then the commit
     with `manifest_change` applied to its manifest (expected to be refused when there is one)."""
-    out, chunks, gen = [], [], weights.cut_chunks(tensors(version), 16)
+    out, chunks, gen = [], [], versions.cut_chunks(tensors(version), 16)
     while True:
         try:
             data, _ = next(gen)
         except StopIteration as done:
             entries = done.value
             break
-        out.append(([bytes(f) for f in wire.encode(wire.PushChunk(push_id, len(chunks), data, weights.crc32(data)))],
+        out.append(([bytes(f) for f in wire.encode(wire.PushChunk(push_id, len(chunks), data, versions.crc32(data)))],
                     "any"))
-        chunks.append([int(data.size), weights.crc32(data)])
-    manifest = {**weights.Manifest(version, LINEAGE, entries, chunks).to_dict(), **(manifest_change or {})}
+        chunks.append([int(data.size), versions.crc32(data)])
+    manifest = {**versions.Manifest(version, LINEAGE, entries, chunks).to_dict(), **(manifest_change or {})}
     out.append(([header("push_commit", {"push_id": push_id, "manifest": manifest})], "error"))
     return out
 
@@ -337,8 +338,8 @@ def absurd_ps(rng, lineage):
             yield f"push {what}", frames, expect
     data = np.arange(16, dtype=np.uint8)
     chunk = lambda **kw: [bytes(f) for f in wire.encode(wire.PushChunk(**{  # noqa: E731
-        "push_id": "c", "index": 0, "data": data, "crc": weights.crc32(data), **kw}))]
-    yield "push_chunk wrong crc", chunk(crc=weights.crc32(data) ^ 1), "error"
+        "push_id": "c", "index": 0, "data": data, "crc": versions.crc32(data), **kw}))]
+    yield "push_chunk wrong crc", chunk(crc=versions.crc32(data) ^ 1), "error"
     yield "push_chunk crc 2^40", chunk(crc=2**40), "error"
     yield "push_chunk of float32", chunk(data=np.zeros(4, np.float32)), "error"
     yield "push_chunk of 2-D bytes", chunk(data=np.zeros((2, 2), np.uint8)), "error"
@@ -492,7 +493,7 @@ def ps_seed(target):
     can only change state by a bug, and long polls (lease, rollouts) can only wait."""
     c = target.client
     for v in (1, 2, 3):
-        weights.push_weights(c, v, LINEAGE, tensors(v), chunk_bytes=16)
+        weights_zmq.push_weights(c, v, LINEAGE, tensors(v), chunk_bytes=16)
     c.call(wire.EnqueueWork([item(i) for i in range(3)]))
     assert len(c.call(wire.LeaseWork("holder", max_items=3, lease_s=3600)).items) == 3
 
@@ -500,7 +501,7 @@ def ps_seed(target):
 def ps_state(target):
     """The counters the issue names, and the served weights' version and bytes."""
     stats = target.client.call(wire.GetStats()).info
-    w = weights.Manifest.from_dict(target.client.call(wire.GetWeights()).manifest)
+    w = versions.Manifest.from_dict(target.client.call(wire.GetWeights()).manifest)
     chunks = [target.client.call(wire.GetChunk(w.version, w.lineage, i)).data.tobytes() for i in range(len(w.chunks))]
     return ({k: stats.get(k, 0) for k in ("queued", "leased", "finished", "version", "submitted", "enqueued",
                                        "delivered", "instance")}, w.version, chunks)

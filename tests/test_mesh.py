@@ -35,6 +35,7 @@ import model  # noqa: E402
 import sharding  # noqa: E402
 import trainer  # noqa: E402
 import update  # noqa: E402
+import versions  # noqa: E402
 
 # A tiny Qwen2-style model (untied head, q/k/v biases) whose every axis divides 8 except K (2 kv heads).
 TINY = dict(vocab_size=128, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -131,7 +132,7 @@ def child_bf16() -> dict:
     worker.mcfg, worker.mesh, worker.version = cfg, inference_worker.tensor_mesh(4), -1
     worker.cfg = inference_worker.Config(name="tp")
     names, arrays = [n for n, _ in pushed], [a for _, a in pushed]
-    worker.install(0, "lineage", dict(zip(names, arrays)))
+    worker.install(versions.from_arrays(0, "lineage", list(zip(names, arrays))))
     res["worker_q_proj"] = {"spec": list(worker.params["layers"]["q_proj"].sharding.spec),
                             "devices": len(worker.params["layers"]["q_proj"].sharding.device_set),
                             "shard_shape": list(worker.params["layers"]["q_proj"].addressable_shards[0].data.shape)}

@@ -107,7 +107,7 @@ def test_an_int8_worker_holds_only_its_quantised_weights_and_a_lora_base_only_fo
     worker = _int8_worker(TINY)
     gc.collect()
     before = sum(a.nbytes for a in jax.live_arrays())
-    worker.install(0, "L", pushed)
+    worker.install(buffer(0, "L", list(pushed.items())))
     gc.collect()
     held = sum(a.nbytes for a in jax.live_arrays()) - before
     q = quant.params_bytes(worker.params)
@@ -119,7 +119,7 @@ def test_an_int8_worker_holds_only_its_quantised_weights_and_a_lora_base_only_fo
              for t, ms in lora.adapter_shapes(TINY, lcfg).items() for m, shape in ms.items()]
     v1 = buffer(1, "L", named, 0, lcfg.to_dict())
     v1.base = buffer(0, "L", list(pushed.items()))
-    worker.install(1, "L", v1.manifest.tensor_views(v1.stream), v1)
+    worker.install(v1)
     assert worker.base_params is not None and worker.version == 1   # LoRA: the base is needed from now on
     want = quant.quantise_params(lora.merge(jax.device_put(hf_io.from_hf_tensors(pushed, TINY)),
                                             lora.adapter_from_tensors(dict(named), TINY, lcfg), TINY, lcfg), "int8")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import zmq
 
-import weights
+import versions
+import weights_zmq
 import wire
 from conftest import Roles, free_port, wait_until
 
@@ -29,7 +30,7 @@ def tensors(version, scale=1.0):
 
 def push(client, version, scale=1.0, lineage=""):
     """A streamed push of two small tensors, in 8-byte chunks (a chunk spans both tensors)."""
-    return weights.push_weights(client, version, lineage, tensors(version, scale), chunk_bytes=8)
+    return weights_zmq.push_weights(client, version, lineage, tensors(version, scale), chunk_bytes=8)
 
 
 def get(client, **kw):
@@ -38,7 +39,7 @@ def get(client, **kw):
     reply = client.call(wire.GetWeights(**kw))
     if not isinstance(reply, wire.WeightManifest):
         return reply
-    m = weights.Manifest.from_dict(reply.manifest)
+    m = versions.Manifest.from_dict(reply.manifest)
     stream = np.concatenate([client.call(wire.GetChunk(m.version, m.lineage, i)).data.copy()
                              for i in range(len(m.chunks))])
     m.check_tensors([stream])
@@ -61,10 +62,10 @@ def test_weights_versioned_verified_and_persisted(roles, tmp_path):
     proc, client, port = start(roles, tmp_path)
     assert client.call(wire.GetWeights()).version == -1           # nothing yet: WeightsUnchanged(-1)
     chunks = []
-    for i, (data, _) in enumerate(weights.cut_chunks(tensors(1), 8)):
-        client.call(wire.PushChunk("p1", i, data, weights.crc32(data)))
-        chunks.append([int(data.size), weights.crc32(data)])
-    bad = weights.Manifest(1, "", [["a.weight", "bfloat16", [4, 3], weights.crc32(tensors(1)[0][1])],
+    for i, (data, _) in enumerate(versions.cut_chunks(tensors(1), 8)):
+        client.call(wire.PushChunk("p1", i, data, versions.crc32(data)))
+        chunks.append([int(data.size), versions.crc32(data)])
+    bad = versions.Manifest(1, "", [["a.weight", "bfloat16", [4, 3], versions.crc32(tensors(1)[0][1])],
                                 ["b.bias", "float32", [5], 12345]], chunks)  # one tensor's checksum wrong
     with pytest.raises(wire.RemoteError, match="checksum mismatch for tensor 'b.bias'"):
         client.call(wire.PushCommit("p1", bad.to_dict()))
@@ -81,7 +82,7 @@ def test_weights_versioned_verified_and_persisted(roles, tmp_path):
         wire.GetWeights(have_version=2, min_version=3, wait_s=5))))
     t.start(); time.sleep(0.3)
     push(client, 3); t.join()
-    assert weights.Manifest.from_dict(result["r"].manifest).version == 3
+    assert versions.Manifest.from_dict(result["r"].manifest).version == 3
 
     # Written to disk by a thread after the commit is answered (GetStats says when); killed and
     # restarted, the server serves it from there.

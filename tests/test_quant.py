@@ -24,6 +24,7 @@ import hf_io
 import inference_worker
 import model
 import quant
+import versions
 from conftest import ROOT, free_port, wait_until
 from test_system import tiny  # noqa: F401  (the module-scoped tiny model fixture)
 
@@ -161,7 +162,7 @@ def test_worker_settings_and_install():
         worker = inference_worker.Worker.__new__(inference_worker.Worker)  # install alone, no sockets
         worker.cfg = inference_worker.Config(**base, sampler_quant=mode, name="w")
         worker.mcfg, worker.mesh, worker.version = cfg, None, -1
-        worker.install(7, "x", tensors)
+        worker.install(versions.from_arrays(7, "x", list(tensors.items())))
         q = worker.params["layers"]["down_proj"]
         assert isinstance(q, quant.QuantWeight) == (mode == "int8") and worker.version == 7
         if mode == "none":

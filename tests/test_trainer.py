@@ -254,7 +254,7 @@ def test_mismatch_histogram_counts_exact_zeros_and_bins_the_rest():
 def test_lora_base_is_pushed_only_to_a_param_server_that_lacks_it():
     """Trainer.check_param_server under LoRA: the full base (version 0) goes to a server whose Pong does not
     hold our lineage's base (the first server; a restarted one that lost its state), never to one that kept
-    it (a restart with its state dir, which weights.WeightStore persists: tests/test_weights_lora.py);
+    it (a restart with its state dir, which weights_zmq.WeightStore persists: tests/test_weights_lora.py);
     adapter versions go whenever the server's newest is not ours. The pushes are recorded, not sent."""
     import types
     import lora

@@ -10,7 +10,6 @@ says and across a restart, a fetcher that lacks the base (late, restarted, a rel
 base then the newest adapter, a new lineage drops the old base, and malformed manifests are refused
 while the server keeps serving.
 """
-import mmap
 import threading
 import types
 
@@ -23,7 +22,8 @@ import hf_io
 import inference_worker
 import lora
 import model
-import weights
+import versions
+import weights_zmq
 import wire
 from conftest import free_port, wait_until
 from random_weights import random_params
@@ -48,11 +48,11 @@ def nbytes(named):
 def commit(store, version, lineage, named, base=None, lora_cfg=None):
     """A push straight into a WeightStore (no socket): the chunks, then the commit."""
     push_id = f"{lineage}/{version}/{base}"
-    chunks = list(weights.cut_chunks(named, 4096))
+    chunks = list(versions.cut_chunks(named, 4096))
     for i, (data, crc) in enumerate(chunks):
         store.receive_chunk(wire.PushChunk(push_id, i, data.copy(), crc))
-    tensors = [[n, a.dtype.name, list(a.shape), weights.crc32(a)] for n, a in named]
-    manifest = weights.Manifest(version, lineage, tensors, [[int(d.size), c] for d, c in chunks], base, lora_cfg)
+    tensors = [[n, a.dtype.name, list(a.shape), versions.crc32(a)] for n, a in named]
+    manifest = versions.Manifest(version, lineage, tensors, [[int(d.size), c] for d, c in chunks], base, lora_cfg)
     store.commit(wire.PushCommit(push_id, manifest.to_dict()))
 
 
@@ -65,12 +65,12 @@ def served(store, version, lineage):
 
 def test_adapter_manifests_are_checked():
     named = adapter(1)
-    good = {"version": 3, "lineage": "L", "tensors": [[n, "float32", list(a.shape), weights.crc32(a)] for n, a in named],
+    good = {"version": 3, "lineage": "L", "tensors": [[n, "float32", list(a.shape), versions.crc32(a)] for n, a in named],
             "chunks": [[nbytes(named), 0]], "base": 0, "lora": LORA}
-    m = weights.Manifest.from_dict(good)
-    assert (m.base, m.lora, m.base_key) == (0, LORA, weights.VersionKey(0, "L"))
-    assert weights.Manifest.from_dict(m.to_dict()) == m
-    plain = weights.Manifest.from_dict({k: v for k, v in good.items() if k not in ("base", "lora")})
+    m = versions.Manifest.from_dict(good)
+    assert (m.base, m.lora, m.base_key) == (0, LORA, versions.VersionKey(0, "L"))
+    assert versions.Manifest.from_dict(m.to_dict()) == m
+    plain = versions.Manifest.from_dict({k: v for k, v in good.items() if k not in ("base", "lora")})
     assert plain.base is None and plain.base_key is None and set(plain.to_dict()) == {"version", "lineage", "tensors", "chunks"}
     base_only = {k: v for k, v in good.items() if k != "lora"}
     lora_only = {k: v for k, v in good.items() if k != "base"}
@@ -82,16 +82,16 @@ def test_adapter_manifests_are_checked():
         {"lora": {**LORA, "extra": 1}}, {"lora": {"rank": 2, "alpha": 4.0}})]
     for data in bad:
         with pytest.raises(wire.WireError):
-            weights.Manifest.from_dict(data)
+            versions.Manifest.from_dict(data)
     with pytest.raises(ValueError):  # the trainer's side: caught before any byte is sent
-        weights.push_weights(None, 2, "L", named, base=2, lora=LORA)
+        weights_zmq.push_weights(None, 2, "L", named, base=2, lora=LORA)
     with pytest.raises(ValueError):
-        weights.push_weights(None, 2, "L", named, base=0)
+        weights_zmq.push_weights(None, 2, "L", named, base=0)
 
 
 def test_the_store_pins_its_base_refuses_orphans_persists_both_and_a_new_lineage_drops_the_base(tmp_path):
     logs = []
-    store = weights.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
+    store = weights_zmq.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
     with pytest.raises(ValueError, match="not held here"):  # an adapter with no base held: refused
         commit(store, 1, "A", adapter(1), base=0, lora_cfg=LORA)
     commit(store, 0, "A", full(0))
@@ -100,44 +100,44 @@ def test_the_store_pins_its_base_refuses_orphans_persists_both_and_a_new_lineage
     assert (store.newest, list(store.versions)) == (3, [3])           # keep=1: one version ...
     assert served(store, 0, "A") == b"".join(a.tobytes() for _, a in full(0))  # ... and the pinned base
     assert store.versions[3].manifest.nbytes == nbytes(adapter(3))    # adapter bytes only
-    assert store.base_manifest(store.versions[3].manifest).key == weights.VersionKey(0, "A")
+    assert store.base_manifest(store.versions[3].manifest).key == versions.VersionKey(0, "A")
     with pytest.raises(ValueError, match="not held here"):            # a base other than the pinned one
         commit(store, 4, "A", adapter(4), base=1, lora_cfg=LORA)
     assert store.newest == 3 and store.pending is None
 
     # A restarted store serves the base and the newest adapter, from disk.
     assert store.flush(30)
-    again = weights.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
-    assert (again.newest, again.base.manifest.key) == (3, weights.VersionKey(0, "A"))
+    again = weights_zmq.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
+    assert (again.newest, again.base.manifest.key) == (3, versions.VersionKey(0, "A"))
     assert served(again, 3, "A") == served(store, 3, "A") and served(again, 0, "A") == served(store, 0, "A")
     assert again.versions[3].manifest.to_dict() == store.versions[3].manifest.to_dict()  # base and lora too
     commit(again, 4, "A", adapter(4), base=0, lora_cfg=LORA)           # and takes the next adapter onto it
     v4 = again.versions[4].manifest
-    assert again.base_manifest(v4).key == weights.VersionKey(0, "A")
+    assert again.base_manifest(v4).key == versions.VersionKey(0, "A")
     commit(again, 5, "A", full(7))                                     # a new full version: the new base
-    assert again.base.manifest.key == weights.VersionKey(5, "A") and again.base_manifest(v4) is None
+    assert again.base.manifest.key == versions.VersionKey(5, "A") and again.base_manifest(v4) is None
 
     # A new lineage's full version replaces the base; the old lineage's versions are gone.
     commit(again, 0, "B", full(5))
     assert served(again, 0, "A") is None and served(again, 4, "A") is None
-    assert again.base.manifest.key == weights.VersionKey(0, "B")
+    assert again.base.manifest.key == versions.VersionKey(0, "B")
     with pytest.raises(ValueError, match="not held here"):            # an adapter onto the old lineage's base
         commit(again, 5, "A", adapter(5), base=0, lora_cfg=LORA)
     commit(again, 1, "B", adapter(1), base=0, lora_cfg=LORA)
     assert again.flush(30)
-    third = weights.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
-    assert (third.newest, third.lineage, third.base.manifest.key) == (1, "B", weights.VersionKey(0, "B"))
+    third = weights_zmq.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
+    assert (third.newest, third.lineage, third.base.manifest.key) == (1, "B", versions.VersionKey(0, "B"))
     assert served(third, 0, "B") == b"".join(a.tobytes() for _, a in full(5))
 
     # An adapter file whose base is not the persisted full version is ignored: the base alone is served.
     commit(third, 0, "C", full(6))
     assert third.flush(30)
-    store_c = weights.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
+    store_c = weights_zmq.WeightStore(str(tmp_path / "ps"), keep=1, log=logs.append)
     assert (store_c.newest, store_c.lineage) == (0, "C")
 
 
 def fetcher(addr, name, relay=True):
-    return weights.WeightFetcher(name, addr, name + "-1", log=lambda text: None, timeout_s=5.0,
+    return weights_zmq.WeightFetcher(name, addr, name + "-1", log=lambda text: None, timeout_s=5.0,
                                  relay_bind="tcp://127.0.0.1:*" if relay else None, relay_timeout_s=2.0)
 
 
@@ -149,16 +149,16 @@ def test_late_and_relayed_fetchers_get_the_base_then_the_newest_adapter_also_aft
     client = wire.Client("test", addr, timeout_s=10)
     client.call(wire.Ping(), timeout_s=30, what="param server start")
     base_bytes = b"".join(a.tobytes() for _, a in full(0, n=200_000))
-    weights.push_weights(client, 0, "A", full(0, n=200_000), chunk_bytes=64 << 10)
+    weights_zmq.push_weights(client, 0, "A", full(0, n=200_000), chunk_bytes=64 << 10)
     for v in (1, 2):
-        weights.push_weights(client, v, "A", adapter(v), base=0, lora=LORA)
+        weights_zmq.push_weights(client, v, "A", adapter(v), base=0, lora=LORA)
     assert client.call(wire.Ping()).info["base"] == 0
 
     # Bad adapter pushes: refused with an Error, and the server keeps serving v2.
     with pytest.raises(wire.RemoteError, match="not held here"):
-        weights.push_weights(client, 3, "A", adapter(3), base=1, lora=LORA)
-    manifest = weights.Manifest(3, "A", [["x", "float32", [2], 0]], [[8, 0]], 0, {**LORA, "rank": 0}).to_dict()
-    client.call(wire.PushChunk("bad", 0, np.zeros(8, np.uint8), weights.crc32(np.zeros(8, np.uint8))))
+        weights_zmq.push_weights(client, 3, "A", adapter(3), base=1, lora=LORA)
+    manifest = versions.Manifest(3, "A", [["x", "float32", [2], 0]], [[8, 0]], 0, {**LORA, "rank": 0}).to_dict()
+    client.call(wire.PushChunk("bad", 0, np.zeros(8, np.uint8), versions.crc32(np.zeros(8, np.uint8))))
     with pytest.raises(wire.RemoteError, match="lora"):
         client.call(wire.PushCommit("bad", manifest))
     assert client.call(wire.Ping()).info["version"] == 2
@@ -177,7 +177,7 @@ def test_late_and_relayed_fetchers_get_the_base_then_the_newest_adapter_also_aft
 
     # The next version: adapter bytes only, onto the base each already holds.
     sent, held = client.call(wire.GetStats()).info["bytes_sent"], first.base
-    weights.push_weights(client, 3, "A", adapter(3), base=0, lora=LORA)
+    weights_zmq.push_weights(client, 3, "A", adapter(3), base=0, lora=LORA)
     wait_until(lambda: all(f.ready.key == (3, "A") for f in (first, child)), 30, "both to hold v3")
     assert first.base is held and client.call(wire.GetStats()).info["bytes_sent"] - sent < 64 << 10
 
@@ -196,12 +196,12 @@ def test_late_and_relayed_fetchers_get_the_base_then_the_newest_adapter_also_aft
     fresh.done(fresh.base)
     assert fresh.base.stream is None
     held = fresh.base        # ... but it is still known as held: the next adapter comes alone
-    weights.push_weights(client, 4, "A", adapter(4), base=0, lora=LORA)
+    weights_zmq.push_weights(client, 4, "A", adapter(4), base=0, lora=LORA)
     wait_until(lambda: fresh.ready.key == (4, "A"), 30, "the fresh fetcher to hold v4")
     assert fresh.base is held and fresh.ready.base is held
 
     # A new lineage: its full version replaces every fetcher's base; the old base is no longer served.
-    weights.push_weights(client, 0, "B", full(9), chunk_bytes=4096)
+    weights_zmq.push_weights(client, 0, "B", full(9), chunk_bytes=4096)
     wait_until(lambda: all(f.base.key == (0, "B") for f in (first, child, fresh)), 30, "the new base everywhere")
     with pytest.raises(wire.RemoteError, match="not held"):
         client.call(wire.GetChunk(0, "A", 0))
@@ -209,7 +209,7 @@ def test_late_and_relayed_fetchers_get_the_base_then_the_newest_adapter_also_aft
     # still to come fetches it there.
     wait_until(lambda: first.ready.key == (0, "B"), 30, "the relay to be offered v0 of B")
     first.done(first.ready)
-    weights.push_weights(client, 1, "B", adapter(1), base=0, lora=LORA)
+    weights_zmq.push_weights(client, 1, "B", adapter(1), base=0, lora=LORA)
     wait_until(lambda: first.ready.key == (1, "B"), 30, "the relay to hold v1 of B")
     assert first.held(0, "B") is first.base and first.base.stream is not None
 
@@ -221,18 +221,11 @@ TINY = model.ModelConfig(vocab_size=64, hidden_size=16, num_layers=2, num_heads=
 
 def buffer(version, lineage, named, base=None, lora_cfg=None):
     """A complete VersionBuffer as the fetcher offers it, from (name, array) pairs."""
-    chunks = list(weights.cut_chunks(named, 1 << 20))
-    tensors = [[n, a.dtype.name, list(a.shape), weights.crc32(a)] for n, a in named]
-    m = weights.Manifest(version, lineage, tensors, [[int(d.size), c] for d, c in chunks], base, lora_cfg)
-    buf = weights.VersionBuffer(m, mmap.mmap(-1, m.nbytes))
-    for i, (data, crc) in enumerate(chunks):
-        buf.put(i, data, crc)
-    buf.complete = True
-    return buf
+    return versions.from_arrays(version, lineage, named, base, lora_cfg, 1 << 20)
 
 
 def test_a_fetcher_fetches_an_adapters_base_unless_it_holds_that_very_one():
-    f = weights.WeightFetcher.__new__(weights.WeightFetcher)  # no thread, no socket: base_for alone
+    f = weights_zmq.WeightFetcher.__new__(weights_zmq.WeightFetcher)  # no thread, no socket: base_for alone
     f.cond, fetched = threading.Condition(), []
     f.fetch = lambda m, sources, base=None, offer=True: fetched.append((m.key, offer)) or "fetched"
     f.base = held = buffer(0, "A", full(0))
@@ -262,10 +255,10 @@ def test_the_worker_installs_an_adapter_version_as_lora_merge_onto_its_base():
     base = buffer(0, "L", base_named)
     v1 = buffer(1, "L", named, 0, lcfg.to_dict())
     with pytest.raises(ValueError, match="lacks"):  # no base held, none with the version
-        worker.install(1, "L", v1.manifest.tensor_views(v1.stream), v1)
+        worker.install(v1)
     v1.base = base
-    worker.install(1, "L", v1.manifest.tensor_views(v1.stream), v1)  # a new worker: base, then adapter
-    assert (worker.version, worker.base_key, done) == (1, weights.VersionKey(0, "L"), [base])
+    worker.install(v1)  # a new worker: base, then adapter
+    assert (worker.version, worker.base_key, done) == (1, versions.VersionKey(0, "L"), [base])
     want = lora.merge(jax.device_put(hf_io.from_hf_tensors(dict(base_named), TINY)), ad, TINY, lcfg)
     same = jax.tree_util.tree_map(lambda a, b: a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b)),
                                   worker.params, want)
@@ -273,13 +266,13 @@ def test_the_worker_installs_an_adapter_version_as_lora_merge_onto_its_base():
     assert not np.array_equal(np.asarray(worker.params["layers"]["q_proj"]), np.asarray(worker.base_params["layers"]["q_proj"]))
     # The next version onto the base it holds: the base buffer is not needed (nor read) again.
     v2 = buffer(2, "L", named, 0, lcfg.to_dict())
-    worker.install(2, "L", v2.manifest.tensor_views(v2.stream), v2)
+    worker.install(v2)
     assert worker.version == 2 and done == [base]
     # An adapter of another lineage whose base the worker lacks: refused, the worker keeps v2.
     other = buffer(1, "M", named, 0, lcfg.to_dict())
     with pytest.raises(ValueError, match="lacks"):
-        worker.install(1, "M", other.manifest.tensor_views(other.stream), other)
-    assert (worker.version, worker.base_key) == (2, weights.VersionKey(0, "L"))
+        worker.install(other)
+    assert (worker.version, worker.base_key) == (2, versions.VersionKey(0, "L"))
     # A full version is the new base.
-    worker.install(0, "M", base.manifest.tensor_views(base.stream))
-    assert worker.base_key == weights.VersionKey(0, "M") and worker.params is worker.base_params
+    worker.install(buffer(0, "M", base_named))
+    assert worker.base_key == versions.VersionKey(0, "M") and worker.params is worker.base_params

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zmq
 
-import weights
+import versions
 import wire
 
 
@@ -241,8 +241,8 @@ def test_pipeline_keeps_requests_in_flight_and_yields_replies_in_order():
 
 
 def cut_all(arrays, chunk_bytes):
-    """weights.cut_chunks run to its end: (chunks, their CRCs, the manifest's tensor entries)."""
-    gen, pieces = weights.cut_chunks(iter(arrays), chunk_bytes=chunk_bytes), []
+    """versions.cut_chunks run to its end: (chunks, their CRCs, the manifest's tensor entries)."""
+    gen, pieces = versions.cut_chunks(iter(arrays), chunk_bytes=chunk_bytes), []
     while True:
         try:
             pieces.append(next(gen))
@@ -278,7 +278,7 @@ def test_crc32_combine_is_zlibs_crc_of_the_joined_bytes():
     for _ in range(200):
         a, b = (rng.integers(0, 256, int(rng.choice([0, 1, 3, rng.integers(0, 4000)])), np.uint8).tobytes()
                 for _ in range(2))
-        assert weights.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+        assert versions.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
 def test_check_tensors_from_known_chunk_crcs_agrees_with_reading_the_bytes():
@@ -290,11 +290,11 @@ def test_check_tensors_from_known_chunk_crcs_agrees_with_reading_the_bytes():
               ("e", np.zeros(0, np.float32)), ("c", rng.standard_normal(700).astype(np.float32))]
     for chunk_bytes in (16, 100, 512, 4000, 4040, 8192):
         chunks, crcs, tensors = cut_all(arrays, chunk_bytes=chunk_bytes)
-        m = weights.Manifest(1, "", tensors, [[int(c.size), crc] for c, crc in zip(chunks, crcs)])
+        m = versions.Manifest(1, "", tensors, [[int(c.size), crc] for c, crc in zip(chunks, crcs)])
         m.check_tensors(chunks)
         m.check_tensors(chunks, crcs)
         for wrong in ("a", "b", "c"):
-            bad = weights.Manifest(1, "", [t[:3] + [t[3] ^ 1] if t[0] == wrong else t for t in tensors], m.chunks)
+            bad = versions.Manifest(1, "", [t[:3] + [t[3] ^ 1] if t[0] == wrong else t for t in tensors], m.chunks)
             for given in (None, crcs):
                 with pytest.raises(ValueError, match=f"checksum mismatch for tensor '{wrong}'"):
                     bad.check_tensors(chunks, given)
