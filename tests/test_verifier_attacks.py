@@ -345,7 +345,7 @@ def test_deep_tree_is_removed_without_namespaces_too(tmp_path):
 # make a wrong program pass if the judge bound what the hello names.
 FORGED_HELLO = r"""
 import sys
-_S = sys.modules["judge"]               # the module whose code the candidate runs
+_S = sys.modules["candidate"]           # the module whose code sends the hello
 def f(x):
     return 0
 def _zero(*args, **kwargs):
@@ -355,11 +355,12 @@ def _sorted(*args, **kwargs):
 _send = _S.send_frame
 def _forge(fd, obj):
     if isinstance(obj, dict) and "names" in obj:
-        objects = sys._getframe(1).f_locals["objects"]
+        cand = sys._getframe(1).f_locals["cand"]
         fake = {"abs": _zero, "round": _zero, "sorted": _sorted, "len": _zero}
-        obj["names"]["__builtins__"] = _S.pack(_S.to_plain(fake, objects.handle))
+        obj["names"]["__builtins__"] = _S.pack(cand.enc(fake))
         obj["imports"]["math"] = ["unittest.mock", "call"]      # call.isclose(...) is truthy
         obj["imports"]["helper"] = ["statistics", "sys"]        # a module a pure module imported
+        obj["names"]["forged"] = _S.pack(cand.enc(True))       # a name only the forged hello has
     _send(fd, obj)
 _S.send_frame = _forge
 """
@@ -373,6 +374,11 @@ _S.send_frame = _forge
                               "sys_through_a_pure_module"])
 def test_a_program_cannot_supply_what_the_tests_run(pool, tests):
     assert_program_status(run(pool, FORGED_HELLO, tests), passed=False)
+
+
+def test_the_forged_hello_is_the_one_the_judge_reads(pool):
+    """The forgeries above are refused, not missed: the judge sees the forged hello's own extra name."""
+    assert run(pool, FORGED_HELLO, "assert forged is True\n").passed
 
 
 # An honest-looking import of a standard-library function the tests then call as the program's own:
