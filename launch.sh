@@ -221,8 +221,8 @@ for a in $ps_addr "${verifier_addrs[@]}"; do
 done
 if [ -n "$off_loopback" ]; then
   [ -n "${RLAX_CURVE_KEY:-}" ] || refuse "not loopback: $off_loopback; traffic between hosts must be \
-encrypted and authenticated: create a key pair with \`$PYTHON wire.py keygen keys\`, copy keys/curve.key to \
-every host and set RLAX_CURVE_KEY=keys/curve.key on each (or per-role keys: \`$PYTHON wire.py keygen --help\`; \
+encrypted and authenticated: create a key pair with \`$PYTHON curve.py keygen keys\`, copy keys/curve.key to \
+every host and set RLAX_CURVE_KEY=keys/curve.key on each (or per-role keys: \`$PYTHON curve.py keygen --help\`; \
 docs/multihost.md)"
 fi
 # Relay broadcast (inference_worker --relay): each worker serves the chunks it holds to the workers

@@ -34,7 +34,7 @@ def no_curve_env(monkeypatch):
 @pytest.fixture(scope="module")
 def curve_key(tmp_path_factory):
     keys = tmp_path_factory.mktemp("keys")
-    subprocess.run([sys.executable, "wire.py", "keygen", str(keys)], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run([sys.executable, "curve.py", "keygen", str(keys)], cwd=ROOT, check=True, capture_output=True)
     return str(keys / "curve.key")
 
 
@@ -163,7 +163,7 @@ def test_off_loopback_needs_curve_keys(tmp_path, curve_key):
     remote = dict(ACCELERATOR="cpu", ROLES="workers", PARAM_SERVER="tcp://10.1.2.3:5555",
                   VERIFIER="tcp://10.1.2.3:5557")
     err = refused(tmp_path, **remote)
-    assert "not loopback: tcp://10.1.2.3:5555, tcp://10.1.2.3:5557" in err and "wire.py keygen" in err
+    assert "not loopback: tcp://10.1.2.3:5555, tcp://10.1.2.3:5557" in err and "curve.py keygen" in err
     assert "RLAX_CURVE_KEY" in err
     err = refused(tmp_path, ACCELERATOR="cpu", ROLES="param_server,verifier", BIND="0.0.0.0")
     assert "not loopback: BIND=0.0.0.0" in err

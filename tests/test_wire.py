@@ -9,6 +9,7 @@ import pytest
 import zmq
 
 import versions
+import curve
 import wire
 
 
@@ -390,7 +391,7 @@ def test_non_loopback_bind_requires_curve():
 
 def test_curve_client_without_key_is_refused(tmp_path):
     import subprocess, sys
-    subprocess.run([sys.executable, "wire.py", "keygen", str(tmp_path)], check=True,
+    subprocess.run([sys.executable, "curve.py", "keygen", str(tmp_path)], check=True,
                    cwd=wire.__file__.rsplit("/", 1)[0], capture_output=True)
     key = str(tmp_path / "curve.key")
     server = wire.Server("secure", "tcp://127.0.0.1:0", curve_key=key)
@@ -410,10 +411,10 @@ def test_curve_client_without_key_is_refused(tmp_path):
 
 
 def _keygen(tmp_path, sub, name):
-    """`python wire.py keygen` itself: the pair DIR/NAME.key (chmod 600) and DIR/NAME.pub."""
+    """`python curve.py keygen` itself: the pair DIR/NAME.key (chmod 600) and DIR/NAME.pub."""
     import subprocess, sys
     out = tmp_path / sub
-    subprocess.run([sys.executable, "wire.py", "keygen", str(out), "--name", name], check=True,
+    subprocess.run([sys.executable, "curve.py", "keygen", str(out), "--name", name], check=True,
                    cwd=wire.__file__.rsplit("/", 1)[0], capture_output=True)
     key, pub = out / f"{name}.key", out / f"{name}.pub"
     assert key.stat().st_mode & 0o777 == 0o600
@@ -475,14 +476,14 @@ def test_allowlist_sources_and_misconfiguration(tmp_path, monkeypatch):
     a, b = (zmq.curve_keypair()[0] for _ in range(2))
     listing = tmp_path / "clients.txt"
     listing.write_text(f"# the workers\n{a.decode()}\n\n{b.decode()}  # worker1\n")
-    assert wire.load_client_keys(str(listing)) == {a, b}
-    assert wire.load_client_keys([a.decode(), b]) == {a, b}
+    assert curve.load_client_keys(str(listing)) == {a, b}
+    assert curve.load_client_keys([a.decode(), b]) == {a, b}
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no client public keys"):
-        wire.load_client_keys(str(tmp_path / "empty"))
+        curve.load_client_keys(str(tmp_path / "empty"))
     listing.write_text("not-a-key\n")
     with pytest.raises(ValueError, match="not a Z85 CURVE key"):
-        wire.load_client_keys(str(listing))
+        curve.load_client_keys(str(listing))
     monkeypatch.setenv("RLAX_CURVE_CLIENTS", str(tmp_path / "empty"))
     monkeypatch.delenv("RLAX_CURVE_KEY", raising=False)
     with pytest.raises(ValueError, match="needs the server's own CURVE key pair"):
