@@ -13,9 +13,9 @@ import wire
 
 
 def prompt_text(problem: tasks.Problem, fmt: str, template=None, env: str = "") -> str:
-    """The text the model continues for `problem` (prompts.model_prompt), with the tool's system
-    message when the item is a multi-turn episode (env)."""
-    return prompts.model_prompt(problem, fmt, template, envs.TOOL_SYSTEM if env else "")
+    """The text the model continues for `problem`: as its environment writes it (envs.Env.prompt:
+    prompts.model_prompt with the env's system message; "": the single-turn task's)."""
+    return envs.get(env).prompt(problem, fmt, template)
 
 
 def prompt_len(tokenizer, problem: tasks.Problem, fmt: str, template=None, env: str = "") -> int:
