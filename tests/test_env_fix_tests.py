@@ -2,7 +2,7 @@
 again, once; the final program's verdict is the reward. The env's step and observation with a
 scripted policy and a stand-in verifier, then the whole system through launch.sh on the embedded task.
 
-Run: python -m pytest -q tests/test_env_fix_tests.py       (about 70 s on a 2-core CPU)
+Run: python -m pytest -q tests/test_env_fix_tests.py       (about 90 s on a 2-core CPU)
 """
 import json
 import os
@@ -97,7 +97,9 @@ def test_the_observation_is_cut_and_the_second_turn_asks_nothing():
 
 # ----------------------------------------------------------------------------- through launch.sh
 
-WRONG_PROGRAM = "```python\n\ndef f(x):\n    return 0"  # the embedded task's f, wrong for every problem
+# the embedded task's f, wrong for every problem; with no fence the whole answer is the program
+# (prompts.extract_code): the small tokenizer writes ``` as three tokens, which a bigram model cannot
+WRONG_PROGRAM = "def f(x):\n    return 0"
 
 
 def scripted_chat_model(tmp_path) -> str:
@@ -118,10 +120,10 @@ def test_fix_tests_runs_end_to_end_through_launch_sh(tmp_path):
     """ENV=fix_tests on the embedded task, 2 steps: every episode took two turns, the first failed and
     its failure came back (one observation per row), the second program was scored by the verifier
     (status failed, reward 0: its f is wrong), and the model's tokens are bitwise the trainer's."""
-    run_dir = str(tmp_path / "run")
+    run_dir = str(tmp_path / "run")  # T 512: the embedded task would take the model's 4096
     env = {**os.environ, "RUN_DIR": run_dir, "PORT": str(free_port()), "MODEL": scripted_chat_model(tmp_path),
            "ENV": "fix_tests", "STEPS": "2", "WORKERS": "1", "VERIFIER_EXECUTORS": "1", "RECIPE": "--group-size 4",
-           "EVAL": "--eval-every 0 --eval-samples 2", "TRAINER_ARGS": "--max-new-tokens 24 --prompts-per-step 2 --heldout 2"}
+           "EVAL": "--eval-every 0 --eval-samples 2", "TRAINER_ARGS": "--max-new-tokens 24 --prompts-per-step 2 --heldout 2 --seq-len 512"}
     proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "--env fix_tests" in open(os.path.join(run_dir, "commands.sh")).read()
