@@ -4,9 +4,10 @@
            episode goes)
   step     the verifier fleet runs it against the problem's tests: the job the reward comes from
            (Env.score_job), so "fails" means what a reward of 0 means
-  turn 2   only if it failed: the verdict's status and detail (which test or case, expected against
-           got, the error's last line; cut to OBSERVATION_CHARS) are the next user message, and the
-           model writes the program again
+  turn 2   only if it failed: the verdict's status and detail (the first failing assertion; for a
+           stdin/stdout task the case, what it expected and what was printed; or the error's last
+           line; cut to OBSERVATION_CHARS) are the next user message, and the model writes the
+           program again
   reward   the final turn's program, scored by the same job (Env.score_job, in the worker's finish)
 
 A program that passes at once ends the episode after one turn. A verifier that could not run the
