@@ -1,5 +1,6 @@
-"""workitems.py: a problem as a work item, in one place: the text the model sees, how many tokens that
-is, the row length T of a dataset, whether a prompt fits, and the item itself (wire.WorkItem).
+"""workitems.py: a problem as a work item, in one place: the text the model sees (as the item's
+environment writes it, envs.Env.prompt), how many tokens that is, the row length T of a dataset,
+whether a prompt fits, and the item itself (wire.WorkItem).
 
 The trainer makes the items it feeds (and measures its dataset with fit_seq_len), curate.py samples
 the same items as the trainer would, and the inference worker checks with `fits` what it leases.
