@@ -28,10 +28,9 @@ class Config:
     """JSONL dataset (see tasks.load_jsonl: code, math or, with --reward, any rows); "" = the embedded
     function-synthesis task"""
     env: str = ""
-    """a multi-turn environment, by its name in the registry envs.ENVS (envs/__init__.py; an unknown name
-    is refused with the registered ones): python_tool lets the model run ```python blocks, fix_tests
-    shows it its program's failing test and lets it fix it, up to --max-turns model turns; the last turn
-    is scored by the task's reward. Needs the chat format. "": one turn"""
+    """a multi-turn environment: a name in the registry envs.ENVS (envs/__init__.py; a name it does not
+    hold is refused, naming those it does): what answers the model between its turns, up to --max-turns
+    model turns; the last turn is scored by the task's reward. Needs the chat format. "": one turn"""
     max_turns: int = 3
     """--env: model turns per episode at most"""
     reward: str = ""
