@@ -535,6 +535,18 @@ def test_one_registry_names_the_environments_everywhere():
         wire.WorkItem.from_dict({**item.to_dict(), "env": "chess"})
 
 
+def test_launch_sh_refuses_an_env_the_registry_does_not_hold(tmp_path):
+    import os
+    import subprocess
+    from conftest import ROOT
+    run = lambda name: subprocess.run(["bash", "launch.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                                      env={**os.environ, "ENV": name, "DRY_RUN": "1", "RUN_DIR": str(tmp_path / name)})
+    refused = run("chess")
+    assert refused.returncode == 2 and f"ENV=chess: expected one of: {' '.join(envs.ENVS)}" in refused.stderr
+    accepted = run("fix_tests")
+    assert accepted.returncode == 0 and "--env fix_tests" in accepted.stdout, accepted.stderr[-2000:]
+
+
 def test_the_sandbox_runs_a_tool_call_and_returns_its_output():
     pool = verifier.ExecutorPool(1, "rlimits", use_cgroup=False)
     try:
