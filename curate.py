@@ -82,12 +82,12 @@ import types
 from dataclasses import dataclass
 
 import cli
-import envs
 import hf_io
 import inference_worker
 import lifecycle
 import model
 import prompts
+import scorers
 import tasks
 import trainer
 import warmup
@@ -473,7 +473,7 @@ def _check_main(argv: list[str]) -> int:
     make_pool = lambda: verifier.ExecutorPool(args.executors, isolation=args.isolation)
     try:
         return check_dataset(args.file, make_pool, args.format, args.timeout)
-    except (ValueError, envs.MathVerifyMissing, verifier.IsolationUnavailable) as e:  # no file, grader, sandbox
+    except (ValueError, scorers.MathVerifyMissing, verifier.IsolationUnavailable) as e:  # no file, grader, sandbox
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -662,7 +662,7 @@ class Executor:
         return make_verdict(first_bad[0], first_bad[1], fraction, fraction if partial else 0.0)
 
     def run_tool(self, job: dict, lim: Limits) -> Verdict:
-        """A "run" job (a tool call of a multi-turn task, envs.py): the program alone, no stdin, as an
+        """A "run" job (a tool call of a multi-turn task, envs/python_tool.py): the program alone, no stdin, as an
         io case is run; the verdict's detail is what it printed (capped with the detail, 500 chars),
         then, if it did not exit cleanly, the status and the last line of its stderr."""
         outcome, out, err = self.run_io_case(job["program"], "", "", lim)

@@ -167,7 +167,7 @@ def overlong_mask(lengths_R, max_len: int, finished_R=None):
 
 def turn_lengths(mask_RT):
     """lengths_R: each row's longest model turn, in tokens (int64, host-side numpy). A model turn is a
-    run of consecutive loss-mask-1 tokens; a multi-turn row (envs.py) has one per turn, separated by the
+    run of consecutive loss-mask-1 tokens; a multi-turn row (envs/) has one per turn, separated by the
     prompt, tool observations and next-turn headers (mask 0), and the generation budget (max_new_tokens,
     the L_max of `shape_rewards`) applies to each turn, not to their sum. A one-turn row's longest run
     is its completion length. A row without sampled tokens has length 0."""

@@ -37,9 +37,10 @@ The loop, one batch at a time:
      progress (their KV cache kept, or recomputed under the new weights), items are leased as slots
      free up and submitted as soon as their G rows end, and each token records the version that
      sampled it (lifecycle.py: a rollout's version is its oldest token's).
-     Items of a multi-turn task (env "python_tool", envs.run_episodes) are sampled turn by turn: a
-     code block the model writes runs in the sandbox and its output is appended as the next user
-     message (tokenized once, mask 0) before the next turn; the last turn is verified.
+     Items of a multi-turn task (env: a name in envs.ENVS, envs.run_episodes) are sampled turn by turn:
+     between turns the environment answers (python_tool runs the model's code block in the sandbox,
+     fix_tests its program against the tests) and its answer is appended as the next user message
+     (tokenized once, mask 0) before the next turn; the last turn is verified.
   3. Cut each completion at its stop string, build its program (prompts.assemble_program: prompt +
      completion for base models, the fenced code of the answer for chat models), send it with the
      item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
@@ -331,26 +332,15 @@ def eos_for(tokenizer, stop: tuple, end_of_turn: int | None = None) -> tuple:
 
 
 def verify_jobs(items: list, texts: list) -> list:
-    """One verifier job per completion. Code: the program built by prompts.assemble_program (the same
-    function `python curate.py check` uses on a dataset's reference solutions); math and reward items:
-    the completion text itself, scored by envs.py in the verifier role."""
+    """One verifier job per completion: the one its item's environment scores it by (envs.Env.score_job:
+    a code task's program as prompts.assemble_program builds it, the function `python curate.py check`
+    uses on a dataset's reference solutions, with its tests; math and reward items: the completion
+    text itself, scored by scorers.py in the verifier role)."""
     jobs, r = [], 0
     for item in items:
-        for _ in range(item.group_size):
-            if item.kind == "math":
-                jobs.append({"kind": "math", "completion": texts[r], "answer": item.answer,
-                             "format": item.answer_format, "timeout_s": item.timeout_s})
-            elif item.kind == "reward":
-                jobs.append({"kind": "reward", "completion": texts[r], "row": item.row, "timeout_s": item.timeout_s})
-            else:
-                program = prompts.assemble_program(item.prompt_format, item.program_prefix, texts[r], tuple(item.stop))
-                if item.kind == "io":
-                    jobs.append({"kind": "io", "program": program, "cases": item.cases, "timeout_s": item.timeout_s,
-                                 "partial_reward": item.partial_reward})
-                else:  # tasks.Problem.tests is self-contained (HumanEval's ends with check(entry_point))
-                    jobs.append({"kind": "assert", "program": program, "tests": item.tests,
-                                 "timeout_s": item.timeout_s})
-            r += 1
+        env = envs.get(item.env)
+        jobs += [env.score_job(item, texts[r + g]) for g in range(item.group_size)]
+        r += item.group_size
     return jobs
 
 
@@ -644,9 +634,10 @@ class Worker:
                            time.monotonic() - t0)
 
     def sample_episodes(self, items: list) -> int:
-        """Multi-turn items (env "python_tool", envs.run_episodes): each row's turns sampled with the
-        weights we hold, code blocks run in the sandbox (a verifier's "run" job), each output appended
-        as the next user message, tokenized once (mask 0); the last turn is scored once."""
+        """Multi-turn items (item.env, a name in envs.ENVS; envs.run_episodes): each row's turns sampled
+        with the weights we hold; between turns the env's step answers (running what it asks of the
+        verifier fleet) and its answer is appended as the next user message, tokenized once (mask 0);
+        the last turn is scored once (finish)."""
         cfg, first = self.cfg, items[0]
         end_of_turn = prompts.check_multi_turn(self.template, self.tokenizer)  # the trainer checked it at start
         seq_len, max_new, temperature, top_p, stop = settings(first)
@@ -663,19 +654,14 @@ class Worker:
                 pad_id=self.pad_id)
             return [(t[len(s):], lp) for t, s, lp in zip(res["tokens"], seqs, res["logp_behav"])]
 
-        def run_code(programs):
-            verdicts = self.verifiers.verify([{"kind": "run", "program": p, "timeout_s": first.timeout_s}
-                                              for p in programs])
-            return [v.detail if v.status != INFRA_ERROR else "[the tool is unavailable]"
-                    for v in verdicts]
-
         observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_text))
         t0, version = time.monotonic(), self.version
         with self.timeline.span("sample", version=version, rows=len(rows)) as span:
-            episodes = envs.run_episodes([r.tolist() for r in rows], max_turns=first.max_turns, seq_len=seq_len,
-                                         max_new_tokens=max_new, sample_turn=sample_turn,
-                                         run_code=run_code, observe=observe, decode=self.tokenizer.decode,
-                                         eos_id=end_of_turn, stop_ids=eos)
+            episodes = envs.run_episodes(envs.get(first.env), [r.tolist() for r in rows],
+                                         items=[i for i in items for _ in range(i.group_size)],
+                                         max_turns=first.max_turns, seq_len=seq_len, max_new_tokens=max_new,
+                                         sample_turn=sample_turn, verify=self.verifiers.verify, observe=observe,
+                                         decode=self.tokenizer.decode, eos_id=end_of_turn, stop_ids=eos)
             span["tokens"] = int(sum(sum(e.mask) for e in episodes))
         out = {"tokens_RT": np.full((len(rows), seq_len), self.pad_id, np.int32),
                "logp_behav_RT": np.zeros((len(rows), seq_len), np.float32), "mask_RT": np.zeros((len(rows), seq_len), np.float32)}

@@ -53,10 +53,11 @@ LORA_LR=${LORA_LR:-1e-3}            # LoRA's learning rate (after RECIPE's): 10x
                                     # "LoRA Without Regret" finds optimal; TRAINER_ARGS' --lr still wins
 MODEL=${MODEL:-checkpoints/coldstart}
 DATA=${DATA:-}                      # JSONL problems (code, GSM8K/MATH-style math); empty = the embedded task
-ENV=${ENV:-}                        # python_tool: multi-turn episodes, the model's ```python blocks run in the
-                                    # sandbox and their output comes back (envs.py; chat format; --max-turns 3)
+ENV=${ENV:-}                        # a multi-turn environment of envs.ENVS (chat format; --max-turns 3):
+                                    # python_tool (the model's ```python blocks run in the sandbox, their output
+                                    # comes back), fix_tests (a failing program's test failure comes back once)
 REWARD=${REWARD:-}                  # path/to/file.py:function scoring DATA's rows (prompt or messages, any
-                                    # fields): function(completion, row) -> float, run by the verifiers (envs.py)
+                                    # fields): function(completion, row) -> float, run by the verifiers (scorers.py)
 SEED=${SEED:-0}
 BF16_FIX=${BF16_FIX:-1}             # 1 = the RLAX fix on (bitwise on-policy log-probs); 0 = plain bf16
 DTYPE=${DTYPE:-bfloat16}            # what the model computes in, whatever the checkpoint stores: bfloat16
@@ -238,9 +239,11 @@ for v in RLAX_CURVE_KEY RLAX_CURVE_CLIENTS RLAX_CURVE_SERVER_KEY; do
   if [ -n "${!v:-}" ] && [ ! -r "${!v}" ]; then refuse "$v=${!v}: no such readable file or directory"; fi
 done
 
-case $ENV in ""|python_tool) ;;
-  */*) ENV="" ;;   # a path: the shell's own ENV (POSIX sh's startup file), not ours
-  *) refuse "ENV=$ENV: expected python_tool (or nothing: one turn)" ;; esac
+case $ENV in */*) ENV="" ;; esac   # a path: the shell's own ENV (POSIX sh's startup file), not ours
+if [ -n "$ENV" ]; then   # a name in the registry, envs.ENVS (envs/__init__.py), the one the trainer checks
+  env_names=$($PYTHON -c 'import envs; print(*envs.ENVS)') || refuse "ENV=$ENV: $PYTHON could not read envs.ENVS"
+  [[ " $env_names " == *" $ENV "* ]] || refuse "ENV=$ENV: expected one of: $env_names (or nothing: one turn)"
+fi
 if [ -n "$REWARD" ]; then
   if [ ! -r "${REWARD%:*}" ] || [ "${REWARD%:*}" = "$REWARD" ]; then refuse "REWARD=$REWARD: expected a readable path/to/file.py:function"; fi
   [ -n "$DATA" ] || refuse "REWARD=$REWARD scores the rows of a DATA file: set DATA too"

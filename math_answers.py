@@ -49,10 +49,10 @@ math_reference finds it in a GSM8K, MATH or MATH-500 row.
 Every scan here is linear in the completion's length, and an answer longer than MAX_ANSWER_CHARS is
 never read. math-verify's parsing can still be slow on purpose (nested parentheses take seconds in its
 LaTeX grammar), so the verifier role runs math_verdict in a grading process killed at the job's time
-limit (envs.py: Scorer, _Grader). Standard library only, but for math-verify (the math extra), imported
+limit (scorers.py: Scorer, _Grader). Standard library only, but for math-verify (the math extra), imported
 when first needed: MathVerifyMissing, naming the extra, when it is not installed.
 
-Run the tests:  python -m pytest -q tests/test_math_grading.py tests/test_envs.py
+Run the tests:  python -m pytest -q tests/test_math_grading.py tests/test_envs.py (scorers.py)
 """
 from __future__ import annotations
 
@@ -444,7 +444,7 @@ def _parse(latex: str, answer: bool = False) -> list:
     if answer:
         return mv.parse("\\boxed{" + latex + "}", extraction_config=[mv.LatexExtractionConfig()],
                         fallback_mode="no_fallback", parsing_timeout=None)
-    return mv.parse("\\boxed{" + latex + "}", parsing_timeout=None)  # the limit: envs.Scorer
+    return mv.parse("\\boxed{" + latex + "}", parsing_timeout=None)  # the limit: scorers.Scorer
 
 
 @dataclasses.dataclass(frozen=True)

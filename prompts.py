@@ -395,11 +395,12 @@ def stop_strings(problem, fmt: str) -> tuple:
 # ============================================================================ from an answer to a program
 
 _FENCE = re.compile(r"([ \t]*)(`{3,})[ \t]*([^`\s]*)[^\n]*\n?\Z")
-_PYTHON_LABELS = ("python", "py", "python3")
+PYTHON_LABELS = ("python", "py", "python3")  # a block with one of these labels is Python (envs read them too)
 
 
-def _blocks(answer: str):
-    """Every fenced block as (label, content), in order (the rule in the module docstring)."""
+def fenced_blocks(answer: str):
+    """Every fenced block as (label, content), in order (the rule in the module docstring); the label
+    lowercased, "" when the fence has none."""
     lines = re.findall(r"[^\n]*\n|[^\n]+\Z", answer)
     i = 0
     while i < len(lines):
@@ -425,8 +426,8 @@ def extract_code(answer: str) -> str:
     """The program in a chat answer: the first ```python/```py/```python3 block, else the first
     unlabelled block, else the whole answer (the full rule is in the module docstring)."""
     unlabelled = None
-    for label, content in _blocks(answer):
-        if label in _PYTHON_LABELS:
+    for label, content in fenced_blocks(answer):
+        if label in PYTHON_LABELS:
             return content
         if label == "" and unlabelled is None:
             unlabelled = content

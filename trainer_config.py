@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import envs
 import hf_io
 import lora
+import scorers
 
 
 @dataclass
@@ -27,15 +28,15 @@ class Config:
     """JSONL dataset (see tasks.load_jsonl: code, math or, with --reward, any rows); "" = the embedded
     function-synthesis task"""
     env: str = ""
-    """"python_tool": multi-turn episodes (envs.py): the model may write ```python blocks, which the
-    sandbox runs, their output coming back as the next user message, up to --max-turns model turns; the
-    last turn is scored by the task's reward. Needs the chat format. "": one turn"""
+    """a multi-turn environment: a name in the registry envs.ENVS (envs/__init__.py; a name it does not
+    hold is refused, naming those it does): what answers the model between its turns, up to --max-turns
+    model turns; the last turn is scored by the task's reward. Needs the chat format. "": one turn"""
     max_turns: int = 3
     """--env: model turns per episode at most"""
     reward: str = ""
     """path/to/file.py:function: score completions with this function (called by the verifier role, which
     needs the same --reward; launch.sh REWARD passes both): every --data row with a prompt or messages
-    is a task, the function gets (completion, row) and returns the reward (envs.py)"""
+    is a task, the function gets (completion, row) and returns the reward (scorers.py)"""
     seed: int = 0
     """data order seed; with it and the cursor, the problems a run sees are fixed"""
     curated: str = ""
@@ -211,12 +212,13 @@ class Config:
         if self.curated and not os.path.isfile(self.curated):
             raise ValueError(f"--curated {self.curated}: no such file (curate.py writes keep.txt)")
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
-        if self.env not in ("",) + envs.ENVS or not 1 <= self.max_turns <= 64:
-            raise ValueError(f"--env must be '' or one of {envs.ENVS}, --max-turns in [1, 64]")
+        envs.get(self.env)  # raises on a name the registry does not hold, naming those it does
+        if not 1 <= self.max_turns <= 64:
+            raise ValueError(f"--max-turns must be in [1, 64], got {self.max_turns}")
         if self.reward:
             if not self.data:
                 raise ValueError("--reward scores the rows of a --data file: give one")
-            envs.load_reward(self.reward)  # a file or function that is not there: refuse now, not mid-run
+            scorers.load_reward(self.reward)  # a file or function that is not there: refuse now, not mid-run
         if not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id {self.process_id} must be in [0, num_processes={self.num_processes})")
         if self.lora_rank < 0 or self.lora_alpha < 0:

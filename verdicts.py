@@ -1,7 +1,7 @@
 """What every side of the verifier agrees on: a job's limits, the verdict record and its status names.
 
 Defined once here and imported by every process that makes or reads a verdict: the executor
-(executor.py) and the judge (judge.py), the verifier role (verifier.py) and its scorers (envs.py), the
+(executor.py) and the judge (judge.py), the verifier role (verifier.py) and its scorers (scorers.py), the
 worker, curate and the trainer (through lifecycle.py). Plain data, trusted by no one: every side that
 receives a verdict checks it (verdict_from_dict). Standard library only, so any process can import it,
 the sandboxed ones included. Verdict's docstring is the list of statuses.
@@ -64,12 +64,12 @@ INFRA_ERROR = "infra_error"
 status is the program's doing and scores as the verifier says. A group holding one says nothing about
 the policy, so it is never trained on (its advantages would compare a broken sandbox with real answers)."""
 REWARD_ERROR = "reward_error"
-"""The reward function (REWARD=file.py:function, envs.py) raised, returned no finite number or ran past
+"""The reward function (REWARD=file.py:function, scorers.py) raised, returned no finite number or ran past
 its time limit: the verifier's failure to score a completion, counted with INFRA_ERROR (the group is
 never trained on, and a run whose rewards keep failing stops)."""
 PROGRAM_STATUSES = ("passed", "failed", "syntax_error", "runtime_error", "timeout", "memory",
                     "crashed", "output_limit", "too_large")
-SCORE_STATUSES = ("lenient", REWARD_ERROR)  # math and reward-function verdicts (envs.py)
+SCORE_STATUSES = ("lenient", REWARD_ERROR)  # math and reward-function verdicts (scorers.py)
 STATUSES = PROGRAM_STATUSES + SCORE_STATUSES + (INFRA_ERROR,)
 
 

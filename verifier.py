@@ -29,9 +29,9 @@ How a verdict is reached (why it cannot be forged):
 The candidate and the judge are in candidate.py and judge.py, their codec in boundary.py, the
 isolation (namespaces, uids, limits, cleanup) in isolation.py, the executor that runs them in
 executor.py (a separate process: this role never imports it), the verdict record in verdicts.py.
-  * math and reward jobs (envs.py) run no program: a math completion's final answer is compared with
+  * math and reward jobs (scorers.py) run no program: a math completion's final answer is compared with
     the reference by math-verify, in a grading process killed at the job's time limit (an answer that
-    runs past it, or is longer than envs.MAX_ANSWER_CHARS, fails); a reward job calls the user's
+    runs past it, or is longer than scorers.MAX_ANSWER_CHARS, fails); a reward job calls the user's
     function (--reward file.py:function) with the completion and the dataset row, in a child process
     of its own with the job's time limit. Their statuses add "lenient" (the right answer, not in the
     format asked for) and "reward_error" (the function raised, returned no real number finite as a
@@ -92,8 +92,8 @@ import sys
 import threading
 import time
 
-import envs
 import rootfs
+import scorers
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
                        kill_uid, refuse, remove_cgroup, remove_stale_cgroups, role_uids)
 from boundary import from_bytes, recv_frame, send_frame, to_plain
@@ -124,7 +124,7 @@ class VerifierConfig:
     """Largest VerifyBatch (sum of program/test/case text); bigger gets an error reply."""
     reward: str = ""
     """path/to/file.py:function scoring "reward" jobs, called as function(completion, row) -> float in a
-    child process with the job's time limit (envs.py; launch.sh REWARD). "": reward jobs get reward_error"""
+    child process with the job's time limit (scorers.py; launch.sh REWARD). "": reward jobs get reward_error"""
 
     def __post_init__(self):
         if self.isolation not in ISOLATION_MODES:
@@ -135,7 +135,7 @@ class VerifierConfig:
         if self.max_jobs < 1 or self.max_request_mb < 1:
             raise ValueError("max_jobs and max_request_mb must be positive")
         if self.reward:
-            envs.load_reward(self.reward)  # raises on a file or function that is not there
+            scorers.load_reward(self.reward)  # raises on a file or function that is not there
 
 
 # ============================================================================ jobs: validation (parent side)
@@ -153,7 +153,7 @@ def check_job(job) -> dict:
     if unknown := set(job) - _JOB_KEYS:
         raise ValueError(f"unknown job keys {sorted(map(str, unknown))}")
     kind = job.get("kind")
-    if kind in envs.SCORED_KINDS:
+    if kind in scorers.SCORED_KINDS:
         return check_scored_job(job)
     if kind not in ("assert", "io", "run"):
         raise ValueError(f"job kind must be 'assert', 'io', 'run', 'math' or 'reward', got {kind!r}")
@@ -184,15 +184,15 @@ def check_job(job) -> dict:
 
 def check_scored_job(job: dict) -> dict:
     """A math job {"kind": "math", "completion", "answer", "format"} or a reward job {"kind": "reward",
-    "completion", "row": the dataset line as JSON text} (envs.py scores them); ValueError if malformed."""
+    "completion", "row": the dataset line as JSON text} (scorers.py scores them); ValueError if malformed."""
     if not isinstance(job.get("completion"), str) or len(job["completion"]) > MAX_PROGRAM_BYTES:
         raise ValueError(f"{job['kind']} job needs a completion: a string of at most {MAX_PROGRAM_BYTES} chars")
     if job["kind"] == "math":
-        answer = job.get("answer")  # read by math-verify in a grading process (envs.Scorer), never here
-        if job.get("format") not in envs.MATH_FORMATS or not isinstance(answer, str) or not answer.strip() \
-                or len(answer) > envs.MAX_ANSWER_CHARS:
-            raise ValueError(f"math job needs format in {envs.MATH_FORMATS} and an answer: a non-empty string "
-                             f"of at most {envs.MAX_ANSWER_CHARS} characters")
+        answer = job.get("answer")  # read by math-verify in a grading process (scorers.Scorer), never here
+        if job.get("format") not in scorers.MATH_FORMATS or not isinstance(answer, str) or not answer.strip() \
+                or len(answer) > scorers.MAX_ANSWER_CHARS:
+            raise ValueError(f"math job needs format in {scorers.MATH_FORMATS} and an answer: a non-empty string "
+                             f"of at most {scorers.MAX_ANSWER_CHARS} characters")
     else:
         try:
             if not isinstance(json.loads(job.get("row")), dict):
@@ -266,10 +266,10 @@ def executor_wait_s(job: dict) -> float:
 def job_allowance_s(job: dict) -> float:
     """The longest the pool may take to answer a checked job once its turn has come. An executor's job:
     two tries (a lost executor's job is retried once), each an executor wait and the executor's
-    replacement (closed, a new one started). A math or reward job (envs.Scorer): its time limit and a
+    replacement (closed, a new one started). A math or reward job (scorers.Scorer): its time limit and a
     grading process's start."""
-    if job["kind"] in envs.SCORED_KINDS:
-        return job.get("timeout_s", Limits.timeout_s) + envs.GRADER_START_S
+    if job["kind"] in scorers.SCORED_KINDS:
+        return job.get("timeout_s", Limits.timeout_s) + scorers.GRADER_START_S
     return 2 * (executor_wait_s(job) + EXECUTOR_CLOSE_S + EXECUTOR_START_S)
 
 
@@ -377,7 +377,7 @@ class ExecutorPool:
             except (rootfs.ImageError, OSError) as e:
                 raise refuse(f"the sandbox's in-memory file image could not be built: {e}") from None
         self.image_path = self.image.path if self.image else None
-        self.scorer = envs.Scorer(reward, workers=executors)  # math and reward jobs (REWARD=file.py:fn)
+        self.scorer = scorers.Scorer(reward, workers=executors)  # math and reward jobs (REWARD=file.py:fn)
         self.jobs: queue.Queue = queue.Queue()
         self.slots: list[_ExecutorProcess] = []
         try:
@@ -489,7 +489,7 @@ class ExecutorPool:
             future.set_result(make_verdict(INFRA_ERROR, f"bad job: {e}"))
             return future, "", 0.0
         allowance = job_allowance_s(job)
-        if job["kind"] in envs.SCORED_KINDS:  # math answers and reward functions: envs.py
+        if job["kind"] in scorers.SCORED_KINDS:  # math answers and reward functions: scorers.py
             with self.lock:
                 self.scored_backlog_s += allowance
             return self._scored(self.scorer.submit(job), allowance), "scorer", allowance
@@ -502,7 +502,7 @@ class ExecutorPool:
         return future, "executor", allowance
 
     def _scored(self, scoring: concurrent.futures.Future, allowance: float) -> concurrent.futures.Future:
-        """The Verdict future of an envs.Scorer job (a dict future); a scorer that failed: infra_error.
+        """The Verdict future of a scorers.Scorer job (a dict future); a scorer that failed: infra_error.
         Cancelling it cancels the scoring if that has not started."""
         out: concurrent.futures.Future = concurrent.futures.Future()
 

@@ -42,6 +42,7 @@ import msgpack
 import numpy as np
 import zmq
 
+import envs
 from curve import ZapHandler, curve_keys_from_env, load_client_keys, load_key, load_public_key
 
 PROTOCOL_VERSION = 1
@@ -329,7 +330,7 @@ class WorkItem:
     lineage: str = ""         # the trainer process that enqueued it
     tests: str = ""           # assert-style tests (HumanEval's end with check(entry_point))
     entry_point: str = ""
-    kind: str = "assert"      # "assert" | "io" (stdin/stdout cases) | "math" | "reward" (envs.py)
+    kind: str = "assert"      # "assert" | "io" (stdin/stdout cases) | "math" | "reward" (scorers.py)
     cases: list = field(default_factory=list)
     temperature: float = 1.0
     top_p: float = 1.0
@@ -344,7 +345,7 @@ class WorkItem:
     answer: str = ""          # "math": the reference final answer
     answer_format: str = ""   # "math": "hash" (#### n) or "boxed" (\boxed{n})
     row: str = ""             # "reward": the dataset line (JSON text) the reward function receives
-    env: str = ""             # "python_tool": a multi-turn episode (envs.run_episodes); "": one turn
+    env: str = ""             # a name in envs.ENVS: a multi-turn episode (envs.run_episodes); "": one turn
     max_turns: int = 1        # env: model turns at most
 
     @classmethod
@@ -357,8 +358,9 @@ class WorkItem:
                             f"got {item.prompt_format!r}")
         if item.kind not in ("assert", "io", "math", "reward"):
             raise WireError(f"work item {item.item_id}: kind must be assert, io, math or reward, got {item.kind!r}")
-        if item.env not in ("", "python_tool") or not 1 <= item.max_turns <= 64:
-            raise WireError(f"work item {item.item_id}: env must be '' or 'python_tool' and max_turns in [1, 64]")
+        if item.env not in ("", *envs.ENVS) or not 1 <= item.max_turns <= 64:
+            raise WireError(f"work item {item.item_id}: env must be '' or one of {', '.join(envs.ENVS)} "
+                            f"(envs.ENVS) and max_turns in [1, 64]")
         return item
 
     def to_dict(self) -> dict:

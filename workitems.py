@@ -1,5 +1,6 @@
-"""workitems.py: a problem as a work item, in one place: the text the model sees, how many tokens that
-is, the row length T of a dataset, whether a prompt fits, and the item itself (wire.WorkItem).
+"""workitems.py: a problem as a work item, in one place: the text the model sees (as the item's
+environment writes it, envs.Env.prompt), how many tokens that is, the row length T of a dataset,
+whether a prompt fits, and the item itself (wire.WorkItem).
 
 The trainer makes the items it feeds (and measures its dataset with fit_seq_len), curate.py samples
 the same items as the trainer would, and the inference worker checks with `fits` what it leases.
@@ -13,9 +14,9 @@ import wire
 
 
 def prompt_text(problem: tasks.Problem, fmt: str, template=None, env: str = "") -> str:
-    """The text the model continues for `problem` (prompts.model_prompt), with the tool's system
-    message when the item is a multi-turn episode (env)."""
-    return prompts.model_prompt(problem, fmt, template, envs.TOOL_SYSTEM if env else "")
+    """The text the model continues for `problem`: as its environment writes it (envs.Env.prompt:
+    prompts.model_prompt with the env's system message; "": the single-turn task's)."""
+    return envs.get(env).prompt(problem, fmt, template)
 
 
 def prompt_len(tokenizer, problem: tasks.Problem, fmt: str, template=None, env: str = "") -> int:

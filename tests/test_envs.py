@@ -1,5 +1,6 @@
-"""Tasks besides code (envs.py, math_answers.py): math answers and a reward function in a file, from the
-dataset row to the verifier's verdict.
+"""Tasks besides code (scorers.py, math_answers.py): math answers and a reward function in a file, from the
+dataset row to the verifier's verdict; and the environments' shared episode loop with the python tool
+(envs/, envs/python_tool.py).
 
 Run: python -m pytest -q tests/test_envs.py       (about 40 s on a 2-core CPU)
 """
@@ -17,12 +18,15 @@ import pytest
 
 import curate
 import envs
+import envs.python_tool
 import lifecycle
 import math_answers
 import prompts
+import scorers
 import tasks
 import verifier
 import wire
+from verdicts import INFRA_ERROR, make_verdict
 
 
 
@@ -176,16 +180,16 @@ def reward_file(tmp_path_factory):
 
 
 def test_a_reward_function_is_called_with_the_completion_and_the_row(reward_file):
-    v = envs.call_reward(f"{reward_file}:exact", "anything", {"score": 0.25}, timeout_s=10)
+    v = scorers.call_reward(f"{reward_file}:exact", "anything", {"score": 0.25}, timeout_s=10)
     assert (v["status"], v["reward"]) == ("failed", 0.25)
-    v = envs.call_reward(f"{reward_file}:length", "x" * 150, {}, timeout_s=10)
+    v = scorers.call_reward(f"{reward_file}:length", "x" * 150, {}, timeout_s=10)
     assert (v["status"], v["reward"]) == ("passed", 1.5)
 
 
 @pytest.mark.parametrize("name, want", [("np_float32", 1.0), ("np_mean", 0.5)])
 def test_a_reward_function_may_return_numpy_numbers(reward_file, name, want):
-    v = envs.call_reward(f"{reward_file}:{name}", "xyz", {}, timeout_s=10)
-    assert v["reward"] == want and type(v["reward"]) is float and v["status"] != envs.REWARD_ERROR, v
+    v = scorers.call_reward(f"{reward_file}:{name}", "xyz", {}, timeout_s=10)
+    assert v["reward"] == want and type(v["reward"]) is float and v["status"] != scorers.REWARD_ERROR, v
 
 
 @pytest.mark.parametrize("value, want", [
@@ -194,7 +198,7 @@ def test_a_reward_function_may_return_numpy_numbers(reward_file, name, want):
     (np.bool_(True), 1.0), (np.array(0.75), 0.75), (np.array(2, dtype=np.int8), 2.0), (-3.4e38, -3.4e38),
 ])
 def test_any_real_number_is_a_reward(value, want):
-    got = envs.reward_value(value)
+    got = scorers.reward_value(value)
     assert got == want and type(got) is float
 
 
@@ -206,7 +210,7 @@ def test_any_real_number_is_a_reward(value, want):
 ])
 def test_what_is_no_real_number_or_not_finite_in_float32_is_refused(value, why):
     with pytest.raises(ValueError, match=re.escape(why)):
-        envs.reward_value(value)
+        scorers.reward_value(value)
 
 
 @pytest.mark.parametrize("name, why", [
@@ -218,8 +222,8 @@ def test_what_is_no_real_number_or_not_finite_in_float32_is_refused(value, why):
 def test_a_broken_reward_function_is_reported_never_scored_0(reward_file, name, why):
     """Each failure is REWARD_ERROR with its reason, which lifecycle counts with infra_error: the group
     is not trained on, and a run whose rewards keep failing stops."""
-    v = envs.call_reward(f"{reward_file}:{name}", "c", {}, timeout_s=1.0)
-    assert v["status"] == envs.REWARD_ERROR == lifecycle.REWARD_ERROR and why in v["detail"], v
+    v = scorers.call_reward(f"{reward_file}:{name}", "c", {}, timeout_s=1.0)
+    assert v["status"] == scorers.REWARD_ERROR == lifecycle.REWARD_ERROR and why in v["detail"], v
     assert lifecycle.infra_failures(["passed", v["status"]]) == 1
 
 
@@ -227,7 +231,7 @@ def test_a_broken_reward_function_is_reported_never_scored_0(reward_file, name, 
                                        ("{}:missing", "no function 'missing'")])
 def test_a_reward_that_does_not_load_is_refused_at_start(reward_file, spec, why):
     with pytest.raises(ValueError, match=why):
-        envs.load_reward(spec.format(reward_file))
+        scorers.load_reward(spec.format(reward_file))
     with pytest.raises(ValueError, match=why):
         verifier.VerifierConfig(reward=spec.format(reward_file))
 
@@ -420,6 +424,19 @@ def ids_of(text):
     return [ord(c) for c in text]
 
 
+TOOL = envs.get("python_tool")
+ITEM = wire.WorkItem(item_id="m", prompt="Q?", group_size=1, seq_len=200, max_new_tokens=40, min_version=0,
+                     env="python_tool", max_turns=3)
+
+
+def printing(output: str, ran=None):
+    """A verifier stand-in: every job it is handed (recorded in `ran`) prints `output`."""
+    def verify(jobs):
+        (ran if ran is not None else []).extend(jobs)
+        return [make_verdict("passed", output) for _ in jobs]
+    return verify
+
+
 def test_a_two_turn_episode_reaches_the_trainer_token_for_token():
     """Row 0 calls the tool, reads its output, answers; row 1 answers at once. The tokens are the prompt,
     the model's turns exactly as sampled and the observation tokenized once; mask 1 only on the model's
@@ -428,16 +445,13 @@ def test_a_two_turn_episode_reaches_the_trainer_token_for_token():
     answer = ids_of("#### 5") + [EOS]
     sample_turn, shown = scripted({(0, 0): call, (0, 1): answer, (1, 0): ids_of("#### 4") + [EOS]})
     ran = []
-
-    def run_code(programs):
-        ran.extend(programs)
-        return ["5\n" for _ in programs]
     observe = lambda text: ids_of(f"<user>{text}<assistant>")
     prompt = ids_of("Q?")
-    eps = envs.run_episodes([prompt, prompt], max_turns=3, seq_len=200, max_new_tokens=40, sample_turn=sample_turn,
-                            run_code=run_code, observe=observe, decode=text_of, eos_id=EOS)
+    eps = envs.run_episodes(TOOL, [prompt, prompt], items=[ITEM] * 2, max_turns=3, seq_len=200, max_new_tokens=40,
+                            sample_turn=sample_turn, verify=printing("5\n", ran), observe=observe, decode=text_of,
+                            eos_id=EOS)
     obs = observe(envs.observation("5\n"))
-    assert ran == ["print(2+3)\n"]
+    assert ran == [{"kind": "run", "program": "print(2+3)\n", "timeout_s": 5.0}]
     assert eps[0].tokens == prompt + call + obs + answer
     assert eps[0].mask == [0.0] * 2 + [1.0] * len(call) + [0.0] * len(obs) + [1.0] * len(answer)
     assert eps[0].logp == [0.0] * 2 + [-t / 100 for t in call] + [0.0] * len(obs) + [-t / 100 for t in answer]
@@ -459,12 +473,13 @@ def test_episodes_end_at_the_turn_limit_the_budget_or_the_row_length():
     turns.update({(1, 0): ids_of("```python\nx\n```")})        # cut by its budget (no eos): no tool call
     sample_turn, _ = scripted(turns)
     observe = lambda text: ids_of(text)
-    eps = envs.run_episodes([[1], [1]], max_turns=3, seq_len=10_000, max_new_tokens=40, sample_turn=sample_turn,
-                            run_code=lambda ps: ["1"] * len(ps), observe=observe, decode=text_of, eos_id=EOS)
+    eps = envs.run_episodes(TOOL, [[1], [1]], items=[ITEM] * 2, max_turns=3, seq_len=10_000, max_new_tokens=40,
+                            sample_turn=sample_turn, verify=printing("1"), observe=observe, decode=text_of, eos_id=EOS)
     assert (eps[0].turns, eps[0].tool_calls) == (3, 2)        # the last allowed turn's call is not run
     assert (eps[1].turns, eps[1].tool_calls, eps[1].finished) == (1, 0, False)
-    short = envs.run_episodes([[1]], max_turns=3, seq_len=len(call) + 8, max_new_tokens=40, sample_turn=sample_turn,
-                              run_code=lambda ps: ["1"] * len(ps), observe=observe, decode=text_of, eos_id=EOS)
+    short = envs.run_episodes(TOOL, [[1]], items=[ITEM], max_turns=3, seq_len=len(call) + 8, max_new_tokens=40,
+                              sample_turn=sample_turn, verify=printing("1"), observe=observe, decode=text_of,
+                              eos_id=EOS)
     assert (short[0].turns, short[0].tool_calls) == (1, 0)     # no room for the observation and an answer
 
 
@@ -482,10 +497,54 @@ def test_observation_tokens_get_no_gradient():
 
 
 def test_tool_code_and_observation():
-    assert envs.tool_code("try:\n```python\na=1\n```\nthen\n```python\nprint(a)\n```") == "print(a)\n"
-    assert envs.tool_code("no code here, #### 3") is None and envs.tool_code("```\nplain\n```") is None
+    assert envs.python_tool.tool_code("try:\n```python\na=1\n```\nthen\n```python\nprint(a)\n```") == "print(a)\n"
+    assert envs.python_tool.tool_code("no code here, #### 3") is None and envs.python_tool.tool_code("```\nplain\n```") is None
     assert envs.observation("5\n") == "Output:\n5\n" and "nothing printed" in envs.observation("  ")
     assert envs.observation("x" * 1000).endswith("[... cut]") and len(envs.observation("x" * 1000)) < 450
+
+
+def test_the_python_tools_step_runs_each_rows_last_block_in_one_batch():
+    """PythonTool.step: one verifier call for the rows that wrote a python block (the item's time
+    limit), None for a row without one, and a verifier that could not run the code is said so."""
+    rows = [envs.Episode([1], ITEM) for _ in range(3)]
+    rows[0].final_text, rows[1].final_text, rows[2].final_text = "```python\nprint(1)\n```", "#### 1", "```py\nx\n```"
+    calls = []
+
+    def verify(jobs):
+        calls.append(jobs)
+        return [make_verdict("passed", "1\n"), make_verdict(INFRA_ERROR, "no verifier answered")]
+    assert TOOL.step(rows, verify) == ["1\n", None, envs.python_tool.UNAVAILABLE]
+    assert calls == [[{"kind": "run", "program": "print(1)\n", "timeout_s": 5.0},
+                      {"kind": "run", "program": "x\n", "timeout_s": 5.0}]]
+    assert TOOL.step([rows[1]], verify) == [None] and len(calls) == 1   # nothing to run: no verifier call
+
+
+def test_one_registry_names_the_environments_everywhere():
+    """envs.ENVS is what the trainer's --env, a work item's env and launch.sh's ENV accept."""
+    import trainer_config
+    assert set(envs.ENVS) >= {"python_tool", "fix_tests"} and type(envs.get("")) is envs.Env
+    assert all(envs.get(name).name == name for name in envs.ENVS)
+    with pytest.raises(ValueError, match="python_tool, fix_tests"):
+        envs.get("chess")
+    with pytest.raises(ValueError, match="unknown env 'chess'"):
+        trainer_config.Config(env="chess")
+    item = wire.WorkItem(item_id="i", prompt="p", group_size=1, seq_len=64, max_new_tokens=8, min_version=0)
+    for name in envs.ENVS:
+        assert wire.WorkItem.from_dict({**item.to_dict(), "env": name, "max_turns": 2}).env == name
+    with pytest.raises(wire.WireError, match="envs.ENVS"):
+        wire.WorkItem.from_dict({**item.to_dict(), "env": "chess"})
+
+
+def test_launch_sh_refuses_an_env_the_registry_does_not_hold(tmp_path):
+    import os
+    import subprocess
+    from conftest import ROOT
+    run = lambda name: subprocess.run(["bash", "launch.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                                      env={**os.environ, "ENV": name, "DRY_RUN": "1", "RUN_DIR": str(tmp_path / name)})
+    refused = run("chess")
+    assert refused.returncode == 2 and f"ENV=chess: expected one of: {' '.join(envs.ENVS)}" in refused.stderr
+    accepted = run("fix_tests")
+    assert accepted.returncode == 0 and "--env fix_tests" in accepted.stdout, accepted.stderr[-2000:]
 
 
 def test_the_sandbox_runs_a_tool_call_and_returns_its_output():

@@ -277,8 +277,8 @@ def test_curate_check_warns_about_tests_that_trust_the_program(pool, tmp_path):
 def test_a_memory_hungry_reward_function_is_a_reward_error_not_the_hosts_memory(tmp_path):
     """A textbook Levenshtein reward builds the whole (n+1) x (m+1) table: on a 20k-character
     completion against a 20k-character row, 400 million cells. It runs under the graders' address-space
-    limit (envs.GRADER_MEMORY_MB), so it raises MemoryError there: a reward_error, never scored."""
-    import envs
+    limit (scorers.GRADER_MEMORY_MB), so it raises MemoryError there: a reward_error, never scored."""
+    import scorers
     path = tmp_path / "lev.py"
     path.write_text(textwrap.dedent("""
         def levenshtein(completion, row):
@@ -288,9 +288,9 @@ def test_a_memory_hungry_reward_function_is_a_reward_error_not_the_hosts_memory(
                 d[i][0] = i
             return 1.0 - d[-1][0] / max(len(a), 1)
         """))
-    v = envs.call_reward(f"{path}:levenshtein", "x" * 20000, {"target": "y" * 20000}, timeout_s=120.0)
-    assert v["status"] == envs.REWARD_ERROR and "MemoryError" in v["detail"], v
-    small = envs.call_reward(f"{path}:levenshtein", "abc", {"target": "abd"}, timeout_s=60.0)
+    v = scorers.call_reward(f"{path}:levenshtein", "x" * 20000, {"target": "y" * 20000}, timeout_s=120.0)
+    assert v["status"] == scorers.REWARD_ERROR and "MemoryError" in v["detail"], v
+    small = scorers.call_reward(f"{path}:levenshtein", "abc", {"target": "abd"}, timeout_s=60.0)
     assert small["status"] == "failed" and small["reward"] == 0.0, small   # an honest call still scores
 
 

@@ -1,37 +1,23 @@
-"""envs.py: what a task is, besides code. A dataset row becomes a prompt; a completion gets a score.
+"""scorers.py: the verifier role's scorers of completions that run no program: a math answer graded
+against its reference, and a reward function of your own (REWARD=file.py:function) called on it.
 
-Three kinds of task share the roles (the trainer makes work items, a worker samples and asks the
-verifier role for verdicts, the verdict's reward is what GRPO sees):
+  kind     a job holds                                   scored by
+  -------  --------------------------------------------  -----------------------------------------------
+  math     the completion, the reference answer and its   math_answers.math_verdict, in a grading process
+           format ("hash": #### n, "boxed": \\boxed{n})   that math-verify is loaded in once
+  reward   the completion and the dataset row (JSON)      function(completion: str, row: dict) -> float,
+                                                         in a process started for the call
 
-  kind       a row                                        scored by
-  ---------  -------------------------------------------  ------------------------------------------
-  code       HumanEval / MBPP / asserts / stdin-stdout    the sandbox runs the program (sandbox.py)
-             (tasks.py reads them)
-  math       GSM8K: question + answer ending "#### 42";   math_answers.py: the final answer after any
-             MATH: problem + solution with \\boxed{...};   </think> (boxed, "####", or the last number,
-             MATH-500: problem + answer                   in that order), read as its dataset writes it
-  reward     any row with a "prompt" (text) or            your function, REWARD=file.py:function:
-             "messages" (a chat list), any other fields   function(completion: str, row: dict) -> float
+Each job runs in a child process killed at the job's time limit: a reward function in a process started
+for each call (by a fork server), a math answer in a grading process that is replaced when killed. A
+function that hangs or crashes, or an answer made to be slow to parse, costs one verdict, and the jobs
+beside it wait for neither. A verdict is {passed, reward, status, detail, fraction}, as the sandbox's:
+"passed", "lenient" (math: the right answer found only by a looser extraction), "failed", or
+REWARD_ERROR (the reward function raised, returned something that is not a real number or not finite
+as a float32, or ran past its time limit): like the sandbox's infra_error, never a silent 0.
 
-MORE THAN ONE TURN (`run_episodes`, trainer --env python_tool): the model may write a ```python block; the
-sandbox runs it and its output comes back as the next user message, tokenized once with loss mask 0;
-the model's own tokens stay exactly as sampled (token in, token out); the last turn is scored.
-
-A completion's verdict is {passed, reward, status, detail, fraction}, as the sandbox's. Statuses of
-these kinds: "passed" (math: the right answer in the requested format), "lenient" (the right answer,
-found only by a looser extraction: the metrics report strict and lenient accuracy apart, since a gain
-in format alone looks like a gain in accuracy), "failed" (a wrong answer, none, one longer than
-math_answers.MAX_ANSWER_CHARS, or one whose reading runs past the job's time limit), and REWARD_ERROR:
-the reward function raised, returned something that is not a real number or not finite as a float32,
-or ran past its time limit. REWARD_ERROR is, like the sandbox's infra_error, never a silent 0: the
-group is not trained on (lifecycle.infra_failures) and it is counted (verifier/infra_error_frac).
-
-The verifier role scores math and reward jobs (Scorer), each in a child process killed at the job's
-time limit: a reward function in a process started for each call (by a fork server), a math answer
-(math_answers.math_verdict) in a grading process that math-verify is loaded in once and that is
-replaced when killed. A function that hangs or crashes, or an answer made to be slow to parse, costs
-one verdict, and the jobs beside it wait for neither. Math needs the math extra: pip install -r
-requirements-math.txt.
+verifier.py hands math and reward jobs to a Scorer; curate.py reads MathVerifyMissing from here. Math
+needs the math extra: pip install -r requirements-math.txt.
 
 Run the tests:  python -m pytest -q tests/test_envs.py
 """
@@ -48,8 +34,8 @@ import queue
 import resource
 import threading
 
-from math_answers import MathVerifyMissing, math_verdict  # curate.py reads envs.MathVerifyMissing too
-from math_answers import MATH_FORMATS, MAX_ANSWER_CHARS  # noqa: F401  (verifier.py reads them from envs)
+from math_answers import MathVerifyMissing, math_verdict  # curate.py reads scorers.MathVerifyMissing too
+from math_answers import MATH_FORMATS, MAX_ANSWER_CHARS  # noqa: F401  (verifier.py reads them from here)
 from verdicts import REWARD_ERROR
 
 
@@ -119,13 +105,13 @@ _CONTEXT = None
 
 def _context():
     """The fork server that starts reward and grading processes (safe beside the verifier's threads);
-    it imports envs (the processes' code), math_answers and math-verify once, so a process it forks
+    it imports scorers (the processes' code), math_answers and math-verify once, so a process it forks
     starts with them loaded."""
     global _CONTEXT
     if _CONTEXT is None:
         import multiprocessing
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["envs", "math_answers", "math_verify"])  # one not installed is skipped
+        ctx.set_forkserver_preload(["scorers", "math_answers", "math_verify"])  # one not installed is skipped
         _CONTEXT = ctx
     return _CONTEXT
 
@@ -299,121 +285,3 @@ class Scorer:
             graders, self.graders = list(self.graders), set()
         for g in graders:
             g.kill()
-
-
-def batch_metrics(env_stats: list, statuses: list, math_task: bool) -> dict:
-    """A step's task metrics: env/turns_mean and env/tool_calls_mean over the rows of multi-turn
-    episodes (env_stats: each rollout's {"turns": [G], "tool_calls": [G]}, {} for one turn), and for a
-    math task math/strict_acc (the answer in the format asked for: the reward) and math/lenient_acc
-    (a right answer found anywhere) over the verdict statuses."""
-    out = {}
-    if any(env_stats):
-        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
-        out.update({f"env/{k}_mean": float(mean([x for s in env_stats for x in s.get(k, [])]))
-                    for k in ("turns", "tool_calls")})
-    if math_task and statuses:
-        out.update({"math/strict_acc": sum(s == "passed" for s in statuses) / len(statuses),
-                    "math/lenient_acc": sum(s in ("passed", "lenient") for s in statuses) / len(statuses)})
-    return out
-
-
-# ----------------------------------------------------------------------------- more than one turn
-
-ENVS = ("python_tool",)
-TOOL_SYSTEM = ("You can run Python. To run code, write one ```python code block; what it prints comes back to "
-               "you in the next message. When you know the answer, give it without a code block.")
-OBSERVATION_CHARS = 400  # a tool's output is cut to this many characters before it goes back to the model
-OBSERVATION_TOKENS = 160  # what the trainer's row length (T) reserves for each observation
-
-
-def tool_code(turn_text: str) -> str | None:
-    """The program a model turn asks to run (the python tool): its last ```python block, or None."""
-    blocks = [content for label, content in _python_blocks(turn_text)]
-    return blocks[-1] if blocks else None
-
-
-def _python_blocks(text: str):
-    import prompts
-    return [(label, content) for label, content in prompts._blocks(text) if label in prompts._PYTHON_LABELS]
-
-
-def observation(output: str, chars: int = OBSERVATION_CHARS) -> str:
-    """The user message that carries a tool's output back to the model (the output cut to `chars`)."""
-    output = output if len(output) <= chars else output[:chars] + "\n[... cut]"
-    return f"Output:\n{output}" if output.strip() else "Output: (nothing printed)"
-
-
-def observation_tokens(output: str, observe, budget: int = OBSERVATION_TOKENS) -> list:
-    """The tokens of the observation of `output` (observe(message) -> the template's text between two
-    turns around that message, tokenized), at most `budget` of them when the output can be cut to fit:
-    the output is cut to OBSERVATION_CHARS, then to the longest prefix whose tokens fit (a tokenizer
-    that splits digits spends a token per character). The trainer reserves `budget` tokens per
-    observation in a row's length."""
-    ids = [int(t) for t in observe(observation(output))]
-    if len(ids) <= budget:
-        return ids
-    fits = lambda n: [int(t) for t in observe(observation(output, chars=n))]
-    lo, hi = 0, min(len(output), OBSERVATION_CHARS)  # the longest prefix that fits, by bisection
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if len(fits(mid)) <= budget else (lo, mid - 1)
-    return fits(lo)
-
-
-class Episode:
-    """One row of a multi-turn rollout, token in, token out: `tokens` are the prompt, then each model
-    turn exactly as sampled and each observation tokenized once; `mask` is 1 on the model's tokens only
-    (the loss and the bitwise metric count those), `logp` the log-prob each model token was sampled
-    with (0 elsewhere). final_text: the last model turn's text, which the task's reward scores."""
-
-    def __init__(self, prompt: list):
-        self.tokens, self.mask, self.logp = list(prompt), [0.0] * len(prompt), [0.0] * len(prompt)
-        self.turns, self.tool_calls, self.final_text, self.finished, self.done = 0, 0, "", False, False
-        self.turn_ended = False  # the last turn ended with the end-of-turn token (a tool may be called)
-
-
-def run_episodes(prompts_ids: list, *, max_turns: int, seq_len: int, max_new_tokens: int, sample_turn,
-                 run_code, observe, decode, eos_id: int, stop_ids=()) -> list:
-    """The python tool's episodes for a batch of rows. Each turn, every row still going samples one model
-    turn (sample_turn(row indices, token lists, budgets, turn) -> [(tokens, logps)], the sampler); a row whose turn
-    ended with eos_id (the template's end-of-turn token) and holds a ```python block, with turns left
-    and room for an observation and at least one more token, has the code run (run_code(programs) ->
-    outputs, the sandbox) and the observation's tokens appended (observation_tokens: observe(message)
-    -> token ids, the chat template's text between the turns, tokenized once, within
-    OBSERVATION_TOKENS); any other row is done, its last turn the one the reward scores. A turn that
-    ended with one of `stop_ids` (the checkpoint's other eos ids: the end of a document, not of a turn)
-    is finished but calls no tool."""
-    ends = {int(eos_id), *map(int, stop_ids)}
-    eps = [Episode(p) for p in prompts_ids]
-    for turn in range(max_turns):
-        index = [i for i, e in enumerate(eps) if not e.done]
-        live = [eps[i] for i in index]
-        if not live:
-            break
-        budgets = [min(max_new_tokens, seq_len - len(e.tokens)) for e in live]
-        for e, (toks, logps) in zip(live, sample_turn(index, [list(e.tokens) for e in live], budgets, turn)):
-            toks = [int(t) for t in toks]
-            e.tokens += toks
-            e.mask += [1.0] * len(toks)
-            e.logp += [float(x) for x in logps]
-            e.turns += 1
-            e.finished = bool(toks) and toks[-1] in ends
-            e.final_text = decode(toks[:-1] if e.finished else toks)
-            e.turn_ended = bool(toks) and toks[-1] == eos_id
-        calls = []
-        for e in live:
-            code = tool_code(e.final_text) if e.turn_ended and turn + 1 < max_turns else None
-            if code is None:
-                e.done = True
-            else:
-                calls.append((e, code))
-        for (e, _), output in zip(calls, run_code([code for _, code in calls]) if calls else []):
-            obs = observation_tokens(output, observe)
-            if len(e.tokens) + len(obs) + 1 >= seq_len:  # no room to answer: the episode ends here
-                e.done = True
-                continue
-            e.tool_calls += 1
-            e.tokens += obs
-            e.mask += [0.0] * len(obs)
-            e.logp += [0.0] * len(obs)
-    return eps
