@@ -353,6 +353,36 @@ def _write_minimal_etc(etc: str, uids: tuple[int, int]) -> None:
         os.chmod(f"{etc}/ld.so.cache", 0o644)
 
 
+def _build_root(image: str, hidden: list, uids) -> None:
+    """The executor's private root (ROOT_DIR, then chroot into it): the image's top level bound
+    read-only, a minimal /etc, the hidden paths covered, four devices, a /tmp for the scratches."""
+    try:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
+        mount("tmpfs", ROOT_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME, "size=4m,mode=755")
+        for name in sorted(os.listdir(image)):  # the image's top level: directories and symlinks
+            if name in ("etc", "dev", "tmp", "proc", "sys"):
+                continue  # the sandbox's own (below), never a copy of the host's
+            src, dst = f"{image}/{name}", f"{ROOT_DIR}/{name}"
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            elif os.path.isdir(src):
+                os.mkdir(dst, 0o755)
+                _bind_ro(src, dst)
+        _write_minimal_etc(ROOT_DIR + "/etc", uids)
+        for h in hidden:
+            if os.path.isdir(ROOT_DIR + h):
+                mount("tmpfs", ROOT_DIR + h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
+        for dev in ("null", "zero", "urandom", "random"):
+            _bind_ro(f"/dev/{dev}", f"{ROOT_DIR}/dev/{dev}", nodev=False)
+        os.makedirs(ROOT_DIR + "/tmp", exist_ok=True)  # holds only the mount points of the scratches
+        mount("tmpfs", ROOT_DIR + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               "size=1m,nr_inodes=4096,mode=711")
+        os.chroot(ROOT_DIR)
+        os.chdir("/")
+    except OSError as e:
+        raise refuse(f"could not build the private root: {e}") from None
+
+
 def enter_sandbox(mode: str, hide: list[str], image: str | None = None) -> dict:
     """Move this (executor) process into the isolation level `mode`; return a report of what is
     isolated ("uids": the (candidate, judge) uids, or None where children keep ours). `image`: the
@@ -384,31 +414,7 @@ def enter_sandbox(mode: str, hide: list[str], image: str | None = None) -> dict:
         raise refuse(f"unshare(CLONE_NEWNS|CLONE_NEWNET) failed with {errno.errorcode.get(err, err)} "
                       f"({os.strerror(err)}): no CAP_SYS_ADMIN (an unprivileged container?) or a "
                       "seccomp filter forbids it")
-    try:
-        mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
-        mount("tmpfs", ROOT_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME, "size=4m,mode=755")
-        for name in sorted(os.listdir(image)):  # the image's top level: directories and symlinks
-            if name in ("etc", "dev", "tmp", "proc", "sys"):
-                continue  # the sandbox's own (below), never a copy of the host's
-            src, dst = f"{image}/{name}", f"{ROOT_DIR}/{name}"
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-            elif os.path.isdir(src):
-                os.mkdir(dst, 0o755)
-                _bind_ro(src, dst)
-        _write_minimal_etc(ROOT_DIR + "/etc", uids)
-        for h in hidden:
-            if os.path.isdir(ROOT_DIR + h):
-                mount("tmpfs", ROOT_DIR + h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
-        for dev in ("null", "zero", "urandom", "random"):
-            _bind_ro(f"/dev/{dev}", f"{ROOT_DIR}/dev/{dev}", nodev=False)
-        os.makedirs(ROOT_DIR + "/tmp", exist_ok=True)  # holds only the mount points of the scratches
-        mount("tmpfs", ROOT_DIR + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-               "size=1m,nr_inodes=4096,mode=711")
-        os.chroot(ROOT_DIR)
-        os.chdir("/")
-    except OSError as e:
-        raise refuse(f"could not build the private root: {e}") from None
+    _build_root(image, hidden, uids)
     # What this process mapped from the host's disk before the chroot (the interpreter, libc, the
     # extension modules it imported) stays reachable through the mappings its children inherit:
     # locked, every page of it is resident while we live, so no program's reads change that.
