@@ -1,6 +1,6 @@
 """continuous.py: the sampler's continuous batching, and weight updates between its decode steps.
 
-model.generate() decodes R rows until the slowest is done: a row that ends early keeps its slot idle.
+sampler.generate() decodes R rows until the slowest is done: a row that ends early keeps its slot idle.
 Here a fixed number of decode slots stays busy instead: when a row ends (eos, its token budget, or a
 full cache) the next waiting row is prefilled into the freed slot. Two ways to drive it:
 
@@ -19,22 +19,23 @@ its prompt and its tokens so far run through the new weights (one prefill of tho
 swap on the row is sampled exactly as the new weights would have sampled it from that prefix: its
 later tokens' log-probs are the trainer's bit for bit (AReaL recomputes the same way). Either way each
 token records the version that sampled it (Row.versions) and keeps the log-prob it was sampled with:
-lifecycle.py says what a row with several versions is worth.
+lifecycle.py says what a row with several versions is worth. Ended rows become a sampler.Samples
+record (Samples.from_rows), the one record every sampling path returns.
 
 Device state (_cb_init): the KV cache, L arrays [S, K, C, H] (S slots, C = cache_len, uint16 bits for
-bf16 as in model._generate_jit), and per slot: the hidden state to sample from next (x_SD), the count
+bf16 as in sampler.generate), and per slot: the hidden state to sample from next (x_SD), the count
 of tokens sampled (n_S), live flag, token budget, prompt length, PRNG key, and the sampled tokens /
 log-probs so far ([S, M], M = the largest budget). Jitted programs act on it (donated: in place):
-  _cb_prefill:   new rows' prompts through the forward's layer stack (model._hidden, return_kv) at a
+  _cb_prefill:   new rows' prompts through the forward's layer stack (model.hidden, return_kv) at a
                  short padded length Tp (a power of two >= 16, at most C: few compiles), K/V written
                  into cache positions [0, Tp) of their slots, x at the last prompt position kept;
   _cb_recompute: the same for rows in progress (prompt + tokens so far), keeping their counters;
   _cb_decode:    a while loop; each step samples one token per live slot from x_SD (row r's i-th
-                 token from uniform(fold_in(key_r, i)), as model.generate), records it, then runs
-                 model._decode_step for all slots at their own positions. It returns to the host after
+                 token from uniform(fold_in(key_r, i)), as sampler.generate), records it, then runs
+                 sampler.decode_step for all slots at their own positions. It returns to the host after
                  max_steps steps, or as soon as enough slots are free while rows are waiting, or when
                  no slot is live; the host harvests ended rows and prefills new ones.
-Bitwise: per row the same ops as model.generate() alone with T = cache_len: decode over the full-length
+Bitwise: per row the same ops as sampler.generate() alone with T = cache_len: decode over the full-length
 cache with S >= MIN_DECODE_ROWS rows (model.py PRECISION POLICY (d), (e)); a prefill differs only in
 padding (Tp positions instead of T, other rows in the batch), which the layer stack does not see:
 causal masks give padded positions probability 0, the row-sum tree over zero padding is exact, and
@@ -55,8 +56,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from model import (MIN_CHUNK, MIN_DECODE_ROWS, ModelConfig, _as_bits, _decode_step, _head_logits, _hidden,
-                   _log_softmax, _remat, _row_keys, _sample, _unembed_matrix, ends_row, stop_ids)
+from model import MIN_CHUNK, MIN_DECODE_ROWS, ModelConfig, hidden, next_token_logprobs
+from sampler import Samples, cache_bits, decode_step, draw, ended_on_stop, ends_row, keys_per_row, stop_ids
 
 MODES = ("keep", "recompute")
 
@@ -79,10 +80,10 @@ def _prefill_into(params, cfg, state, seq_nT, seq_len_n, slot_n):
     """seq_nT (right-padded to Tp) through the layer stack: K/V into cache positions [0, Tp) of slots
     slot_n, x at each row's last position into x_SD."""
     n, Tp = seq_nT.shape
-    x_nTD, (k_LnKTH, v_LnKTH) = _hidden(params, cfg, seq_nT, return_kv=True)
+    x_nTD, (k_LnKTH, v_LnKTH) = hidden(params, cfg, seq_nT, return_kv=True)
     k_cache, v_cache = state["cache"]
-    k_cache = tuple(c.at[slot_n, :, :Tp].set(_as_bits(k_LnKTH[i])) for i, c in enumerate(k_cache))
-    v_cache = tuple(c.at[slot_n, :, :Tp].set(_as_bits(v_LnKTH[i])) for i, c in enumerate(v_cache))
+    k_cache = tuple(c.at[slot_n, :, :Tp].set(cache_bits(k_LnKTH[i])) for i, c in enumerate(k_cache))
+    v_cache = tuple(c.at[slot_n, :, :Tp].set(cache_bits(v_LnKTH[i])) for i, c in enumerate(v_cache))
     x_nD = x_nTD[jnp.arange(n), seq_len_n - 1]
     return dict(state, cache=(k_cache, v_cache), x_SD=state["x_SD"].at[slot_n].set(x_nD))
 
@@ -109,8 +110,6 @@ def _cb_decode(params, cfg, state, temperature, top_p, eos_K, waiting, refill, m
                use_top_p: bool):
     """Sample + decode steps until no slot is live, min(refill, waiting) slots are free while rows
     wait, or max_steps steps ran. Returns (state, steps run, tokens sampled for live rows)."""
-    head = _remat(cfg, partial(_head_logits, cfg))
-    w = _unembed_matrix(params, cfg)
     S, M = state["tok_SM"].shape
     C = state["cache"][0][0].shape[2]
 
@@ -124,14 +123,14 @@ def _cb_decode(params, cfg, state, temperature, top_p, eos_K, waiting, refill, m
         st, steps, useful = carry
         live_S, n_S = st["live_S"], st["n_S"]
         u_S = jax.vmap(lambda k, i: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(st["keys_S"], n_S)
-        logp_SV = _log_softmax(cfg, head(params["final_norm"], w, st["x_SD"]), temperature)
-        tok_S = _sample(u_S, logp_SV, top_p, greedy, use_top_p)
+        logp_SV = next_token_logprobs(params, cfg, st["x_SD"], temperature)
+        tok_S = draw(u_S, logp_SV, top_p, greedy, use_top_p)
         tok_logp_S = jnp.take_along_axis(logp_SV, tok_S[:, None], axis=-1)[:, 0]
         write_SM = live_S[:, None] & (jnp.arange(M)[None, :] == n_S[:, None])
         n_S = n_S + live_S.astype(jnp.int32)
         ended_S = ends_row(tok_S, eos_K) | (n_S >= st["budget_S"])
         pos_S = jnp.clip(st["plen_S"] + n_S - 1, 0, C - 1)  # the new token's position (ended slots: harmless)
-        cache, x_SD = _decode_step(params, cfg, st["cache"], tok_S, pos_S)
+        cache, x_SD = decode_step(params, cfg, st["cache"], tok_S, pos_S)
         st = dict(st, cache=cache, x_SD=x_SD, n_S=n_S, live_S=live_S & ~ended_S,
                   tok_SM=jnp.where(write_SM, tok_S[:, None], st["tok_SM"]),
                   logp_SM=jnp.where(write_SM, tok_logp_S[:, None], st["logp_SM"]))
@@ -164,8 +163,8 @@ def _padded_batch(seqs: list, cap: int, pad_id: int):
 class Row:
     """One completion to sample. The caller sets prompt, key, budget and tag (anything: which item and
     sample this row is); the engine fills tokens (prompt + completion), logp (per completion token, the
-    log-prob it was sampled with) and versions (per completion token, the weight version that sampled
-    it) when the row ends."""
+    log-prob it was sampled with), versions (per completion token, the weight version that sampled
+    it) and stopped (it ended on a stop id) when the row ends. Samples.from_rows lays rows out [R, T]."""
     prompt: np.ndarray
     key: jax.Array
     budget: int
@@ -173,6 +172,7 @@ class Row:
     tokens: np.ndarray | None = None
     logp: np.ndarray | None = None
     versions: np.ndarray | None = None
+    stopped: bool = False
     segments: list = field(default_factory=list)  # (first token index, version) from each swap on
 
 
@@ -196,7 +196,8 @@ class Slots:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         self.params, self.cfg, self.version = params, cfg, version
         self.cache_len, self.width, self.pad_id, self.refill = cache_len, width, pad_id, refill
-        self.scalars = (jnp.float32(temperature), jnp.float32(top_p), stop_ids(eos_id, pad_id, cfg.vocab_size))
+        self.eos_K = stop_ids(eos_id, pad_id, cfg.vocab_size)
+        self.scalars = (jnp.float32(temperature), jnp.float32(top_p), self.eos_K)
         self.flags = dict(greedy=temperature == 0, use_top_p=top_p < 1)
         self.state = None  # made at the first admission (it needs a key of the callers' kind)
         self.slot_row: list[Row | None] = [None] * slots
@@ -242,6 +243,7 @@ class Slots:
             row, c = self.slot_row[sl], int(n_S[sl])
             row.tokens = np.concatenate([row.prompt.astype(np.int32), tok_SM[sl, :c]])
             row.logp = logp_SM[sl, :c].copy()
+            row.stopped = bool(ended_on_stop(row.tokens[None], [row.prompt.size], [c], self.eos_K)[0])
             row.versions = np.zeros(c, np.int32)
             for first, version in row.segments:
                 row.versions[first:] = version
@@ -306,14 +308,14 @@ class Slots:
 
 def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_len: int, max_new_tokens,
                         slots: int = MIN_DECODE_ROWS, temperature: float = 1.0, top_p: float = 1.0,
-                        eos_id=None, pad_id: int = 0, refill: int = 1) -> dict:
+                        eos_id=None, pad_id: int = 0, refill: int = 1, version: int = 0) -> Samples:
     """Sample completions for R prompts with continuous batching over `slots` decode rows, one version.
 
     prompts: R token-id sequences of any lengths 1 <= len < cache_len. key: one PRNG key (split into R)
-    or R keys, one per row, as model.generate(). max_new_tokens: an int or R ints (a per-row budget); a
-    row also ends at eos_id (one id or several, as model.generate) or when its cache is full
+    or R keys, one per row, as sampler.generate(). max_new_tokens: an int or R ints (a per-row budget);
+    a row also ends at eos_id (one id or several, as sampler.generate) or when its cache is full
     (prompt_len + completion_len == cache_len).
-    Per row the result equals model.generate() on that row alone with T = cache_len and the same key,
+    Per row the result equals sampler.generate() on that row alone with T = cache_len and the same key,
     bit for bit (tokens, completion length, log-probs): a completion depends only on its prompt, its
     key and the weights, never on its neighbours, its slot or when it was admitted.
     Rows are admitted in the given order (row r before row r + 1; finished rows free their slot for
@@ -321,11 +323,10 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
     done at about the same time. refill: the decode loop returns to the host (to prefill waiting rows)
     once min(refill, rows waiting) slots are free; 1 keeps the slots fullest, larger means fewer host
     round trips. slots >= MIN_DECODE_ROWS (PRECISION POLICY (e)).
-    Returns numpy values in input order: tokens (R int32 arrays, prompt + completion), logp_behav (R float32
-    arrays, one per completion token: the log-prob under the FULL tempered distribution, as generate()),
-    prompt_len_R, completion_len_R, and stats (decode_steps: sample+decode steps run; useful_tokens:
-    tokens sampled for rows; slot_util = useful_tokens / (slots * decode_steps); host_round_trips;
-    prefill_calls). continuous_to_batch() turns it into generate()'s [R, T] arrays."""
+    Returns a sampler.Samples record of the R rows in input order, [R, cache_len], every token sampled
+    by weight version `version`, with stats: decode_steps (sample+decode steps run), useful_tokens
+    (tokens sampled for rows), slot_util = useful_tokens / (slots * decode_steps), host_round_trips,
+    prefill_calls."""
     prompts = [np.asarray(p).reshape(-1) for p in prompts]
     R = len(prompts)
     if R == 0:
@@ -333,11 +334,11 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
     budget_R = np.broadcast_to(np.asarray(max_new_tokens, np.int64), (R,))
     if budget_R.min() < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    keys_R = _row_keys(key, R)
+    keys_R = keys_per_row(key, R)
     plen_R = np.array([p.size for p in prompts], np.int64)
     width = int(np.minimum(budget_R, np.maximum(cache_len - plen_R, 1)).max())
-    engine = Slots(params, cfg, slots=slots, cache_len=cache_len, width=width, temperature=temperature,
-                   top_p=top_p, eos_id=eos_id, pad_id=pad_id, refill=refill)
+    engine = Slots(params, cfg, slots=slots, cache_len=cache_len, width=width, version=version,
+                   temperature=temperature, top_p=top_p, eos_id=eos_id, pad_id=pad_id, refill=refill)
     rows = [Row(p, keys_R[r], int(budget_R[r]), tag=r) for r, p in enumerate(prompts)]
     for row in rows:
         engine.add(row)
@@ -347,26 +348,4 @@ def generate_continuous(params: dict, cfg: ModelConfig, prompts, key, *, cache_l
     stats = {"decode_steps": st["decode_steps"], "useful_tokens": st["useful_tokens"],
              "slot_util": st["useful_tokens"] / max(slots * st["decode_steps"], 1),
              "host_round_trips": st["host_round_trips"], "prefill_calls": st["prefill_calls"]}
-    return {"tokens": [r.tokens for r in rows], "logp_behav": [r.logp for r in rows],
-            "prompt_len_R": plen_R.astype(np.int32),
-            "completion_len_R": np.array([r.logp.size for r in rows], np.int32), "stats": stats}
-
-
-def continuous_to_batch(out: dict, T: int, pad_id: int = 0) -> dict:
-    """generate_continuous()'s result in model.generate()'s layout: tokens_RT (prompt + completion,
-    right-padded with pad_id to T), logp_behav_RT (float32, the completion tokens' log-probs at their
-    positions, 0 elsewhere), mask_RT (1.0 on completion tokens), completion_len_R; R rows in input
-    order."""
-    R = len(out["tokens"])
-    lens = [t.size for t in out["tokens"]]
-    if max(lens) > T:
-        raise ValueError(f"T = {T} is shorter than the longest row ({max(lens)} tokens)")
-    tokens_RT = np.full((R, T), pad_id, np.int32)
-    logp_behav_RT = np.zeros((R, T), np.float32)
-    mask_RT = np.zeros((R, T), np.float32)
-    for r, (t, lp, p) in enumerate(zip(out["tokens"], out["logp_behav"], out["prompt_len_R"])):
-        tokens_RT[r, :t.size] = t
-        logp_behav_RT[r, p:t.size] = lp
-        mask_RT[r, p:t.size] = 1.0
-    return {"tokens_RT": tokens_RT, "logp_behav_RT": logp_behav_RT, "mask_RT": mask_RT,
-            "completion_len_R": np.asarray(out["completion_len_R"], np.int32)}
+    return Samples.from_rows(rows, cache_len, pad_id, stats)

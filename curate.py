@@ -21,7 +21,7 @@ What it does:
      generated problem its function "family:coeffs", which the stream draws many times).
   2. --k completions per problem from the checkpoint, built and cut exactly as an inference worker
      does it (workitems.problem_item makes the work item: prompt format, program prefix, stop strings;
-     inference_worker's build_prompts, row_keys, cut_completions and verify_jobs do the rest), at
+     sampler.py's build_prompts, row_keys, generate and cut_completions, and envs.score_jobs, do the rest), at
      --temperature 1 with --max-new-tokens as the trainer's. Every completion is scored in the real
      sandbox: verifier.py in a process of its own (warmup.verifier_service: no fork where JAX runs).
      A verdict that is an infrastructure failure (lifecycle.infra_failures: infra_error,
@@ -83,10 +83,10 @@ from dataclasses import dataclass
 
 import cli
 import hf_io
-import inference_worker
 import lifecycle
 import model
 import prompts
+import sampler
 import scorers
 import tasks
 import trainer
@@ -523,20 +523,20 @@ def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, tem
     turn_end = prompts.end_of_turn_id(policy.template, tok) if policy.template else None
     groups = {}  # one generate() call needs one seq_len and one set of stop strings (as in Worker.run_batch)
     for i in verdicts:
-        groups.setdefault(inference_worker.settings(items[i]), []).append(i)
+        groups.setdefault(sampler.settings(items[i]), []).append(i)
     per_call, done, t0, shown = max(1, batch_rows // k), 0, time.monotonic(), time.monotonic()
     for index in groups.values():
         rows = max(model.MIN_DECODE_ROWS, min(per_call, len(index)) * k)  # one shape per group: one compile
         for s in range(0, len(index), per_call):
             chunk = [items[i] for i in index[s:s + per_call]]
             stop = tuple(chunk[0].stop)
-            eos = inference_worker.eos_for(tok, stop, turn_end)  # the worker's rule
-            prompt_RT, prompt_len_R = inference_worker.build_prompts(chunk, tok, rows, pad)
-            out = model.generate(policy.params, policy.mcfg, prompt_RT, prompt_len_R,
-                                 inference_worker.row_keys(seed, chunk, 0, rows), max_new_tokens=max_new_tokens,
-                                 temperature=temperature, top_p=chunk[0].top_p, eos_id=eos, pad_id=pad)
-            _, texts, _ = inference_worker.cut_completions(out, prompt_len_R, tok, stop, pad, eos)
-            results = verify(inference_worker.verify_jobs(chunk, texts[:len(chunk) * k]))
+            eos = sampler.eos_for(tok, stop, turn_end)  # the worker's rule
+            prompt_RT, prompt_len_R = sampler.build_prompts(chunk, tok, rows, pad)
+            out = sampler.generate(policy.params, policy.mcfg, prompt_RT, prompt_len_R,
+                                   sampler.row_keys(seed, chunk, 0, rows), max_new_tokens=max_new_tokens,
+                                   temperature=temperature, top_p=chunk[0].top_p, eos_id=eos, pad_id=pad)
+            _, texts, _ = sampler.cut_completions(out, tok, stop, pad)
+            results = verify(envs.score_jobs(chunk, texts[:len(chunk) * k]))
             for j, i in enumerate(index[s:s + per_call]):
                 verdicts[i] = results[j * k:(j + 1) * k]
             done += len(chunk)

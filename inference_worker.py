@@ -27,9 +27,9 @@ The loop, one batch at a time:
      trainer is gone). Together with the trainer's check when a rollout enters a batch this is the
      staleness bound: `max_staleness` decides how far ahead of itself the trainer enqueues, and so
      how stale a rollout can get by the time it is used.
-  2. Lease up to `batch_items` items and sample G completions for each in ONE decode batch,
-     padded to a fixed row count so the jitted sampler compiles once (or over --slots decode slots,
-     continuous.py). All tokens of a batch come from one weight version: weights are only swapped
+  2. Lease up to `batch_items` items and sample G completions for each in ONE decode batch
+     (sampler.py: generate, the rows laid out by build_prompts and keyed by row_keys), padded to a
+     fixed row count so the jitted sampler compiles once (or over --slots decode slots, continuous.py). All tokens of a batch come from one weight version: weights are only swapped
      between batches. Leases are short (`lease_s`); the heartbeat renews them every lease_s / 3
      until the rollouts are submitted.
      With --inflight keep|recompute (run_inflight) there are no batches: rows stream through the
@@ -43,7 +43,8 @@ The loop, one batch at a time:
      (tokenized once, mask 0) before the next turn; the last turn is verified.
   3. Cut each completion at its stop string, build its program (prompts.assemble_program: prompt +
      completion for base models, the fenced code of the answer for chat models), send it with the
-     item's hidden tests to the verifier, and submit one rollout per item: tokens, the log-probs the sampler sampled
+     item's hidden tests to the verifier, and submit one rollout per item (Worker.finish, the one
+     place a sampler.Samples record of any sampling path becomes rollouts): tokens, the log-probs the sampler sampled
      with (the trainer compares its own to these, bit for bit, at staleness 0), mask, rewards,
      verdict statuses, and the policy version. A verifier that does not answer (no pong, or no verdicts
      by the bound it gave for the batch; after one retry) gives every program the status INFRA_ERROR:
@@ -65,11 +66,9 @@ import signal
 import threading
 import time
 import traceback
-import zlib
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import cli
@@ -81,6 +80,7 @@ import lora
 import model
 import prompts
 import quant
+import sampler
 import sharding
 import timeline
 import verifier_client
@@ -89,7 +89,7 @@ import weights
 import weights_fs
 import weights_zmq
 import wire
-import workitems
+from sampler import Samples, build_prompts, cut_completions, eos_for, row_budgets, row_keys, settings
 from verdicts import INFRA_ERROR
 
 
@@ -240,109 +240,7 @@ def weight_fetcher(cfg: Config, incarnation: str) -> weights.Transport:
                                      relay_timeout_s=cfg.relay_timeout_s, fetch_delay_s=cfg.fetch_delay_s)
 
 
-# ----------------------------------------------------------------------------- sampling (pure)
-
-def settings(item: wire.WorkItem) -> tuple:
-    """What one generate() call needs to be the same for all its rows."""
-    return item.seq_len, item.max_new_tokens, item.temperature, item.top_p, tuple(item.stop)
-
-
-def build_prompts(items: list, tokenizer, rows: int, pad_id: int):
-    """Each item's prompt repeated G times, right-padded to the item's seq_len, then dummy rows up to
-    `rows` (a fixed decode batch: one compilation). Returns (prompt_RT, prompt_len_R)."""
-    T = items[0].seq_len
-    prompt_RT = np.full((rows, T), pad_id, np.int32)
-    prompt_len_R = np.ones(rows, np.int32)
-    r = 0
-    for item in items:
-        ids = tokenizer.encode(item.prompt)
-        if not workitems.fits(len(ids), T, item.max_new_tokens):
-            raise ValueError(f"item {item.item_id}: prompt of {len(ids)} tokens does not fit "
-                             f"seq_len {T} with max_new_tokens {item.max_new_tokens}")
-        for _ in range(item.group_size):
-            prompt_RT[r, :len(ids)], prompt_len_R[r] = ids, len(ids)
-            r += 1
-    return prompt_RT, prompt_len_R
-
-
-def cut_completions(out: dict, prompt_len_R, tokenizer, stop: tuple, pad_id: int, eos_id=()):
-    """Cut every completion just after its first stop string: later tokens become padding with mask 0,
-    so the trainer learns only from what the verifier saw. Returns (out, texts, finished): finished[b]
-    is True when row b ended on a stop string or on one of the ids eos_id (eos_for) rather than at the
-    length limit."""
-    ends = {int(eos_id)} if np.ndim(eos_id) == 0 and eos_id is not None else set(map(int, eos_id or ()))
-    tokens_RT, logp_behav_RT, mask_RT = out["tokens_RT"].copy(), out["logp_behav_RT"].copy(), out["mask_RT"].copy()
-    texts, finished = [], []
-    has_stop = lambda ids: any(s and s in tokenizer.decode(ids) for s in stop)
-    for b in range(tokens_RT.shape[0]):
-        start, n = int(prompt_len_R[b]), int(mask_RT[b].sum())
-        ids, keep = tokens_RT[b, start:start + n].tolist(), n
-        stopped = has_stop(ids)
-        if stopped:  # the shortest prefix that contains a stop string (containment grows with the prefix)
-            lo, hi = 1, n
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if has_stop(ids[:mid]) else (mid + 1, hi)
-            keep = lo
-        texts.append(tokenizer.decode(ids[:keep]))
-        finished.append(stopped or (keep > 0 and ids[keep - 1] in ends))
-        tokens_RT[b, start + keep:], logp_behav_RT[b, start + keep:], mask_RT[b, start + keep:] = pad_id, 0.0, 0.0
-    return {"tokens_RT": tokens_RT, "logp_behav_RT": logp_behav_RT, "mask_RT": mask_RT}, texts, finished
-
-
-def row_keys(seed: int, items: list, version: int, rows: int):
-    """One sampling key per decode row (the layout of build_prompts), for model.generate.
-
-    A training item's G rows draw from its item id and the weight version: a rerun samples the same.
-    An item with a "crn_key" (the trainer's evaluation items) draws from that key and the row's index
-    alone, not from the version, from this worker's seed or from the items it shares a lease with. So
-    every evaluation of a run uses the same random numbers whichever worker samples it (common random
-    numbers): the difference between two evaluations measures the change of weights, not the luck of
-    the draw, and each one is still an unbiased estimate. (The trainer puts its own seed in crn_key.)
-    """
-    base = jax.random.PRNGKey(seed)
-    keys = []
-    for item in items:
-        if item.crn_key:
-            item_key = jax.random.fold_in(jax.random.PRNGKey(0), zlib.crc32(item.crn_key.encode()))
-        else:
-            item_key = jax.random.fold_in(base, zlib.crc32(f"{item.item_id}@{version}".encode()))
-        keys.append(jax.vmap(jax.random.fold_in, (None, 0))(item_key, jnp.arange(item.group_size)))
-    n = sum(len(k) for k in keys)
-    keys.append(jax.random.split(jax.random.fold_in(base, version), rows - n))  # dummy rows
-    return jnp.concatenate(keys)
-
-
-def row_budgets(item: wire.WorkItem, tail: float) -> list:
-    """The token budget of each of the item's G rows (Config.length_tail), a function of the item id."""
-    if not tail:
-        return [item.max_new_tokens] * item.group_size
-    u = np.random.default_rng(zlib.crc32(item.item_id.encode())).random(item.group_size)
-    return [max(1, int(item.max_new_tokens * min(1.0, 0.1 / (1 - x) ** (1 / tail)))) for x in u]
-
-
-def eos_for(tokenizer, stop: tuple, end_of_turn: int | None = None) -> tuple:
-    """The token ids that end a row: a stop string that is one token, every eos id of the checkpoint
-    (generation_config.json may list several) and the chat template's end-of-turn token
-    (prompts.end_of_turn_id), all as ids, never as decoded text (a special token decodes to "")."""
-    stop_ids = [tokenizer.encode(s) for s in stop]
-    one_token = [ids[0] for ids in stop_ids if len(stop) == 1 and len(ids) == 1]
-    ids = one_token + list(getattr(tokenizer, "eos_ids", ())) + ([end_of_turn] if end_of_turn is not None else [])
-    return tuple(dict.fromkeys(int(i) for i in ids))
-
-
-def verify_jobs(items: list, texts: list) -> list:
-    """One verifier job per completion: the one its item's environment scores it by (envs.Env.score_job:
-    a code task's program as prompts.assemble_program builds it, the function `python curate.py check`
-    uses on a dataset's reference solutions, with its tests; math and reward items: the completion
-    text itself, scored by scorers.py in the verifier role)."""
-    jobs, r = [], 0
-    for item in items:
-        env = envs.get(item.env)
-        jobs += [env.score_job(item, texts[r + g]) for g in range(item.group_size)]
-        r += item.group_size
-    return jobs
-
+# ----------------------------------------------------------------------------- devices
 
 def tensor_mesh(tensor_parallel: int, devices=None):
     """The worker's mesh: 1 x tensor_parallel over its first tensor_parallel visible devices (None for 1:
@@ -615,23 +513,22 @@ class Worker:
             keys = row_keys(cfg.seed, items, version, rows)
             if cfg.slots:  # continuous batching over the items' rows (no dummy rows needed)
                 n = sum(i.group_size for i in items)
-                res = continuous.generate_continuous(
+                out = continuous.generate_continuous(
                     self.params, self.mcfg, [prompt_RT[b, :prompt_len_R[b]] for b in range(n)], keys[:n],
                     cache_len=seq_len, max_new_tokens=sum((row_budgets(i, cfg.length_tail) for i in items), []),
-                    slots=cfg.slots, temperature=temperature, top_p=top_p, eos_id=eos, pad_id=self.pad_id)
-                out = continuous.continuous_to_batch(res, seq_len, self.pad_id)
-                span["slot_util"] = round(res["stats"]["slot_util"], 4)
-                steps = res["stats"]["decode_steps"]
+                    slots=cfg.slots, temperature=temperature, top_p=top_p, eos_id=eos, pad_id=self.pad_id,
+                    version=version)
+                span["slot_util"] = round(out.stats["slot_util"], 4)
+                steps = out.stats["decode_steps"]
             else:
-                out = model.generate(self.params, self.mcfg, prompt_RT, prompt_len_R, keys,
-                                     max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                                     eos_id=eos, pad_id=self.pad_id)
-                steps = int(out["completion_len_R"].max())
+                out = sampler.generate(self.params, self.mcfg, prompt_RT, prompt_len_R, keys,
+                                       max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                                       eos_id=eos, pad_id=self.pad_id, version=version)
+                steps = int(out.completion_len_R.max())
             if cfg.token_delay_s:
                 time.sleep(steps * cfg.token_delay_s)
-            span["tokens"] = int(out["mask_RT"].sum())
-        return self.finish(items, out, prompt_len_R, np.full(out["tokens_RT"].shape, version, np.int32),
-                           time.monotonic() - t0)
+            span["tokens"] = int(out.mask_RT.sum())
+        return self.finish(items, out, time.monotonic() - t0)
 
     def sample_episodes(self, items: list) -> int:
         """Multi-turn items (item.env, a name in envs.ENVS; envs.run_episodes): each row's turns sampled
@@ -652,7 +549,7 @@ class Worker:
                 self.params, self.mcfg, seqs, turn_keys, cache_len=seq_len, max_new_tokens=budgets,
                 slots=max(cfg.slots, model.MIN_DECODE_ROWS), temperature=temperature, top_p=top_p, eos_id=eos,
                 pad_id=self.pad_id)
-            return [(t[len(s):], lp) for t, s, lp in zip(res["tokens"], seqs, res["logp_behav"])]
+            return [res.completion(r) for r in range(len(seqs))]
 
         observe = lambda text: self.tokenizer.encode(prompts.next_turn_text(self.template, text, end_text))
         t0, version = time.monotonic(), self.version
@@ -669,46 +566,46 @@ class Worker:
             n = min(len(e.tokens), seq_len)
             out["tokens_RT"][b, :n], out["logp_behav_RT"][b, :n], out["mask_RT"][b, :n] = e.tokens[:n], e.logp[:n], e.mask[:n]
         env_stats = [{"turns": [e.turns], "tool_calls": [e.tool_calls]} for e in episodes]
-        return self.finish(items, out, np.array([r.size for r in rows]), np.full((len(rows), seq_len), version, np.int32),
-                           time.monotonic() - t0, texts=[e.final_text for e in episodes],
+        samples = Samples.one_version(out["tokens_RT"], out["logp_behav_RT"], out["mask_RT"],
+                                      np.array([r.size for r in rows]), version, [e.finished for e in episodes])
+        return self.finish(items, samples, time.monotonic() - t0, texts=[e.final_text for e in episodes],
                            finished=[e.finished for e in episodes], env_stats=env_stats)
 
-    def finish(self, items: list, out: dict, prompt_len_R, versions_RT, sample_s: float, texts=None,
-               finished=None, env_stats=None) -> int:
-        """Cut each completion at its stop string, verify every program, submit one rollout per item.
-        versions_RT: the version that sampled each token (one version for a batch sampled without
-        in-flight updates: the rollout then carries only that). texts/finished given (multi-turn
-        episodes): the completions are not cut, those texts are scored; env_stats: per row counts."""
+    def finish(self, items: list, samples: Samples, sample_s: float, texts=None, finished=None,
+               env_stats=None) -> int:
+        """The one place sampled rows (sampler.Samples, whichever path sampled them) become rollouts:
+        cut each completion at its stop string, verify every program, submit one rollout per item.
+        A rollout carries per-token versions only when its batch had several (in-flight updates);
+        otherwise its one version. texts/finished given (multi-turn episodes): the completions are not
+        cut, those texts are scored; env_stats: per row counts."""
         cfg = self.cfg
         stop = settings(items[0])[4]
         if texts is None:
-            out, texts, finished = cut_completions(out, prompt_len_R, self.tokenizer, stop, self.pad_id,
-                                                   self.eos_for(stop))
+            samples, texts, finished = cut_completions(samples, self.tokenizer, stop, self.pad_id)
         if cfg.slow_s:
             time.sleep(cfg.slow_s)
         t1 = time.monotonic()
-        sampled = out["mask_RT"][:len(texts)] > 0
-        versions = sorted(set(versions_RT[:len(texts)][sampled].tolist())) or [self.version]
+        sampled = samples.mask_RT[:len(texts)] > 0
+        versions = sorted(set(samples.versions_RT[:len(texts)][sampled].tolist())) or [self.version]
         with self.timeline.span("verify", version=versions[0], programs=len(texts)):
-            verdicts = self.verifiers.verify(verify_jobs(items, texts))
+            verdicts = self.verifiers.verify(envs.score_jobs(items, texts))
         verify_s = time.monotonic() - t1
         t2 = time.time()
 
         r = 0
         for item in items:
             rows_G = slice(r, r + item.group_size)
-            mask_GT, versions_GT = out["mask_RT"][rows_G].astype(np.float32), versions_RT[rows_G].astype(np.int32)
+            group = samples.take(rows_G)
             per_token = len(versions) > 1 or cfg.inflight != lifecycle.OFF
             rollout = wire.Rollout(
-                item_id=item.item_id, version=lifecycle.rollout_version(versions_GT, mask_GT), lineage=self.lineage,
-                worker=cfg.name, prompt_len=int(prompt_len_R[r]),
-                tokens_GT=out["tokens_RT"][rows_G].astype(np.int32),
-                logp_behav_GT=out["logp_behav_RT"][rows_G].astype(np.float32), mask_GT=mask_GT,
+                item_id=item.item_id, version=lifecycle.rollout_version(group.versions_RT, group.mask_RT),
+                lineage=self.lineage, worker=cfg.name, prompt_len=int(group.prompt_len_R[0]),
+                tokens_GT=group.tokens_RT, logp_behav_GT=group.logp_behav_RT, mask_GT=group.mask_RT,
                 rewards_G=np.array([v.reward for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),
                 statuses=[v.status for v in verdicts[rows_G]],
                 texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s,
-                versions_GT=versions_GT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight,
+                versions_GT=group.versions_RT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight,
                 env_stats={k: [s[k][0] for s in env_stats[rows_G]] for k in ("turns", "tool_calls")}
                 if env_stats else {})
             try:
@@ -720,7 +617,7 @@ class Worker:
                 log(cfg, f"rollout {item.item_id} was {status}")
             r += item.group_size
         self.timeline.add("submit", t2, time.time(), version=versions[-1])
-        n_tokens = int(out["mask_RT"].sum())
+        n_tokens = int(samples.mask_RT.sum())
         infra = lifecycle.infra_failures([v.status for v in verdicts])
         log(cfg, f"v{'-'.join(map(str, versions[::max(len(versions) - 1, 1)]))}: {len(items)} items, "
                  f"{n_tokens} tokens in {sample_s:.2f}s ({n_tokens / max(sample_s, 1e-9):.0f} tok/s), "
@@ -818,15 +715,7 @@ class Worker:
 
     def submit_streamed(self, item: wire.WorkItem, rows: list, sample_s: float) -> None:
         """An item whose G rows all ended: laid out [G, T] with the version of each token, then finished."""
-        T = item.seq_len
-        out = continuous.continuous_to_batch(
-            {"tokens": [r.tokens for r in rows], "logp_behav": [r.logp for r in rows],
-             "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
-             "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}, T, self.pad_id)
-        versions_GT = np.full((len(rows), T), -1, np.int32)
-        for g, r in enumerate(rows):
-            versions_GT[g, r.prompt.size:r.prompt.size + r.versions.size] = r.versions
-        self.finish([item], out, np.full(len(rows), rows[0].prompt.size), versions_GT, sample_s)
+        self.finish([item], Samples.from_rows(rows, item.seq_len, self.pad_id), sample_s)
 
     def hello(self) -> None:
         """Tell the param server we (re)started: a predecessor of ours' leases go back to work now."""

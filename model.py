@@ -7,8 +7,11 @@ What is here, top to bottom:
   3. Parameters: init_params, param_count, and a picture of the pytree (hf_io.py maps it to Hugging
      Face names).
   4. The decoder: forward(...) for scoring/training, token_logprobs(...) the one log-prob function
-     (its full-sequence graphs in chunks along T, to bound their memory), and generate(...), KV-cache
-     sampling whose reported log-probs equal token_logprobs bit for bit.
+     (its full-sequence graphs in chunks along T, to bound their memory).
+  5. What the sampler builds on: the prefill (hidden), the per-layer pieces of a decode step
+     (embed_tokens, layer_params, layer_qkv, attention, layer_out, rope_table) and the output head
+     (next_token_logprobs). sampler.py's KV-cache sampling (generate) is made of them, so the
+     log-probs it reports equal token_logprobs bit for bit.
 The trainer's memory estimates built on these graphs are memory.py's.
 
 Architecture (Qwen2, Llama and Qwen3 share it): token embedding, L x [RMSNorm -> GQA attention with RoPE ->
@@ -25,7 +28,6 @@ Shape key (names carry their shapes): R rows (the batch: one sequence each), T t
 H head dim, F mlp width, V vocab, L layers.
 
 Run the tests:  python -m pytest -q tests/test_model.py
-Benchmark:      python bench/bench_generate.py
 """
 from __future__ import annotations
 
@@ -412,7 +414,7 @@ def _llama3_inv_freq(inv_freq, s: Llama3RopeScaling):
     return inv_freq * ((1.0 - a) / s.factor + a)
 
 
-def _rope_table(cfg: ModelConfig, T: int):
+def rope_table(cfg: ModelConfig, T: int):
     """cos/sin [T, H/2] computed once in float64 numpy: a constant, so forward and decode read the same
     bits for a position instead of each evaluating cos() on differently shaped inputs. With
     cfg.rope_scaling the inverse frequencies are first rescaled (_llama3_inv_freq), still in float64."""
@@ -433,7 +435,7 @@ def _rope(cfg: ModelConfig, x_RTXH, cos_BTh, sin_BTh):
     return _to_act(cfg, jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1))
 
 
-def _attention(cfg: ModelConfig, q_RTNH, k_RKSH, v_RKSH, mask_RTS):
+def attention(cfg: ModelConfig, q_RTNH, k_RKSH, v_RKSH, mask_RTS):
     """GQA attention over S key positions; masked scores are -inf (PRECISION POLICY (d)).
     Scores and softmax in f32; probabilities cast to the activation dtype for the PV matmul (as HF)."""
     R, T, N, H = q_RTNH.shape
@@ -546,21 +548,21 @@ def _causal_attention(cfg: ModelConfig, q_RTNH, k_RKTH, v_RKTH, c: int):
     R, T = q_RTNH.shape[:2]
     if c >= T:
         mask_RTS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (R, T, T))
-        return _attention(cfg, q_RTNH, k_RKTH, v_RKTH, mask_RTS)
+        return attention(cfg, q_RTNH, k_RKTH, v_RKTH, mask_RTS)
     n = -(-T // c)
     pos_nC = jnp.arange(n * c).reshape(n, c)  # padded queries sit past T: they see every key, no NaN
 
     @partial(jax.checkpoint, policy=jax.checkpoint_policies.nothing_saveable)
     def chunk(k32, v32, q_RCNH, pos_C):
         mask_RCS = jnp.broadcast_to((pos_C[:, None] >= jnp.arange(T)[None, :])[None], (R, c, T))
-        return _attention(cfg, q_RCNH, k32.astype(k_RKTH.dtype), v32.astype(v_RKTH.dtype), mask_RCS)
+        return attention(cfg, q_RCNH, k32.astype(k_RKTH.dtype), v32.astype(v_RKTH.dtype), mask_RCS)
 
     k32, v32 = k_RKTH.astype(jnp.float32), v_RKTH.astype(jnp.float32)
     o_nBCNH = jax.lax.map(lambda qp: chunk(k32, v32, *qp), (_split_chunks(q_RTNH, c), pos_nC))
     return _join_chunks(o_nBCNH, T)
 
 
-def _qkv(cfg: ModelConfig, lp: dict, x_RTD, cos_BTh, sin_BTh):
+def layer_qkv(cfg: ModelConfig, lp: dict, x_RTD, cos_BTh, sin_BTh):
     """Input RMSNorm, q/k/v projections, Qwen3's QK-norm (per head, over H, before RoPE), RoPE on q and k.
     The QK-norm is _rms_norm itself (PRECISION POLICY (b), (f), (g): f32, per-row barriers, fixed-tree
     row sum over H, one rounding), so decode's [R, 1, ., H] rows and forward's [R, T, ., H] rows get the
@@ -575,7 +577,7 @@ def _qkv(cfg: ModelConfig, lp: dict, x_RTD, cos_BTh, sin_BTh):
     return _rope(cfg, q_RTNH, cos_BTh, sin_BTh), _rope(cfg, k_RTKH, cos_BTh, sin_BTh), v_RTKH
 
 
-def _block_out(cfg: ModelConfig, lp: dict, x_RTD, o_RTNH):
+def layer_out(cfg: ModelConfig, lp: dict, x_RTD, o_RTNH):
     """Attention output projection, residual, then the SwiGLU MLP and its residual."""
     x_RTD = _add(cfg, x_RTD, _einsum(cfg, "BTNH,NHD->BTD", o_RTNH, lp["o_proj"]))
     h_RTD = _rms_norm(cfg, x_RTD, lp["post_norm"])
@@ -591,15 +593,16 @@ def _block_out(cfg: ModelConfig, lp: dict, x_RTD, o_RTNH):
 def _layer(cfg: ModelConfig, lp: dict, x_RTD, cos_BTh, sin_BTh, query_chunk: int):
     """One full-sequence causal decoder block, attention queries in chunks of query_chunk positions
     (_causal_attention); also returns its K/V (the prefill's cache entries)."""
-    q_RTNH, k_RTKH, v_RTKH = _qkv(cfg, lp, x_RTD, cos_BTh, sin_BTh)
+    q_RTNH, k_RTKH, v_RTKH = layer_qkv(cfg, lp, x_RTD, cos_BTh, sin_BTh)
     # K/V kept head-major [R, K, T, H], the cache layout: measured 2-4x faster batched attention
     # matmuls in decode than [R, T, K, H], and no per-step transpose of the cache
     k_RKTH, v_RKTH = k_RTKH.transpose(0, 2, 1, 3), v_RTKH.transpose(0, 2, 1, 3)
     o_RTNH = _causal_attention(cfg, q_RTNH, k_RKTH, v_RKTH, query_chunk)
-    return _block_out(cfg, lp, x_RTD, o_RTNH), (k_RKTH, v_RKTH)
+    return layer_out(cfg, lp, x_RTD, o_RTNH), (k_RKTH, v_RKTH)
 
 
-def _check_tokens(cfg: ModelConfig, tokens_RT):
+def check_tokens(cfg: ModelConfig, tokens_RT):
+    """ValueError unless tokens_RT is an integer [R, T] array of ids in the vocabulary, T <= max_seq_len."""
     if tokens_RT.ndim != 2:
         raise ValueError(f"tokens must have shape [batch, time], got shape {tokens_RT.shape}")
     if tokens_RT.shape[1] > cfg.max_seq_len:
@@ -614,14 +617,15 @@ def _check_tokens(cfg: ModelConfig, tokens_RT):
                              f"({bad.size} such ids in the input)")
 
 
-def _hidden(params: dict, cfg: ModelConfig, tokens_RT, return_kv: bool = False, query_chunk: int | None = None):
+def hidden(params: dict, cfg: ModelConfig, tokens_RT, return_kv: bool = False, query_chunk: int | None = None):
     """Embedding + the layer stack (lax.scan over L, each layer remat'ed): final residual x_RTD and,
-    if asked, the stacked K/V [L, R, K, T, H] (the prefill cache). query_chunk: see _chunk_len."""
+    if asked, the stacked K/V [L, R, K, T, H] (the sampler's prefill: its KV cache entries are these).
+    query_chunk: see _chunk_len."""
     R, T = tokens_RT.shape
-    cos, sin = _rope_table(cfg, T)
+    cos, sin = rope_table(cfg, T)
     cos_BTh = jnp.broadcast_to(cos[None], (R,) + cos.shape)
     sin_BTh = jnp.broadcast_to(sin[None], (R,) + sin.shape)
-    x_RTD = jnp.take(params["embed"], tokens_RT, axis=0).astype(cfg.jdtype)
+    x_RTD = embed_tokens(params, cfg, tokens_RT)
     layer = _remat(cfg, partial(_layer, cfg, query_chunk=_query_chunk_len(cfg, R, T, query_chunk)))
 
     def step(x_RTD, lp):
@@ -630,6 +634,11 @@ def _hidden(params: dict, cfg: ModelConfig, tokens_RT, return_kv: bool = False, 
 
     x_RTD, kv = jax.lax.scan(step, x_RTD, params["layers"])
     return x_RTD, kv
+
+
+def embed_tokens(params: dict, cfg: ModelConfig, tokens_RT):
+    """Token embedding rows [R, T, D] in the activation dtype: the residual stream's input."""
+    return jnp.take(params["embed"], tokens_RT, axis=0).astype(cfg.jdtype)
 
 
 def _unembed_matrix(params: dict, cfg: ModelConfig):
@@ -670,15 +679,15 @@ def _log_softmax(cfg: ModelConfig, logits_XV, temperature):
 def forward(params: dict, cfg: ModelConfig, tokens_RT, *, query_chunk: int | None = None) -> jax.Array:
     """float32 logits [R, T, V] for positions 0..T-1 with a causal mask (scoring and tests; the trainer
     uses token_logprobs, which never holds [R, T, V]). query_chunk: attention chunks, see _chunk_len."""
-    _check_tokens(cfg, tokens_RT)
-    x_RTD, _ = _hidden(params, cfg, tokens_RT, query_chunk=query_chunk)
+    check_tokens(cfg, tokens_RT)
+    x_RTD, _ = hidden(params, cfg, tokens_RT, query_chunk=query_chunk)
     head = _remat(cfg, partial(_head_logits, cfg))
     return head(params["final_norm"], _unembed_matrix(params, cfg), x_RTD)
 
 
 def _head_token_logp(cfg: ModelConfig, final_norm, w, x_RTD, next_RT, temperature):
-    """log softmax(head(x) / temperature)[next] per position: the rows' math of generate()'s reported
-    log-probs (_head_logits, _log_softmax, one gather)."""
+    """log softmax(head(x) / temperature)[next] per position: the rows' math of the sampler's reported
+    log-probs (next_token_logprobs, then one gather)."""
     logits_RTV = _head_logits(cfg, final_norm, w, x_RTD)
     logp_RTV = _log_softmax(cfg, logits_RTV, temperature)
     return jnp.take_along_axis(logp_RTV, next_RT[..., None], axis=-1)[..., 0]
@@ -761,14 +770,14 @@ def token_logprobs(params: dict, cfg: ModelConfig, tokens_RT, temperature=1.0, *
                    query_chunk: int | None = None) -> jax.Array:
     """THE log-prob function of sampler scoring and trainer: float32 [R, T] with
     logp_RT[:, t] = log softmax(logits[:, t-1] / temperature)[tokens[:, t]] and logp_RT[:, 0] = 0.
-    Differentiable w.r.t. params; jit it with cfg (and the chunk keywords) static. generate() reports
-    the same bits. chunk_tokens: positions per output-head chunk, query_chunk: queries per attention
-    chunk; 0: no chunking; None (the default): for a bf16 model sized from HEAD_CHUNK_BYTES /
+    Differentiable w.r.t. params; jit it with cfg (and the chunk keywords) static. sampler.generate
+    reports the same bits. chunk_tokens: positions per output-head chunk, query_chunk: queries per
+    attention chunk; 0: no chunking; None (the default): for a bf16 model sized from HEAD_CHUNK_BYTES /
     ATTN_CHUNK_BYTES (_head_chunk_len, _query_chunk_len), for a float32 model none. In bf16 the chunk
     sizes do not change the log-probs' bits (measured; tests/test_memory.py), only where the gradients'
     float32 sums are split; a chunked float32 model agrees within float32 rounding."""
-    _check_tokens(cfg, tokens_RT)
-    x_RTD, _ = _hidden(params, cfg, tokens_RT, query_chunk=query_chunk)
+    check_tokens(cfg, tokens_RT)
+    x_RTD, _ = hidden(params, cfg, tokens_RT, query_chunk=query_chunk)
     R, T = tokens_RT.shape
     c = _head_chunk_len(cfg, R, T - 1, chunk_tokens)
     head = (_remat(cfg, partial(_head_token_logp, cfg)) if c >= T - 1
@@ -777,219 +786,23 @@ def token_logprobs(params: dict, cfg: ModelConfig, tokens_RT, temperature=1.0, *
     return jnp.concatenate([jnp.zeros_like(logp_BT1[:, :1]), logp_BT1], axis=1)
 
 
-# ------------------------------------------- KV-cache sampling -------------------------------------------
+# =====================================================================================================
+# 5. What the sampler builds on (sampler.py). The prefill is hidden(..., return_kv=True); a decode step
+#    (sampler.decode_step) runs one position per row through the pieces the forward's layers are made
+#    of: embed_tokens, then per layer (layer_params) layer_qkv (rope_table's rows), K/V into the cache,
+#    attention over the cache (PRECISION POLICY (d)), layer_out; then next_token_logprobs.
+# =====================================================================================================
 
 
-def _as_bits(x):
-    """bf16 -> its uint16 bits (the decode cache's storage type), other dtypes unchanged."""
-    return jax.lax.bitcast_convert_type(x, jnp.uint16) if x.dtype == jnp.bfloat16 else x
+def layer_params(params: dict, layer: int) -> dict:
+    """Layer `layer`'s weights (params["layers"] is stacked on a leading L axis for the forward's scan)."""
+    return jax.tree.map(lambda w: w[layer], params["layers"])
 
 
-def _write_slot(cache_RKSH, rows_R, pos_R, new_RKH):
-    """cache[b, :, pos_R[b]] = new[b], in place. A bf16 cache lives in the while loop as uint16 bits:
-    XLA:CPU has no bf16 scatter and otherwise converts the whole cache to f32 and back around it, every
-    layer, every step (measured: that conversion was most of a decode step)."""
-    return cache_RKSH.at[rows_R, :, pos_R].set(_as_bits(new_RKH))
-
-
-def _decode_step(params: dict, cfg: ModelConfig, cache, tok_R, pos_R):
-    """One token per row at per-row position pos_R: scatters its K/V into the full-length cache (a tuple
-    of L arrays [R, K, T, H] each, updated in place inside the while loop) and attends over all T slots
-    with slots > pos masked out (PRECISION POLICY (d)). The layers are unrolled here (no scan): that
-    lets XLA update each cache buffer in place. Returns (cache, x_RD), x_RD the final residual."""
-    k_cache, v_cache = cache
-    R, T = k_cache[0].shape[0], k_cache[0].shape[2]
-    rows_R = jnp.arange(R)
-    cos, sin = _rope_table(cfg, T)
-    cos_B1h, sin_B1h = jnp.asarray(cos)[pos_R][:, None], jnp.asarray(sin)[pos_R][:, None]
-    mask_B1S = (jnp.arange(T)[None, :] <= pos_R[:, None])[:, None, :]
-    x_B1D = jnp.take(params["embed"], tok_R[:, None], axis=0).astype(cfg.jdtype)
-    k_out, v_out = [], []
-    for layer in range(cfg.num_layers):
-        lp = jax.tree.map(lambda w: w[layer], params["layers"])
-        q_B1NH, k_B1KH, v_B1KH = _qkv(cfg, lp, x_B1D, cos_B1h, sin_B1h)
-        k_RKSH = _write_slot(k_cache[layer], rows_R, pos_R, k_B1KH[:, 0])
-        v_RKSH = _write_slot(v_cache[layer], rows_R, pos_R, v_B1KH[:, 0])
-        as_act = lambda c: jax.lax.bitcast_convert_type(c, cfg.jdtype) if c.dtype == jnp.uint16 else c
-        o_B1NH = _attention(cfg, q_B1NH, as_act(k_RKSH), as_act(v_RKSH), mask_B1S)
-        x_B1D = _block_out(cfg, lp, x_B1D, o_B1NH)
-        k_out.append(k_RKSH)
-        v_out.append(v_RKSH)
-    return (tuple(k_out), tuple(v_out)), x_B1D[:, 0]
-
-
-def _sample(u_R, logp_RV, top_p, greedy: bool, use_top_p: bool):
-    """Draw one token per row from exp(logp_RV), restricted to the nucleus when use_top_p: the smallest
-    set of most-likely tokens whose probability reaches top_p (Holtzman et al. 2019, arXiv:1904.09751).
-    Inverse-CDF sampling (one uniform per row against the running sum of probabilities) instead of
-    jax.random.categorical's Gumbel-max: it needs R random numbers instead of R*V, which measured
-    about 3x faster per step at V = 32000 on this CPU. Masked tokens have probability 0 and are never hit.
-    u_R: one uniform in [0, 1) per row. Because the token is a monotone function of u given the
-    probabilities, two policies that differ a little mostly draw the same token from the same u."""
-    if greedy:
-        return jnp.argmax(logp_RV, axis=-1).astype(jnp.int32)
-    if use_top_p:
-        sorted_RV = jnp.sort(logp_RV, axis=-1)[:, ::-1]
-        cum_RV = jnp.cumsum(jnp.exp(sorted_RV), axis=-1)
-        # the cut: the smallest logp still inside the nucleus (the first sorted token always is)
-        n_keep_R = jnp.sum((cum_RV - jnp.exp(sorted_RV)) < top_p, axis=-1)
-        cut_R = jnp.take_along_axis(sorted_RV, jnp.maximum(n_keep_R - 1, 0)[:, None], axis=-1)
-        logp_RV = jnp.where(logp_RV >= cut_R, logp_RV, -jnp.inf)
-    cdf_RV = jnp.cumsum(jnp.exp(logp_RV - jnp.max(logp_RV, axis=-1, keepdims=True)), axis=-1)
-    u_B1 = u_R[:, None] * cdf_RV[:, -1:]
-    tok_R = jnp.sum(cdf_RV <= u_B1, axis=-1)
-    return jnp.minimum(tok_R, logp_RV.shape[-1] - 1).astype(jnp.int32)
-
-
-@partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "greedy", "use_top_p", "prefill_len"))
-def _generate_jit(params, cfg, prompt_RT, prompt_len_R, keys_R, temperature, top_p, eos_K, pad_id, *,
-                  max_new_tokens: int, greedy: bool, use_top_p: bool, prefill_len: int):
-    R, T = prompt_RT.shape
-    rows_R = jnp.arange(R)
-    # Prefill IS the forward's layer stack, over the first prefill_len positions (the prompts): its K/V
-    # are forward's K/V (PRECISION POLICY (i): the same bits as over the full [R, T]); the cache
-    # positions after it start as zeros, each written by decode before any query attends to it.
-    x_RTD, (k_cache, v_cache) = _hidden(params, cfg, prompt_RT[:, :prefill_len], return_kv=True)
-    grow = [(0, 0)] * 3 + [(0, T - prefill_len), (0, 0)]  # [L, R, K, P, H] -> [L, R, K, T, H]
-    k_cache, v_cache = jnp.pad(k_cache, grow), jnp.pad(v_cache, grow)
+def next_token_logprobs(params: dict, cfg: ModelConfig, x_XD, temperature) -> jax.Array:
+    """float32 [..., V] log softmax(logits / temperature) of the next token from final residuals x_XD:
+    the output head of token_logprobs (final RMSNorm, unembedding, log-softmax, PRECISION POLICY (c)),
+    over the whole vocabulary. temperature 0 is treated as 1 (greedy sampling reports the untempered
+    log-prob)."""
     head = _remat(cfg, partial(_head_logits, cfg))
-    w = _unembed_matrix(params, cfg)
-    x_RD = x_RTD[rows_R, prompt_len_R - 1]
-
-    def sample_into(state, x_RD, i):
-        tokens_RT, logp_behav_RT, mask_RT, done_R = state
-        # row b's i-th token uses uniform(fold_in(keys_R[b], i)): a row's draws never depend on its batch
-        u_R = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, i), (), jnp.float32))(keys_R)
-        logp_RV = _log_softmax(cfg, head(params["final_norm"], w, x_RD), temperature)
-        tok_R = _sample(u_R, logp_RV, top_p, greedy, use_top_p)
-        tok_logp_R = jnp.take_along_axis(logp_RV, tok_R[:, None], axis=-1)[:, 0]
-        pos_R = prompt_len_R + i
-        live_R = ~done_R
-        write_RT = (jnp.arange(T)[None, :] == pos_R[:, None]) & live_R[:, None]
-        tokens_RT = jnp.where(write_RT, tok_R[:, None], tokens_RT)
-        logp_behav_RT = jnp.where(write_RT, tok_logp_R[:, None], logp_behav_RT)
-        mask_RT = jnp.where(write_RT, 1.0, mask_RT)
-        done_R = done_R | ends_row(tok_R, eos_K)
-        return (tokens_RT, logp_behav_RT, mask_RT, done_R), tok_R
-
-    state = (prompt_RT, jnp.zeros((R, T), jnp.float32), jnp.zeros((R, T), jnp.float32), jnp.zeros((R,), bool))
-    state, tok_R = sample_into(state, x_RD, 0)
-
-    def cond(carry):
-        i, state, _, _ = carry
-        return (i < max_new_tokens) & ~jnp.all(state[3])
-
-    def body(carry):
-        i, state, cache, tok_R = carry
-        cache, x_RD = _decode_step(params, cfg, cache, tok_R, prompt_len_R + i - 1)
-        state, tok_R = sample_into(state, x_RD, i)
-        return i + 1, state, cache, tok_R
-
-    cache = (tuple(map(_as_bits, k_cache)), tuple(map(_as_bits, v_cache)))  # [L, R, K, T, H] -> L arrays [R, K, T, H]
-    _, state, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), state, cache, tok_R))
-    tokens_RT, logp_behav_RT, mask_RT, _ = state
-    return tokens_RT, logp_behav_RT, mask_RT, jnp.sum(mask_RT, axis=1).astype(jnp.int32)
-
-
-MAX_STOP_IDS = 8
-"""The most token ids that may end a row (model.generate / continuous.Slots eos_id): a fixed-length
-array, so any set of ids runs the same compiled sampler."""
-
-
-def stop_ids(eos_id, pad_id: int, vocab_size: int):
-    """eos_id (None, one id, or a sequence of ids) as the int32 [MAX_STOP_IDS] array the samplers
-    compare each new token with (-1 fills unused places); ValueError for an id outside the vocabulary."""
-    ids = [] if eos_id is None else [int(eos_id)] if np.ndim(eos_id) == 0 else [int(i) for i in eos_id]
-    if not 0 <= pad_id < vocab_size or any(not 0 <= i < vocab_size for i in ids):
-        raise ValueError(f"pad_id {pad_id} / eos_id {eos_id} out of range [0, {vocab_size})")
-    if len(ids) > MAX_STOP_IDS:
-        raise ValueError(f"at most {MAX_STOP_IDS} eos ids, got {len(ids)}")
-    return jnp.asarray(ids + [-1] * (MAX_STOP_IDS - len(ids)), jnp.int32)
-
-
-def ends_row(tok_R, eos_K):
-    """True where a sampled token is one of the stop ids (eos_K from stop_ids)."""
-    return jnp.any(tok_R[:, None] == eos_K[None, :], axis=-1)
-
-
-def _row_keys(key, R: int):
-    """R per-row keys from one key (split) or a batch of R keys (as given); typed or raw uint32 keys."""
-    key = jnp.asarray(key)
-    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    if key.ndim == (0 if typed else 1):
-        return jax.random.split(key, R)
-    if key.shape[0] != R or key.ndim != (1 if typed else 2):
-        raise ValueError(f"key must be one PRNG key or {R} of them (one per row); got shape {key.shape}")
-    return key
-
-
-FIT_MIN_SAVING = 0.25
-"""generate(fit=True) shortens the cache or the prefill only when that saves at least this share of
-its length: every new length compiles the sampler once, which a small saving does not repay."""
-
-
-def _fit_len(n: int, cap: int) -> int:
-    """n rounded up to a multiple of max(8, 2^(floor(log2 n) - 3)) (8 lengths per octave, like
-    packing.bucket_len), at least MIN_CHUNK; cap itself when that is not FIT_MIN_SAVING shorter."""
-    step = max(8, (1 << (max(n, 1).bit_length() - 1)) // 8)
-    fitted = max(MIN_CHUNK, -(-n // step) * step)
-    return fitted if fitted <= (1 - FIT_MIN_SAVING) * cap else cap
-
-
-def generate(params: dict, cfg: ModelConfig, prompt_RT, prompt_len_R, key, *, max_new_tokens: int,
-             temperature: float = 1.0, top_p: float = 1.0, eos_id=None, pad_id: int = 0,
-             fit: bool = True) -> dict:
-    """Sample completions with a full-length KV cache.
-
-    prompt_RT: int32 [R, T], each row's prompt right-padded with pad_id to the fixed length T (the cache
-    length, and the length the trainer runs forward() on); prompt_len_R + max_new_tokens <= T.
-    Returns numpy arrays: tokens_RT (prompt + completion + pad), logp_behav_RT (f32, the behaviour
-    policy's log-prob of each sampled completion token under the FULL tempered distribution
-    softmax(logits / temperature), not the top_p renormalised one, so it equals token_logprobs(params,
-    cfg, tokens_RT, temperature) bit for bit on the reference CPU configuration; 0 elsewhere), mask_RT
-    (1.0 on completion tokens, eos included), completion_len_R. eos_id: the token id, or the ids (at
-    most MAX_STOP_IDS), that end a row (a chat checkpoint has several: every eos of its
-    generation_config and its template's end-of-turn; the row keeps the one it sampled, mask 1); None:
-    rows end only at max_new_tokens. temperature=0 is greedy and reports the untempered (temperature 1)
-    log-probs.
-    key: one PRNG key for the batch, or a batch of R keys, one per row. With per-row keys a row's
-    completion depends only on its prompt, its key and the weights, not on the other rows: the same
-    keys give common random numbers across evaluations (inference_worker.py: row_keys).
-    Fewer than MIN_DECODE_ROWS rows are padded with dummy rows internally (PRECISION POLICY (e)).
-    fit (default True): the work is sized to the rows, not to T: the KV cache holds the longest prompt
-    plus max_new_tokens and the prefill runs over the longest prompt, each rounded up by _fit_len
-    (and left at full length where that saves under FIT_MIN_SAVING); the outputs are padded back to T. By PRECISION POLICY (i) this
-    changes no bit of the result (tests/test_packing.py); fit=False runs everything at T.
-    """
-    prompt_RT = np.asarray(prompt_RT)
-    prompt_len_R = np.asarray(prompt_len_R)
-    _check_tokens(cfg, prompt_RT)
-    R, T = prompt_RT.shape
-    if prompt_len_R.shape != (R,):
-        raise ValueError(f"prompt_len_R must have shape ({R},), got {prompt_len_R.shape}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if prompt_len_R.min() < 1 or prompt_len_R.max() + max_new_tokens > T:
-        raise ValueError(f"need 1 <= prompt_len and prompt_len + max_new_tokens <= T = {T}; got prompt lengths "
-                         f"in [{prompt_len_R.min()}, {prompt_len_R.max()}] and max_new_tokens={max_new_tokens}")
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    eos_K = stop_ids(eos_id, pad_id, cfg.vocab_size)
-    keys_R = _row_keys(key, R)
-    n_rows = max(R, MIN_DECODE_ROWS)
-    if n_rows > R:  # dummy rows: a 1-token prompt, results dropped
-        prompt_RT = np.concatenate([prompt_RT, np.full((n_rows - R, T), pad_id, prompt_RT.dtype)])
-        prompt_len_R = np.concatenate([prompt_len_R, np.ones(n_rows - R, prompt_len_R.dtype)])
-        keys_R = jnp.concatenate([keys_R, jax.random.split(keys_R[0], n_rows - R)])
-    longest = int(prompt_len_R.max())
-    C = _fit_len(longest + max_new_tokens, T) if fit else T  # the cache length
-    P = min(_fit_len(longest, T), C) if fit else T            # the prefill length
-    tokens_RT, logp_behav_RT, mask_RT, n_R = _generate_jit(
-        params, cfg, jnp.asarray(prompt_RT[:, :C], jnp.int32), jnp.asarray(prompt_len_R, jnp.int32), keys_R,
-        jnp.float32(temperature), jnp.float32(top_p), eos_K, jnp.int32(pad_id), max_new_tokens=int(max_new_tokens),
-        greedy=temperature == 0, use_top_p=top_p < 1, prefill_len=P)
-    grow = ((0, 0), (0, T - C))  # back to [R, T]: pad tokens, log-prob 0, mask 0
-    out = {"tokens_RT": np.pad(np.asarray(tokens_RT), grow, constant_values=pad_id),
-           "logp_behav_RT": np.pad(np.asarray(logp_behav_RT), grow), "mask_RT": np.pad(np.asarray(mask_RT), grow),
-           "completion_len_R": np.asarray(n_R)}
-    return {k: v[:R] for k, v in out.items()}
+    return _log_softmax(cfg, head(params["final_norm"], _unembed_matrix(params, cfg), x_XD), temperature)

@@ -620,7 +620,7 @@ class Trainer:
 
     def _evaluate(self) -> dict:
         t0, n = time.monotonic(), self.cfg.eval_samples
-        # crn_key: the same random numbers at every evaluation of this run (inference_worker.row_keys),
+        # crn_key: the same random numbers at every evaluation of this run (sampler.row_keys),
         # so the change between two evaluations is the weights' doing, not the draw's
         step, heldout = self.step_n, list(enumerate(self.heldout))
         items = [dataclasses.replace(self.item(p, f"eval/{step}/{j}|{p.item_id}", n, step, evaluate=True),

@@ -50,6 +50,7 @@ import optax
 import hf_io
 import model
 import objectives
+import sampler
 import tasks
 from verdicts import INFRA_ERROR
 
@@ -242,10 +243,10 @@ def sample(params, mcfg, tok, problems: list, key, n: int, prompt_len: int, max_
         prompt_RT, len_R = encode_prompts(tok, part + part[-1:] * (chunk - len(part)),
                                           prompt_len + max_new_tokens)
         key, sub = jax.random.split(key)
-        res = model.generate(params, mcfg, jnp.asarray(prompt_RT), jnp.asarray(len_R), sub,
-                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0,
-                             eos_id=tok.encode("\n")[0], pad_id=tok.pad_id)
-        toks_RT, mask_RT = np.asarray(res["tokens_RT"]), np.asarray(res["mask_RT"]) > 0
+        res = sampler.generate(params, mcfg, jnp.asarray(prompt_RT), jnp.asarray(len_R), sub,
+                               max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0,
+                               eos_id=tok.encode("\n")[0], pad_id=tok.pad_id)
+        toks_RT, mask_RT = res.tokens_RT, res.mask_RT > 0
         out += [tok.decode(t[m].tolist()) for t, m in zip(toks_RT[:len(part)], mask_RT[:len(part)])]
     return out
 

@@ -60,7 +60,7 @@ wall time, per asynchrony mode. Two benchmarks in one script:
       swaps_live         the workers' in-flight weight swaps (timeline "swap" spans) with rows in progress
       fates              ledger.jsonl: trained, dropped_stale, filtered_zero_var, ... per mode
       pass1, pass8       the newest checkpoint evaluated here, the same way for every mode (evaluate():
-                         --heldout held-out problems x 8 samples at temperature 1, model.generate with 16
+                         --heldout held-out problems x 8 samples at temperature 1, sampler.generate with 16
                          new tokens and no length tail, the same random keys for every mode, programs run by
                          verifier.verify_batch; pass@k by objectives.pass_at_k_array). pass1_diff_se: the standard
                          error of (this mode's pass@1 - k0's) over the problems, paired (the same problems and

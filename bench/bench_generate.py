@@ -1,4 +1,4 @@
-"""Generation throughput: this project's KV-cache sampler (model.generate) vs transformers' generate,
+"""Generation throughput: this project's KV-cache sampler (sampler.generate) vs transformers' generate,
 on the same weights and dtype, side by side in one run.
 
 Run:  python bench/bench_generate.py                 # both sizes at their default batch, bf16 (a few minutes)
@@ -33,6 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import hf_io  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 
 SIZES = {  # issue 2: "about 3M" and "about 100M"
     "3m": dict(cfg=dict(vocab_size=512, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
@@ -81,8 +82,8 @@ def bench(size: str, prompt_len: int, new_tokens: int, repeats: int, torch_f32: 
     keys = iter(jax.random.split(jax.random.key(1), repeats + 1))
 
     def ours():
-        out = model.generate(params, cfg, prompt_RT, prompt_len_R, next(keys), max_new_tokens=new_tokens)
-        assert out["mask_RT"].sum() == B * new_tokens
+        out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, next(keys), max_new_tokens=new_tokens)
+        assert out.mask_RT.sum() == B * new_tokens
 
     torch.set_num_threads(NPROC)
     tdt = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]

@@ -3,7 +3,7 @@
 Run:  python bench/bench_mesh_parity.py                    # 8 devices, a small model (4 layers, d=256)
       python bench/bench_mesh_parity.py --size tiny --trainers 8x1 2x4 --samplers 1 4
 
-Samplers: model.generate on one device, or on a 1 x t tensor-parallel mesh with the weights installed
+Samplers: sampler.generate on one device, or on a 1 x t tensor-parallel mesh with the weights installed
 as a `inference_worker.py --tensor-parallel t` worker installs them. Trainers: update.make_update (the
 value_and_grad graph whose log-probs the mismatch metrics compare) on a data x tensor mesh, with the
 master and Adam state placed as the Trainer places them (update.init_state); "1x1" is the unsharded
@@ -53,6 +53,7 @@ def main():
     import hf_io
     import inference_worker
     import model
+    import sampler
     import sharding
     import update
 
@@ -78,11 +79,11 @@ def main():
         mesh = inference_worker.tensor_mesh(t)
         p = jax.device_put(params, jax.devices()[0]) if mesh is None else sharding.shard_params(
             hf_io.from_hf_tensors(wire_tensors, cfg, host=True), cfg, mesh)
-        samples["1" if t == 1 else f"tp{t}"] = model.generate(p, cfg, prompt_RT, prompt_len_R, jax.random.PRNGKey(1),
-                                                                max_new_tokens=args.new_tokens)
+        samples["1" if t == 1 else f"tp{t}"] = sampler.generate(p, cfg, prompt_RT, prompt_len_R, jax.random.PRNGKey(1),
+                                                                  max_new_tokens=args.new_tokens)
         print(f"sampled on tensor degree {t}", flush=True)
     names = list(samples)
-    cat = lambda k: np.concatenate([samples[n][k] for n in names])
+    cat = lambda k: np.concatenate([getattr(samples[n], k) for n in names])
     data = {"tokens_RT": cat("tokens_RT"), "mask_RT": cat("mask_RT"), "logp_behav_RT": cat("logp_behav_RT"),
             "adv_R": rng.standard_normal(len(names) * args.rows).astype(np.float32)}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
@@ -96,8 +97,8 @@ def main():
             master, opt_state, update.split_batch(data, 1, args.microbatch))
         for i, n in enumerate(names):
             rows = slice(i * args.rows, (i + 1) * args.rows)
-            m = samples[n]["mask_RT"] > 0
-            diff = np.abs(logp_RT[rows][m].astype(np.float64) - samples[n]["logp_behav_RT"][m])
+            m = samples[n].mask_RT > 0
+            diff = np.abs(logp_RT[rows][m].astype(np.float64) - samples[n].logp_behav_RT[m])
             lines.append(f"RESULT name=mesh_parity trainer={layout} sampler={n} bitwise_frac={np.mean(diff == 0):.4f} "
                          f"max_abs={diff.max():.3g} tokens={int(m.sum())}")
             print(lines[-1], flush=True)

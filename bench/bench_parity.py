@@ -2,7 +2,7 @@
 measured, not assumed: GPUs and TPUs fuse differently, so the same checks must run there.
 
 For each precision configuration and decode batch size: sample with the KV-cache decoder
-(model.generate, the inference worker's code path), then recompute the log-probs of the same tokens the
+(sampler.generate, the inference worker's code path), then recompute the log-probs of the same tokens the
 way the trainer does, inside jax.jit(jax.value_and_grad(...)) of model.token_logprobs, at several
 scoring batch sizes, and compare with grpo.mismatch_metrics. A configuration is bitwise when every
 sampled token's log-prob is equal in all 32 bits.
@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import grpo  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 
 SIZES = {  # "small" is the 4-layer d=256 model of docs/numerics.md "On a GPU"; "100m" the larger size of bench_generate.py
     "small": dict(vocab_size=512, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
@@ -46,9 +47,9 @@ def measure(size: str, bf16_fix: bool, n_rows: int, score_batches, prompt_len: i
     prompt_len_R = rs.randint(prompt_len // 2, prompt_len + 1, n_rows)
     prompt_RT = rs.randint(1, cfg.vocab_size, (n_rows, T)).astype(np.int32)
     prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
-    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=new_tokens,
-                         temperature=temperature)
-    tokens_RT, mask_RT = out["tokens_RT"], out["mask_RT"]
+    out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=new_tokens,
+                           temperature=temperature)
+    tokens_RT, mask_RT = out.tokens_RT, out.mask_RT
 
     def loss(p, toks, m):  # the trainer's graph: log-probs under value_and_grad (remat under the policy)
         lp = model.token_logprobs(p, cfg, toks, temperature)
@@ -70,7 +71,7 @@ def measure(size: str, bf16_fix: bool, n_rows: int, score_batches, prompt_len: i
             (_, lp), _ = score(params, jnp.asarray(chunk), jnp.asarray(cmask))
             parts.append(np.asarray(lp)[:j - i])
         logp_trainer = np.concatenate(parts)[:n_rows]
-        mm = {k: float(v) for k, v in grpo.mismatch_metrics(out["logp_behav_RT"], logp_trainer, mask_RT).items()}
+        mm = {k: float(v) for k, v in grpo.mismatch_metrics(out.logp_behav_RT, logp_trainer, mask_RT).items()}
         rows.append({"size": size, "bf16_fix": bf16_fix, "decode_rows": n_rows, "score_batch": sb, **mm})
     return rows
 

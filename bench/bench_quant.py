@@ -7,7 +7,7 @@ Run:  python bench/bench_quant.py                          # 3m and 100m, 16 row
 
 What is measured, per size (bench_generate.py's 3m and 100m configs with random weights, bf16 with the
 precision policy; or the embedded cold-start checkpoint):
-  * tokens/s of model.generate on the int8 weights and on the bf16 weights (16 rows of 32-token random
+  * tokens/s of sampler.generate on the int8 weights and on the bf16 weights (16 rows of 32-token random
     prompts, --new-tokens sampled tokens each, no eos), after one untimed warm-up call per side (the
     compile), the two sides alternating call by call, median of --repeats; speedup = int8 / bf16;
   * the weight bytes the worker holds (quant.params_bytes): bytes_ratio = int8 / bf16 for the whole
@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import grpo  # noqa: E402
 import hf_io  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 import quant  # noqa: E402
 from bench_generate import SIZES  # noqa: E402
 
@@ -64,8 +65,8 @@ def bench(size: str, rows: int, prompt_len: int, new_tokens: int, repeats: int) 
 
     def side(name, p):
         def call():
-            out = model.generate(p, cfg, prompt_RT, prompt_len_R, next(keys), max_new_tokens=new_tokens)
-            assert out["mask_RT"].sum() == rows * new_tokens
+            out = sampler.generate(p, cfg, prompt_RT, prompt_len_R, next(keys), max_new_tokens=new_tokens)
+            assert out.mask_RT.sum() == rows * new_tokens
             outs[name].append(out)
         return call
 
@@ -88,9 +89,9 @@ def bench(size: str, rows: int, prompt_len: int, new_tokens: int, repeats: int) 
     score = jax.jit(lambda p, t: model.token_logprobs(p, cfg, t))
     mm = {}
     for name in sides:
-        behav = np.concatenate([o["logp_behav_RT"] for o in outs[name]])
-        tokens = np.concatenate([o["tokens_RT"] for o in outs[name]])
-        mask = np.concatenate([o["mask_RT"] for o in outs[name]])
+        behav = np.concatenate([o.logp_behav_RT for o in outs[name]])
+        tokens = np.concatenate([o.tokens_RT for o in outs[name]])
+        mask = np.concatenate([o.mask_RT for o in outs[name]])
         trainer = np.concatenate([np.asarray(score(params, jnp.asarray(tokens[i:i + rows])))
                                   for i in range(0, len(tokens), rows)])
         mm[name] = {k: float(v) for k, v in grpo.mismatch_metrics(behav, trainer, mask).items()}

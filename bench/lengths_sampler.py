@@ -1,4 +1,4 @@
-"""Sampler stage of the real-lengths benchmark: static batches (model.generate) against continuous batching
+"""Sampler stage of the real-lengths benchmark: static batches (sampler.generate) against continuous batching
 (continuous.generate_continuous) on a long-tailed completion-length distribution, side by side in one run.
 
 Run:  python bench/lengths_sampler.py                      # defaults below, a few minutes on 2 CPU cores
@@ -13,7 +13,7 @@ length as its own token budget. A random model has no notion of "done", so these
 the step at which a trained policy would emit eos; both sides get the same rows, keys and budgets and
 both stop a row exactly there.
   static:     what the worker does today: the rows in order, in batches of --slots rows, each batch one
-              model.generate call (prompts padded to one T; generate sizes its cache and prefill to the
+              sampler.generate call (prompts padded to one T; generate sizes its cache and prefill to the
               batch's longest prompt and budget), decoded until its longest row is done (max_new_tokens = the batch's
               largest budget; a shorter row's tokens past its budget are not useful: with eos it would
               be done, its slot idle). generate is bitwise per row, so cutting at the budget is the
@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import continuous  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 from random_weights import random_params  # noqa: E402
 
 
@@ -71,9 +72,9 @@ def run_static(params, cfg, prompts, keys, budget, T, slots):
         for j, r in enumerate(rows):
             prompt_RT[j, :prompts[r].size] = prompts[r]
         n = int(budget[list(rows)].max())
-        out = model.generate(params, cfg, prompt_RT, np.array([prompts[r].size for r in rows]), keys[b0:rows.stop],
-                             max_new_tokens=n)
-        outs += [{k: v[j] for k, v in out.items()} for j in range(len(rows))]
+        out = sampler.generate(params, cfg, prompt_RT, np.array([prompts[r].size for r in rows]), keys[b0:rows.stop],
+                               max_new_tokens=n)
+        outs += [out.take([j]) for j in range(len(rows))]
         steps += n
     return time.perf_counter() - t0, outs, steps
 
@@ -125,10 +126,10 @@ def main(argv=None) -> dict:
     bitwise = True
     for r, o in enumerate(outs):
         p, n = prompts[r].size, int(budget[r])
-        bitwise &= (cont["completion_len_R"][r] == n and np.array_equal(cont["tokens"][r], o["tokens_RT"][:p + n])
-                    and np.array_equal(cont["logp_behav"][r], o["logp_behav_RT"][p:p + n]))
+        bitwise &= (cont.completion_len_R[r] == n and np.array_equal(cont.tokens_RT[r, :p + n], o.tokens_RT[0, :p + n])
+                    and np.array_equal(cont.completion(r)[1], o.logp_behav_RT[0, p:p + n]))
     util_static = useful / (args.slots * steps_static)
-    st = cont["stats"]
+    st = cont.stats
     print(f"warm-up (compiles): static {t_s:.1f} s, continuous {t_c:.1f} s; continuous rows bitwise equal to "
           f"static rows: {bitwise}; static steps {steps_static}, continuous steps {st['decode_steps']}, "
           f"host round trips {st['host_round_trips']}, prefill calls {st['prefill_calls']}", flush=True)

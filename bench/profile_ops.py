@@ -59,6 +59,7 @@ def program(kind: str, args):
     import grpo
     import hf_io
     import model
+    import sampler
     import optax
     import update
     from bench_generate import SIZES
@@ -82,8 +83,8 @@ def program(kind: str, args):
         keys = iter(jax.random.split(jax.random.key(1), 10_000))
 
         def run():
-            out = model.generate(params, cfg, prompt_RT, np.full(B, prompt), next(keys), max_new_tokens=T - prompt)
-            jax.block_until_ready(out["tokens_RT"])
+            out = sampler.generate(params, cfg, prompt_RT, np.full(B, prompt), next(keys), max_new_tokens=T - prompt)
+            jax.block_until_ready(out.tokens_RT)
         return run, what
     mask = np.zeros((B, T), np.float32)
     mask[:, prompt:] = 1

@@ -12,7 +12,7 @@ environment does after one model turn, and what it says back is an *observation*
   step(episodes, verify)        run_episodes (the worker)       per row: None (done) or an output to
                                                                 show; verify(jobs) runs verifier jobs
   observation(output, chars)    run_episodes                    the user message carrying that output
-  score_job(item, text)         inference_worker.verify_jobs    the verifier job whose verdict is the
+  score_job(item, text)         score_jobs (worker, curate)     the verifier job whose verdict is the
                                                                 reward of a row's final text
 
 The base class is the single-turn task, the default (ENV empty, no registry entry): a problem's
@@ -96,6 +96,18 @@ class Env:
                     "partial_reward": item.partial_reward}
         # tasks.Problem.tests is self-contained (HumanEval's ends with check(entry_point))
         return {"kind": "assert", "program": program, "tests": item.tests, "timeout_s": item.timeout_s}
+
+
+def score_jobs(items: list, texts: list) -> list:
+    """One verifier job per completion, in row order (each item's group_size rows, item after item):
+    the one its item's environment scores it by (Env.score_job). The worker and curate.py build the
+    jobs a reward comes from only here."""
+    jobs, r = [], 0
+    for item in items:
+        env = get(item.env)
+        jobs += [env.score_job(item, texts[r + g]) for g in range(item.group_size)]
+        r += item.group_size
+    return jobs
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,4 @@
-"""Continuous batching in the sampler (continuous.py): bit for bit the same per row as model.generate()
+"""Continuous batching in the sampler (continuous.py): bit for bit the same per row as sampler.generate()
 on that row alone, whatever the slot, the neighbours or the admission order; and in-flight weight
 updates (continuous.Slots.swap): per-token versions, and in mode recompute the tokens after the swap
 bitwise the new weights' token_logprobs.
@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import continuous  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 from random_weights import random_params  # noqa: E402
 
 CFG = model.ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
@@ -30,20 +31,19 @@ SCORE = jax.jit(model.token_logprobs, static_argnums=1)
 
 
 def _alone(params, p, key_1, **kw):
-    """model.generate() on one row alone (padded to 16 rows inside generate), T = the cache length.
+    """sampler.generate() on one row alone (padded to 16 rows inside generate), T = the cache length.
     fit=False: every row runs the one program at T, instead of one program per (cache, prefill) length
     that fit=True picks from the row's prompt length (7 of them for these 40 rows, each compiled, tens of
     seconds apiece on 2 cores). By PRECISION POLICY (i) fit changes no bit of the result, which
     tests/test_packing.py checks; so this is the same reference, compiled once."""
     prompt_1T = np.zeros((1, T), np.int32)
     prompt_1T[0, :p.size] = p
-    out = model.generate(params, CFG, prompt_1T, np.array([p.size]), key_1, max_new_tokens=M, temperature=TEMP,
-                         fit=False, **kw)
-    return {k: v[0] for k, v in out.items()}
+    return sampler.generate(params, CFG, prompt_1T, np.array([p.size]), key_1, max_new_tokens=M, temperature=TEMP,
+                            fit=False, **kw)
 
 
 def _reference(params, prompts, keys, eos_id):
-    """model.generate() on each row alone (_alone)."""
+    """sampler.generate() on each row alone (_alone)."""
     return [_alone(params, p, keys[r:r + 1], eos_id=eos_id) for r, p in enumerate(prompts)]
 
 
@@ -58,8 +58,8 @@ def setup():
     prompt_RT = np.zeros((16, T), np.int32)
     for i in range(16):
         prompt_RT[i, :plen[i]] = prompts[i]
-    out = model.generate(params, CFG, prompt_RT, plen[:16], keys[:16], max_new_tokens=M, temperature=TEMP, fit=False)
-    eos_id = int(np.argmax(np.bincount(out["tokens_RT"][out["mask_RT"] > 0], minlength=CFG.vocab_size)))
+    out = sampler.generate(params, CFG, prompt_RT, plen[:16], keys[:16], max_new_tokens=M, temperature=TEMP, fit=False)
+    eos_id = int(np.argmax(np.bincount(out.tokens_RT[out.mask_RT > 0], minlength=CFG.vocab_size)))
     cont = continuous.generate_continuous(params, CFG, prompts, keys, slots=SLOTS, cache_len=T, max_new_tokens=M,
                                      temperature=TEMP, eos_id=eos_id)
     return dict(params=params, prompts=prompts, keys=keys, eos_id=eos_id, cont=cont,
@@ -67,39 +67,39 @@ def setup():
 
 
 def _assert_rows_equal(cont, refs, rows):
+    """Row r of cont (a Samples record) == refs' one row (generate alone), for r in rows."""
     for r, ref in zip(rows, refs):
-        p, n = cont["prompt_len_R"][r], ref["completion_len_R"]
-        assert cont["completion_len_R"][r] == n, r
-        assert np.array_equal(cont["tokens"][r], ref["tokens_RT"][:p + n]), r
-        assert cont["logp_behav"][r].dtype == np.float32
-        assert np.array_equal(cont["logp_behav"][r], ref["logp_behav_RT"][p:p + n]), r
+        p, n = cont.prompt_len_R[r], ref.completion_len_R[0]
+        assert cont.completion_len_R[r] == n and cont.stopped_R[r] == ref.stopped_R[0], r
+        assert np.array_equal(cont.tokens_RT[r, :p + n], ref.tokens_RT[0, :p + n]), r
+        assert cont.logp_behav_RT.dtype == np.float32
+        assert np.array_equal(cont.completion(r)[1], ref.logp_behav_RT[0, p:p + n]), r
 
 
 def test_continuous_equals_generate_row_by_row(setup):
     """40 rows over 16 slots: tokens, completion lengths and log-probs of every row == generate() alone."""
     cont, refs = setup["cont"], setup["refs"]
-    n_R = cont["completion_len_R"]
+    n_R = cont.completion_len_R
     assert (n_R < M).sum() >= 5 and (n_R == M).sum() >= 5, n_R  # eos ends rows at different times
-    assert len(set(cont["prompt_len_R"].tolist())) > 10
+    assert cont.stopped_R[n_R < M].all()  # a row that ended early ended on eos
+    assert len(set(cont.prompt_len_R.tolist())) > 10
     _assert_rows_equal(cont, refs, range(R))
-    st = cont["stats"]
+    st = cont.stats
     assert st["useful_tokens"] == n_R.sum() and st["host_round_trips"] > 1
     assert 0 < st["slot_util"] <= 1
-    # the batch layout helper gives generate()'s arrays
-    batch = continuous.continuous_to_batch(cont, T)
+    # the record's [R, T] arrays are generate()'s, row by row
     for r, ref in enumerate(refs):
-        for k in ("tokens_RT", "logp_behav_RT", "mask_RT"):
-            assert np.array_equal(batch[k][r], ref[k]), (r, k)
-    assert np.array_equal(batch["completion_len_R"], n_R)
+        for k in ("tokens_RT", "logp_behav_RT", "mask_RT", "versions_RT"):
+            assert np.array_equal(getattr(cont, k)[r], getattr(ref, k)[0]), (r, k)
 
 
 def test_logprobs_equal_token_logprobs(setup):
     """The reported log-probs == token_logprobs (the trainer's function) on the completion tokens, bitwise."""
-    batch = continuous.continuous_to_batch(setup["cont"], T)
-    lp = np.asarray(SCORE(setup["params"], CFG, jnp.asarray(batch["tokens_RT"]), TEMP))
-    m = batch["mask_RT"] > 0
-    assert m.sum() == setup["cont"]["completion_len_R"].sum()
-    assert np.array_equal(lp[m], batch["logp_behav_RT"][m])
+    batch = setup["cont"]
+    lp = np.asarray(SCORE(setup["params"], CFG, jnp.asarray(batch.tokens_RT), TEMP))
+    m = batch.mask_RT > 0
+    assert m.sum() == batch.completion_len_R.sum()
+    assert np.array_equal(lp[m], batch.logp_behav_RT[m])
 
 
 def test_admission_order_and_slot_do_not_change_rows(setup):
@@ -119,8 +119,8 @@ def test_per_row_budget_and_cache_full(setup):
     budget = [5, 40, 40, 1] * 4
     out = continuous.generate_continuous(setup["params"], CFG, prompts, jax.random.key(1), slots=SLOTS, cache_len=T,
                                     max_new_tokens=budget, temperature=TEMP)
-    assert out["completion_len_R"].tolist() == [5, 14, 4, 1] * 4
-    assert all(t.size == p + n for t, p, n in zip(out["tokens"], out["prompt_len_R"], out["completion_len_R"]))
+    assert out.completion_len_R.tolist() == [5, 14, 4, 1] * 4
+    assert np.array_equal(out.mask_RT.sum(axis=1), out.completion_len_R) and not out.stopped_R.any()
 
 
 def test_rejects_bad_arguments(setup):
@@ -168,11 +168,8 @@ def _swap_run(setup, mode, swap_after=6):
 
 
 def _score(params, rows):
-    out = {"tokens": [r.tokens for r in rows], "logp_behav": [r.logp for r in rows],
-           "prompt_len_R": np.array([r.prompt.size for r in rows], np.int32),
-           "completion_len_R": np.array([r.logp.size for r in rows], np.int32)}
-    batch = continuous.continuous_to_batch(out, T)
-    return batch, np.asarray(SCORE(params, CFG, jnp.asarray(batch["tokens_RT"]), TEMP))
+    batch = sampler.Samples.from_rows(rows, T)
+    return batch, np.asarray(SCORE(params, CFG, jnp.asarray(batch.tokens_RT), TEMP))
 
 
 def test_a_row_started_at_v_and_finished_at_v_plus_1_recompute(setup):
@@ -233,9 +230,9 @@ def test_drop_removes_waiting_and_running_rows(setup):
     by_tag = {r.tag: r for r in ended}
     for t in kept:
         ref, p = setup["refs"][t], by_tag[t].prompt.size
-        n = ref["completion_len_R"]
-        assert np.array_equal(by_tag[t].tokens, ref["tokens_RT"][:p + n]), t
-        assert np.array_equal(by_tag[t].logp, ref["logp_behav_RT"][p:p + n]), t
+        n = ref.completion_len_R[0]
+        assert np.array_equal(by_tag[t].tokens, ref.tokens_RT[0, :p + n]), t
+        assert np.array_equal(by_tag[t].logp, ref.logp_behav_RT[0, p:p + n]), t
 
 
 def test_a_two_turn_row_scores_bitwise_on_the_model_tokens(setup):
@@ -247,15 +244,13 @@ def test_a_two_turn_row_scores_bitwise_on_the_model_tokens(setup):
     t1 = continuous.generate_continuous(params, CFG, prompts, setup["keys"][:16], cache_len=T, max_new_tokens=8,
                                         temperature=TEMP)
     obs = [rs.randint(1, CFG.vocab_size, 6).astype(np.int32) for _ in range(16)]
-    prefix = [np.concatenate([t, o]) for t, o in zip(t1["tokens"], obs)]
+    prefix = [np.concatenate([t1.tokens_RT[r, :t1.prompt_len_R[r] + t1.completion_len_R[r]], o])
+              for r, o in enumerate(obs)]
     t2 = continuous.generate_continuous(params, CFG, prefix, jax.random.split(jax.random.key(9), 16), cache_len=T,
                                         max_new_tokens=8, temperature=TEMP)
-    rows = np.zeros((16, T), np.int32)
-    for r, t in enumerate(t2["tokens"]):
-        rows[r, :t.size] = t
-    lp = np.asarray(SCORE(params, CFG, jnp.asarray(rows), TEMP))
+    lp = np.asarray(SCORE(params, CFG, jnp.asarray(t2.tokens_RT), TEMP))
     for r in range(16):
-        p, n1, n2 = prompts[r].size, t1["logp_behav"][r].size, t2["logp_behav"][r].size
-        assert np.array_equal(lp[r, p:p + n1], t1["logp_behav"][r]), r                # turn 1
+        p, n1, n2 = prompts[r].size, t1.completion_len_R[r], t2.completion_len_R[r]
+        assert np.array_equal(lp[r, p:p + n1], t1.completion(r)[1]), r                # turn 1
         start = p + n1 + obs[r].size
-        assert np.array_equal(lp[r, start:start + n2], t2["logp_behav"][r]), r        # turn 2, after the observation
+        assert np.array_equal(lp[r, start:start + n2], t2.completion(r)[1]), r        # turn 2, after the observation

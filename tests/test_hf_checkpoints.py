@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import hf_io  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 import sharding  # noqa: E402
 
 torch = pytest.importorskip("torch")
@@ -69,9 +70,9 @@ def test_llama3_rope_table_scales_some_frequencies_like_transformers():
     assert cfg.rope_scaling == model.Llama3RopeScaling(8.0, 1.0, 4.0, 64)
     plain = dataclasses.replace(cfg, rope_scaling=None)
     # the angle of position 1 is the inverse frequency itself (all below pi)
-    cos, sin = model._rope_table(cfg, 2)
+    cos, sin = model.rope_table(cfg, 2)
     inv_freq = np.arctan2(sin[1].astype(np.float64), cos[1])
-    cos0, sin0 = model._rope_table(plain, 2)
+    cos0, sin0 = model.rope_table(plain, 2)
     ratio = np.arctan2(sin0[1].astype(np.float64), cos0[1]) / inv_freq
     assert np.allclose(ratio[:1], 1.0, rtol=1e-6)  # short wavelengths: kept
     assert np.all((ratio[1:3] > 1.01) & (ratio[1:3] < 7.99))  # the band between: interpolated
@@ -113,13 +114,13 @@ def test_checkpoint_loads_generates_and_saves_like_transformers(tmp_path, kind, 
         prompt_RT = np.zeros((3, 48), np.int32)
         for b, n in enumerate(prompt_len_R):
             prompt_RT[b, :n] = TOKENS[b, :n]
-        out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(0), max_new_tokens=32,
-                             temperature=0.0)
+        out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(0), max_new_tokens=32,
+                               temperature=0.0)
         for b, n in enumerate(prompt_len_R):
             with torch.no_grad():
                 hf_out = hf.generate(torch.tensor(TOKENS[b:b + 1, :n], dtype=torch.long), max_new_tokens=32,
                                      do_sample=False, eos_token_id=None, pad_token_id=0)
-            assert np.array_equal(out["tokens_RT"][b, n:n + 32], hf_out[0, n:].numpy())
+            assert np.array_equal(out.tokens_RT[b, n:n + 32], hf_out[0, n:].numpy())
 
     # save_hf -> transformers: the same architecture, RoPE and logits; and back to the same cfg and bits
     hf_io.save_hf(str(tmp_path / "out"), cfg, params)
@@ -159,20 +160,20 @@ def test_decode_logprobs_bitwise_equal_forward():
     prompt_len_R = rs.randint(3, 20, n_rows)
     prompt_RT = rs.randint(0, 256, (n_rows, T)).astype(np.int32)
     prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
-    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=max_new,
-                         temperature=temperature)
-    m = out["mask_RT"]
-    assert m.sum() == n_rows * max_new and (out["logp_behav_RT"][m > 0] < 0).all()
-    toks = np.concatenate([out["tokens_RT"]] * 4)  # 16 rows
+    out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=max_new,
+                           temperature=temperature)
+    m = out.mask_RT
+    assert m.sum() == n_rows * max_new and (out.logp_behav_RT[m > 0] < 0).all()
+    toks = np.concatenate([out.tokens_RT] * 4)  # 16 rows
     logp_RT = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, toks, temperature))
     for i in range(4):
-        assert np.array_equal(logp_RT[i * n_rows:(i + 1) * n_rows] * m, out["logp_behav_RT"] * m), i
+        assert np.array_equal(logp_RT[i * n_rows:(i + 1) * n_rows] * m, out.logp_behav_RT * m), i
 
     def loss(p, toks):
         lp = model.token_logprobs(p, cfg, toks, temperature)
         return jnp.sum(lp * m), lp
-    (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_RT"])
-    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_behav_RT"] * m)
+    (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out.tokens_RT)
+    assert np.array_equal(np.asarray(lp_grad) * m, out.logp_behav_RT * m)
     for name in ("q_norm", "k_norm"):
         g = np.asarray(grads["layers"][name], np.float32)
         assert np.isfinite(g).all() and np.abs(g).max() > 0, name

@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import memory  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 from random_weights import random_params  # noqa: E402
 
 BIG_V = dict(vocab_size=40_000, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -57,21 +58,21 @@ def test_generate_logprobs_bitwise_equal_chunked_token_logprobs(monkeypatch):
     prompt_len_R = rs.randint(3, 20, n_rows)
     prompt_RT = rs.randint(0, cfg.vocab_size, (n_rows, T)).astype(np.int32)
     prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
-    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(2), max_new_tokens=60,
-                         temperature=0.9)
-    m = out["mask_RT"]
+    out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(2), max_new_tokens=60,
+                           temperature=0.9)
+    m = out.mask_RT
     assert m.sum() == n_rows * 60
     chunks = dict(chunk_tokens=16, query_chunk=24)
     # scoring, one row at a time (head chunks of 16 rows)
-    logp_RT = np.concatenate([np.asarray(SCORE(params, cfg, out["tokens_RT"][i:i + 1], 0.9, **chunks))
+    logp_RT = np.concatenate([np.asarray(SCORE(params, cfg, out.tokens_RT[i:i + 1], 0.9, **chunks))
                               for i in range(n_rows)])
-    assert np.array_equal(logp_RT * m, out["logp_behav_RT"] * m)
+    assert np.array_equal(logp_RT * m, out.logp_behav_RT * m)
 
     def loss(p, toks):  # the trainer's graph, all 5 rows: the same function under value_and_grad
         lp = model.token_logprobs(p, cfg, toks, 0.9, **chunks)
         return jnp.sum(lp * m), lp
-    (_, lp), _ = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_RT"])
-    assert np.array_equal(np.asarray(lp) * m, out["logp_behav_RT"] * m)
+    (_, lp), _ = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out.tokens_RT)
+    assert np.array_equal(np.asarray(lp) * m, out.logp_behav_RT * m)
 
 
 def test_float32_is_not_chunked_by_default():

@@ -32,6 +32,7 @@ import cli  # noqa: E402
 import hf_io  # noqa: E402
 import inference_worker  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 import sharding  # noqa: E402
 import trainer  # noqa: E402
 import update  # noqa: E402
@@ -109,8 +110,8 @@ def child_bf16() -> dict:
     res = {}
 
     # Sampler on one device (what an inference worker without --tensor-parallel runs)
-    one = model.generate(params, cfg, prompt_RT, prompt_len_R,
-                         jax.random.PRNGKey(1), max_new_tokens=NEW)
+    one = sampler.generate(params, cfg, prompt_RT, prompt_len_R,
+                           jax.random.PRNGKey(1), max_new_tokens=NEW)
 
     # The trainer on 8 x 1 (FSDP): state laid out as sharding.py says
     mesh = sharding.role_mesh(1)
@@ -136,12 +137,12 @@ def child_bf16() -> dict:
     res["worker_q_proj"] = {"spec": list(worker.params["layers"]["q_proj"].sharding.spec),
                             "devices": len(worker.params["layers"]["q_proj"].sharding.device_set),
                             "shard_shape": list(worker.params["layers"]["q_proj"].addressable_shards[0].data.shape)}
-    tp = model.generate(worker.params, cfg, prompt_RT, prompt_len_R, jax.random.PRNGKey(1), max_new_tokens=NEW)
+    tp = sampler.generate(worker.params, cfg, prompt_RT, prompt_len_R, jax.random.PRNGKey(1), max_new_tokens=NEW)
 
     # Both samplers' rows in one batch: rows [0, 12) sampled on one device, [12, 24) on the TP mesh
-    tokens_RT = np.concatenate([one["tokens_RT"], tp["tokens_RT"]])
-    logp_RT = np.concatenate([one["logp_behav_RT"], tp["logp_behav_RT"]])
-    mask_RT = np.concatenate([one["mask_RT"], tp["mask_RT"]])
+    tokens_RT = np.concatenate([one.tokens_RT, tp.tokens_RT])
+    logp_RT = np.concatenate([one.logp_behav_RT, tp.logp_behav_RT])
+    mask_RT = np.concatenate([one.mask_RT, tp.mask_RT])
     data = _grpo_batch(tokens_RT, mask_RT, logp_RT)
     one_rows, tp_rows = slice(0, ROWS), slice(ROWS, 2 * ROWS)
     forward = np.asarray(jax.jit(lambda p, t: model.token_logprobs(p, cfg, t))(
@@ -157,12 +158,12 @@ def child_bf16() -> dict:
     _, _, logp_24, _ = update.make_update(cfg, gcfg, optimizer, 1.0, mesh24)(
         master24, opt24, update.split_batch(data, 1, 12))
     res["parity"] = {
-        "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one["logp_behav_RT"], one["mask_RT"]),
-        "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one["logp_behav_RT"], one["mask_RT"]),
-        "trainer 8x1 vs sampler TP 4": _parity(logp_fsdp[tp_rows], tp["logp_behav_RT"], tp["mask_RT"]),
-        "trainer 1 dev (forward) vs sampler TP 4": _parity(forward[tp_rows], tp["logp_behav_RT"], tp["mask_RT"]),
-        "trainer 2x4 vs sampler 1 dev": _parity(logp_24[one_rows], one["logp_behav_RT"], one["mask_RT"]),
-        "trainer 2x4 vs sampler TP 4": _parity(logp_24[tp_rows], tp["logp_behav_RT"], tp["mask_RT"]),
+        "trainer 1 dev (forward) vs sampler 1 dev": _parity(forward[one_rows], one.logp_behav_RT, one.mask_RT),
+        "trainer 8x1 vs sampler 1 dev": _parity(logp_fsdp[one_rows], one.logp_behav_RT, one.mask_RT),
+        "trainer 8x1 vs sampler TP 4": _parity(logp_fsdp[tp_rows], tp.logp_behav_RT, tp.mask_RT),
+        "trainer 1 dev (forward) vs sampler TP 4": _parity(forward[tp_rows], tp.logp_behav_RT, tp.mask_RT),
+        "trainer 2x4 vs sampler 1 dev": _parity(logp_24[one_rows], one.logp_behav_RT, one.mask_RT),
+        "trainer 2x4 vs sampler TP 4": _parity(logp_24[tp_rows], tp.logp_behav_RT, tp.mask_RT),
     }
     return res
 

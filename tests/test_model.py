@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import hf_io  # noqa: E402
 import model  # noqa: E402
+import sampler  # noqa: E402
 import sharding  # noqa: E402
 
 torch = pytest.importorskip("torch")
@@ -69,14 +70,14 @@ def test_load_hf_matches_transformers_logits_and_greedy(tmp_path, kind, tie):
     prompt_RT = np.zeros((3, T), np.int32)
     for b, n in enumerate(prompt_len_R):
         prompt_RT[b, :n] = TOKENS[b, :n]
-    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(0), max_new_tokens=32,
-                         temperature=0.0)
+    out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(0), max_new_tokens=32,
+                           temperature=0.0)
     for b, n in enumerate(prompt_len_R):
         with torch.no_grad():
             hf_out = hf.generate(torch.tensor(TOKENS[b:b + 1, :n], dtype=torch.long), max_new_tokens=32,
                                  do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert np.array_equal(out["tokens_RT"][b, n:n + 32], hf_out[0, n:].numpy())
-        assert out["completion_len_R"][b] == 32 and out["mask_RT"][b].sum() == 32
+        assert np.array_equal(out.tokens_RT[b, n:n + 32], hf_out[0, n:].numpy())
+        assert out.completion_len_R[b] == 32 and out.mask_RT[b].sum() == 32
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
@@ -141,12 +142,12 @@ def _sample_and_score(bf16_fix, n_rows, T=64, max_new=40, temperature=1.0, top_p
     prompt_len_R = rs.randint(3, 20, n_rows)
     prompt_RT = rs.randint(0, 256, (n_rows, T)).astype(np.int32)
     prompt_RT[np.arange(T)[None] >= prompt_len_R[:, None]] = 0
-    out = model.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=max_new,
-                         temperature=temperature, top_p=top_p)
+    out = sampler.generate(params, cfg, prompt_RT, prompt_len_R, jax.random.key(1), max_new_tokens=max_new,
+                           temperature=temperature, top_p=top_p)
     score = jax.jit(model.token_logprobs, static_argnums=1)
     scored = {}
     for sb in score_batches:
-        toks = np.concatenate([out["tokens_RT"]] * (-(-sb // n_rows)))  # at least sb rows
+        toks = np.concatenate([out.tokens_RT] * (-(-sb // n_rows)))  # at least sb rows
         scored[sb] = np.concatenate([np.asarray(score(params, cfg, toks[i:i + sb], temperature))
                                      for i in range(0, len(toks), sb)])[:n_rows]
     return cfg, params, out, scored
@@ -158,17 +159,17 @@ def test_decode_logprobs_bitwise_equal_forward():
     for n_rows, temperature, top_p, tie in [(4, 1.0, 1.0, False), (20, 0.7, 0.9, False), (16, 1.0, 1.0, True)]:
         cfg, params, out, scored = _sample_and_score(True, n_rows, temperature=temperature, top_p=top_p,
                                                      score_batches=(1, 5, 16, 32), tie=tie)
-        m = out["mask_RT"]
-        assert m.sum() == n_rows * 40 and (out["logp_behav_RT"][m > 0] < 0).all()
+        m = out.mask_RT
+        assert m.sum() == n_rows * 40 and (out.logp_behav_RT[m > 0] < 0).all()
         for sb, logp_RT in scored.items():
-            assert np.array_equal(logp_RT * m, out["logp_behav_RT"] * m), (n_rows, sb)
+            assert np.array_equal(logp_RT * m, out.logp_behav_RT * m), (n_rows, sb)
 
     # the trainer's graph: the same function under value_and_grad (remat recomputes the same ops)
     def loss(p, toks):
         lp = model.token_logprobs(p, cfg, toks, temperature)
         return jnp.sum(lp * m), lp
-    (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out["tokens_RT"])
-    assert np.array_equal(np.asarray(lp_grad) * m, out["logp_behav_RT"] * m)
+    (_, lp_grad), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, out.tokens_RT)
+    assert np.array_equal(np.asarray(lp_grad) * m, out.logp_behav_RT * m)
     assert all(np.isfinite(np.asarray(g, np.float32)).all() for g in jax.tree.leaves(grads))
 
 
@@ -197,8 +198,8 @@ def test_gradients_flow_through_the_precision_policy():
 def test_plain_bf16_decode_differs_from_forward():
     """Negative control: without the precision policy the same comparison sees a mismatch."""
     _, _, out, scored = _sample_and_score(False, 16)
-    m = out["mask_RT"]
-    assert not np.array_equal(scored[16] * m, out["logp_behav_RT"] * m)
+    m = out.mask_RT
+    assert not np.array_equal(scored[16] * m, out.logp_behav_RT * m)
 
 
 def test_sampling_eos_top_p_and_padding():
@@ -206,20 +207,20 @@ def test_sampling_eos_top_p_and_padding():
     params = model.init_params(cfg, jax.random.key(0))
     prompt_RT = np.zeros((2, 32), np.int32)
     prompt_RT[:, :4] = [[1, 2, 3, 4], [5, 6, 7, 8]]
-    greedy = model.generate(params, cfg, prompt_RT, np.array([4, 4]), jax.random.key(0), max_new_tokens=12,
-                            temperature=0.0)
+    greedy = sampler.generate(params, cfg, prompt_RT, np.array([4, 4]), jax.random.key(0), max_new_tokens=12,
+                              temperature=0.0)
     # a tiny nucleus keeps only the most likely token: sampling == greedy
-    nucleus = model.generate(params, cfg, prompt_RT, np.array([4, 4]), jax.random.key(5), max_new_tokens=12,
-                             temperature=1.0, top_p=1e-6)
-    assert np.array_equal(nucleus["tokens_RT"], greedy["tokens_RT"])
+    nucleus = sampler.generate(params, cfg, prompt_RT, np.array([4, 4]), jax.random.key(5), max_new_tokens=12,
+                               temperature=1.0, top_p=1e-6)
+    assert np.array_equal(nucleus.tokens_RT, greedy.tokens_RT)
     # stop at eos: choose row 0's 3rd greedy token as eos
-    eos = int(greedy["tokens_RT"][0, 6])
-    first = int(np.argmax(greedy["tokens_RT"][0, 4:] == eos))
-    out = model.generate(params, cfg, prompt_RT, np.array([4, 4]), jax.random.key(0), max_new_tokens=12,
-                         temperature=0.0, eos_id=eos, pad_id=0)
-    assert out["completion_len_R"][0] == first + 1
-    assert out["mask_RT"][0].sum() == first + 1 and out["mask_RT"][0, 4 + first] == 1
-    assert (out["tokens_RT"][0, 5 + first:] == 0).all() and (out["logp_behav_RT"][0, 5 + first:] == 0).all()
+    eos = int(greedy.tokens_RT[0, 6])
+    first = int(np.argmax(greedy.tokens_RT[0, 4:] == eos))
+    out = sampler.generate(params, cfg, prompt_RT, np.array([4, 4]), jax.random.key(0), max_new_tokens=12,
+                           temperature=0.0, eos_id=eos, pad_id=0)
+    assert out.completion_len_R[0] == first + 1 and out.stopped_R[0]
+    assert out.mask_RT[0].sum() == first + 1 and out.mask_RT[0, 4 + first] == 1
+    assert (out.tokens_RT[0, 5 + first:] == 0).all() and (out.logp_behav_RT[0, 5 + first:] == 0).all()
 
 
 # ------------------------------------------------ sharding ------------------------------------------------
@@ -296,7 +297,7 @@ def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="exceeds the model's max_seq_len 128"):
         model.forward(params, cfg, np.zeros((1, 129), np.int32))
     with pytest.raises(ValueError, match="prompt_len \\+ max_new_tokens <= T"):
-        model.generate(params, cfg, np.zeros((1, 8), np.int32), np.array([4]), jax.random.key(0), max_new_tokens=5)
+        sampler.generate(params, cfg, np.zeros((1, 8), np.int32), np.array([4]), jax.random.key(0), max_new_tokens=5)
     with pytest.raises(ValueError, match="num_heads"):
         model.ModelConfig(**{**BF16_CFG, "num_kv_heads": 3})
     with pytest.raises(ValueError, match="dtype"):
@@ -358,21 +359,21 @@ def test_per_row_keys_make_each_row_independent_of_its_batch():
     prompt_RT[:, :8] = rs.randint(1, 256, (6, 8))
     lens = np.full(6, 8)
     keys = jax.random.split(jax.random.key(7), 6)
-    a = model.generate(params, cfg, prompt_RT, lens, keys, max_new_tokens=24)
+    a = sampler.generate(params, cfg, prompt_RT, lens, keys, max_new_tokens=24)
     order = np.array([4, 0, 5])  # a different batch: fewer rows, another order
-    b = model.generate(params, cfg, prompt_RT[order], lens[order], keys[order], max_new_tokens=24)
-    assert np.array_equal(a["tokens_RT"][order], b["tokens_RT"])
-    assert np.array_equal(a["logp_behav_RT"][order], b["logp_behav_RT"])
-    assert len({a["tokens_RT"][i, 8:].tobytes() for i in range(6)}) == 6  # different keys, different draws
+    b = sampler.generate(params, cfg, prompt_RT[order], lens[order], keys[order], max_new_tokens=24)
+    assert np.array_equal(a.tokens_RT[order], b.tokens_RT)
+    assert np.array_equal(a.logp_behav_RT[order], b.logp_behav_RT)
+    assert len({a.tokens_RT[i, 8:].tobytes() for i in range(6)}) == 6  # different keys, different draws
     # the same prompt in every row with different keys gives different completions; same key, same one
     same = np.repeat(prompt_RT[:1], 4, axis=0)
-    c = model.generate(params, cfg, same, lens[:4], jax.random.split(jax.random.key(3), 4), max_new_tokens=24)
-    d = model.generate(params, cfg, same, lens[:4], jnp.stack([keys[0]] * 4), max_new_tokens=24)
-    assert len({row.tobytes() for row in c["tokens_RT"]}) > 1
-    assert all(np.array_equal(row, a["tokens_RT"][0]) for row in d["tokens_RT"])
-    model.generate(params, cfg, prompt_RT, lens, jax.random.PRNGKey(1), max_new_tokens=4)  # raw batch key
+    c = sampler.generate(params, cfg, same, lens[:4], jax.random.split(jax.random.key(3), 4), max_new_tokens=24)
+    d = sampler.generate(params, cfg, same, lens[:4], jnp.stack([keys[0]] * 4), max_new_tokens=24)
+    assert len({row.tobytes() for row in c.tokens_RT}) > 1
+    assert all(np.array_equal(row, a.tokens_RT[0]) for row in d.tokens_RT)
+    sampler.generate(params, cfg, prompt_RT, lens, jax.random.PRNGKey(1), max_new_tokens=4)  # raw batch key
     with pytest.raises(ValueError, match="one per row"):
-        model.generate(params, cfg, prompt_RT, lens, keys[:5], max_new_tokens=4)
+        sampler.generate(params, cfg, prompt_RT, lens, keys[:5], max_new_tokens=4)
 
 
 def test_decode_bitwise_with_two_query_heads_per_kv_head_of_width_64():
@@ -386,7 +387,7 @@ def test_decode_bitwise_with_two_query_heads_per_kv_head_of_width_64():
     params = model.init_params(cfg, jax.random.PRNGKey(0))
     prompt = np.zeros((16, 256), np.int32)
     prompt[:, :10] = np.random.default_rng(0).integers(1, 512, (16, 10))
-    out = model.generate(params, cfg, prompt, np.full(16, 10), jax.random.PRNGKey(1), max_new_tokens=100)
-    lp = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, out["tokens_RT"]))
-    m = out["mask_RT"] > 0
-    assert m.sum() == 1600 and np.array_equal(lp[m], out["logp_behav_RT"][m])
+    out = sampler.generate(params, cfg, prompt, np.full(16, 10), jax.random.PRNGKey(1), max_new_tokens=100)
+    lp = np.asarray(jax.jit(model.token_logprobs, static_argnums=1)(params, cfg, out.tokens_RT))
+    m = out.mask_RT > 0
+    assert m.sum() == 1600 and np.array_equal(lp[m], out.logp_behav_RT[m])

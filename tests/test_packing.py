@@ -12,6 +12,7 @@ import pytest
 import grpo
 import hf_io
 import model
+import sampler
 import packing
 from random_weights import random_params
 import trainer
@@ -144,15 +145,15 @@ def test_sampled_logprobs_equal_scoring_at_the_bucket_length():
     its bucket length (the trainer's packed microbatches), bitwise."""
     params = random_params(CFG)
     prompts, prompt_len = _prompts(seed=2, longest=40)
-    out = model.generate(params, CFG, prompts, prompt_len, jax.random.key(3), max_new_tokens=48, eos_id=5)
-    data = {"tokens_RT": out["tokens_RT"], "mask_RT": out["mask_RT"]}
+    out = sampler.generate(params, CFG, prompts, prompt_len, jax.random.key(3), max_new_tokens=48, eos_id=5)
+    data = {"tokens_RT": out.tokens_RT, "mask_RT": out.mask_RT}
     packed, order = packing.pack_batch(data, 1, lambda T_b: 4)
     assert max(mb["tokens_RT"].shape[1] for mb in packed[0]) < 256  # cut, not run at T
     logp = np.concatenate([np.pad(np.asarray(SCORE(params, CFG, jnp.asarray(mb["tokens_RT"]))),
                                   ((0, 0), (0, 256 - mb["tokens_RT"].shape[1]))) for mb in packed[0]])
     logp = packing.unpack(logp, order, (16, 256))
-    m = out["mask_RT"] > 0
-    assert m.sum() > 100 and np.array_equal(logp[m], out["logp_behav_RT"][m])
+    m = out.mask_RT > 0
+    assert m.sum() > 100 and np.array_equal(logp[m], out.logp_behav_RT[m])
 
 
 def test_packed_update_equals_the_fixed_length_update():
@@ -195,9 +196,10 @@ def test_generate_sized_to_its_rows_gives_the_bits_of_the_full_length():
     longest prompt (both far below T = 256 here); tokens and log-probs equal fit=False's, bitwise."""
     params = random_params(CFG)
     prompts, prompt_len = _prompts(seed=5, longest=30)
-    assert model._fit_len(int(prompt_len.max()) + 40, 256) < 128 and model._fit_len(200, 256) == 256
+    assert sampler._fit_len(int(prompt_len.max()) + 40, 256) < 128 and sampler._fit_len(200, 256) == 256
     kw = dict(max_new_tokens=40, eos_id=5)
-    fitted = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), **kw)
-    full = model.generate(params, CFG, prompts, prompt_len, jax.random.key(6), fit=False, **kw)
-    for k in ("tokens_RT", "logp_behav_RT", "mask_RT", "completion_len_R"):
-        assert fitted[k].shape == full[k].shape and np.array_equal(fitted[k], full[k]), k
+    fitted = sampler.generate(params, CFG, prompts, prompt_len, jax.random.key(6), **kw)
+    full = sampler.generate(params, CFG, prompts, prompt_len, jax.random.key(6), fit=False, **kw)
+    for k in ("tokens_RT", "logp_behav_RT", "mask_RT", "completion_len_R", "versions_RT", "stopped_R"):
+        a, b = getattr(fitted, k), getattr(full, k)
+        assert a.shape == b.shape and np.array_equal(a, b), k

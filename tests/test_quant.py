@@ -23,6 +23,7 @@ import grpo
 import hf_io
 import inference_worker
 import model
+import sampler
 import quant
 import versions
 from conftest import ROOT, free_port, wait_until
@@ -135,11 +136,11 @@ def test_quantised_sampler_reports_its_own_logprobs_bitwise_not_the_trainers():
     B, T, P = 16, 32, 4
     prompt = np.zeros((B, T), np.int32)
     prompt[:, :P] = np.random.default_rng(2).integers(1, 64, (B, P))
-    out = model.generate(qp, cfg, prompt, np.full(B, P), jax.random.PRNGKey(3), max_new_tokens=12, fit=False)
-    tokens, mask = jnp.asarray(out["tokens_RT"]), out["mask_RT"] > 0
+    out = sampler.generate(qp, cfg, prompt, np.full(B, P), jax.random.PRNGKey(3), max_new_tokens=12, fit=False)
+    tokens, mask = jnp.asarray(out.tokens_RT), out.mask_RT > 0
     own = np.asarray(model.token_logprobs(qp, cfg, tokens))
-    assert np.array_equal(own[mask], out["logp_behav_RT"][mask])
-    mm = grpo.mismatch_metrics(out["logp_behav_RT"], model.token_logprobs(params, cfg, tokens), out["mask_RT"])
+    assert np.array_equal(own[mask], out.logp_behav_RT[mask])
+    mm = grpo.mismatch_metrics(out.logp_behav_RT, model.token_logprobs(params, cfg, tokens), out.mask_RT)
     assert float(mm["bitwise_frac"]) < 0.5 and 0 < float(mm["k3_kl"]) < 0.05, mm
 
 

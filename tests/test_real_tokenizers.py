@@ -27,8 +27,8 @@ import real_tokenizers as rt
 
 import envs
 import hf_io
-import inference_worker
 import prompts
+import sampler
 
 EXPECTED = {  # name: (eos ids in order, end-of-turn id, its text, model_type)
     "qwen3": ((151645, 151643), 151645, "<|im_end|>", "qwen3"),
@@ -53,10 +53,10 @@ def test_every_eos_id_is_kept_and_the_end_of_turn_is_an_id(real):
     assert tok.special_text(eot) == eot_text and tok.special_text(tok.encode("a")[0]) is None
     assert prompts.end_of_turn_id(template, tok) == eot
     # a chat row stops at every eos id and at the template's end of turn; a one-token stop string adds itself
-    assert set(inference_worker.eos_for(tok, (), eot)) == set(eos_ids) | {eot}
+    assert set(sampler.eos_for(tok, (), eot)) == set(eos_ids) | {eot}
     newline = tok.encode("\n")
-    assert inference_worker.eos_for(tok, ("\n",), eot)[0] == newline[0] and set(eos_ids) <= set(
-        inference_worker.eos_for(tok, ("\n",), eot))
+    assert sampler.eos_for(tok, ("\n",), eot)[0] == newline[0] and set(eos_ids) <= set(
+        sampler.eos_for(tok, ("\n",), eot))
 
 
 def test_special_tokens_written_as_added_token_dicts_are_read(tmp_path):

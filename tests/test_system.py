@@ -223,7 +223,7 @@ def test_checkpoint_folder_that_does_not_match_the_model_is_a_clear_error(roles,
 
 def test_worker_jobs_reward_a_right_completion_and_not_a_wrong_one():
     """The worker's verifier jobs for an embedded-task item: the reference answer earns 1, others 0."""
-    import inference_worker
+    import envs
     import tasks
     import trainer
     import workitems
@@ -231,17 +231,17 @@ def test_worker_jobs_reward_a_right_completion_and_not_a_wrong_one():
     problem = tasks.heldout_problems(1)[0]
     item = workitems.problem_item(problem, "x", trainer.Config(), 3, 64, 0)
     texts = [problem.solution, "0\n", "__import__('os')._exit(0)\n"]
-    verdicts = verifier.verify_batch(inference_worker.verify_jobs([item], texts), workers=1)
+    verdicts = verifier.verify_batch(envs.score_jobs([item], texts), workers=1)
     assert [v.reward for v in verdicts] == [1.0, 0.0, 0.0], verdicts
 
 
 def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
-    """inference_worker.row_keys: an evaluation item's row keys (it carries a crn_key) are the same at
+    """sampler.row_keys: an evaluation item's row keys (it carries a crn_key) are the same at
     every weight version, on every worker, in any lease position and next to any other items, so two
     evaluations of a run draw the same random numbers; a training item's keys change with the version
     and the worker's seed; a non-string
     crn_key is refused by the wire check."""
-    import inference_worker
+    import sampler
     import wire
 
     def item(item_id, G, crn=""):
@@ -251,16 +251,16 @@ def test_evaluation_rows_use_common_random_numbers_and_training_rows_do_not():
     ev = item("eval/0/3|p", 4, crn="eval/3|p")
     ev_later = item("eval/150/3|p", 4, crn="eval/3|p")  # the next evaluation of the same problem
     train = item("train/7|q", 4)
-    a = np.asarray(inference_worker.row_keys(0, [ev, train], version=0, rows=16))
-    b = np.asarray(inference_worker.row_keys(0, [train, item("train/9|r", 2), ev_later], version=150, rows=16))
+    a = np.asarray(sampler.row_keys(0, [ev, train], version=0, rows=16))
+    b = np.asarray(sampler.row_keys(0, [train, item("train/9|r", 2), ev_later], version=150, rows=16))
     assert a.shape == b.shape == (16, 2)
     assert np.array_equal(a[:4], b[6:10])          # same evaluation rows: same keys
     assert not np.array_equal(a[4:8], b[:4])       # the training item at another version: new keys
     assert len({k.tobytes() for k in a}) == 16     # every row its own key
-    c = np.asarray(inference_worker.row_keys(1, [ev, train], version=0, rows=16))
+    c = np.asarray(sampler.row_keys(1, [ev, train], version=0, rows=16))
     assert np.array_equal(a[:4], c[:4])            # another worker (seed) draws the same evaluation rows
     assert not np.array_equal(a[4:8], c[4:8])      # but its own training rows
-    d = np.asarray(inference_worker.row_keys(0, [item("eval/0/3|p", 4, crn="seed1/eval/3|p")], 0, rows=16))
+    d = np.asarray(sampler.row_keys(0, [item("eval/0/3|p", 4, crn="seed1/eval/3|p")], 0, rows=16))
     assert not np.array_equal(a[:4], d[:4])        # another crn_key (a run with another seed): another draw
     with pytest.raises(wire.WireError, match="crn_key"):
         wire.WorkItem.from_dict({"item_id": "x", "prompt": "p", "group_size": 1, "seq_len": 8, "max_new_tokens": 2,
