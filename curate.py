@@ -82,6 +82,7 @@ import types
 from dataclasses import dataclass
 
 import cli
+import envs
 import hf_io
 import lifecycle
 import model

@@ -384,7 +384,6 @@ def test_work_items_carry_the_scoring_fields_only_when_they_have_them():
 
 
 def test_worker_jobs_for_math_and_reward_items():
-    import sampler
     m = wire.WorkItem(item_id="m", prompt="p", group_size=1, seq_len=64, max_new_tokens=8, min_version=0,
                       kind="math", answer="7", answer_format="hash", timeout_s=3.0)
     r = wire.WorkItem(item_id="r", prompt="p", group_size=2, seq_len=64, max_new_tokens=8, min_version=0,
@@ -462,7 +461,6 @@ def test_a_two_turn_episode_reaches_the_trainer_token_for_token():
     # scored once: one job per row, on its last turn
     item = wire.WorkItem(item_id="m", prompt="Q?", group_size=2, seq_len=200, max_new_tokens=40, min_version=0,
                          kind="math", answer="5", answer_format="hash", env="python_tool", max_turns=3)
-    import sampler
     jobs = envs.score_jobs([item], [e.final_text for e in eps])
     assert [math_answers.math_verdict(j["completion"], "5", "hash")["status"] for j in jobs] == ["passed", "failed"]
 
