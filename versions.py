@@ -360,19 +360,24 @@ class VersionBuffer:
         self.have[i] = True  # after the bytes: a reader that sees True sees them
 
 
+def cut_all(named_arrays, chunk_bytes: int = CHUNK_BYTES) -> tuple[list, list]:
+    """cut_chunks run to the end in memory: ([(chunk copy, CRC32), ...], the manifest's tensor entries).
+    Each chunk is a copy (cut_chunks may hand out views of its input), for versions made in one process."""
+    pieces, chunks = cut_chunks(named_arrays, chunk_bytes), []
+    while True:
+        try:
+            data, crc = next(pieces)
+        except StopIteration as end:
+            return chunks, end.value
+        chunks.append((np.array(data), crc))
+
+
 def from_arrays(version: int, lineage: str, named, base: int | None = None, lora: dict | None = None,
                 chunk_bytes: int = CHUNK_BYTES) -> VersionBuffer:
     """A complete VersionBuffer made in this process from (name, array) pairs, as a transport would
     deliver it (cut, checksummed, each chunk checked where it lands); `base`, `lora`: an adapter
     version's (set its `.base` to the base's VersionBuffer before installing it)."""
-    pieces, chunks = cut_chunks(named, chunk_bytes), []
-    while True:
-        try:
-            data, crc = next(pieces)
-        except StopIteration as end:
-            tensors = end.value
-            break
-        chunks.append((np.array(data), crc))  # a copy: cut_chunks may hand out views of its input
+    chunks, tensors = cut_all(named, chunk_bytes)
     manifest = Manifest(version, lineage, tensors, [[int(c.size), crc] for c, crc in chunks], base, lora)
     buf = VersionBuffer(manifest, new_memory(manifest.nbytes))
     for i, (data, crc) in enumerate(chunks):

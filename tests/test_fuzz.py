@@ -85,13 +85,9 @@ def tensors(version: int) -> list:
 def push_frames(push_id: str, version: int, manifest_change: dict | None = None) -> list:
     """A streamed push as raw messages: (frames, expect) for each chunk (16 bytes), then the commit
     with `manifest_change` applied to its manifest (expected to be refused when there is one)."""
-    out, chunks, gen = [], [], versions.cut_chunks(tensors(version), 16)
-    while True:
-        try:
-            data, _ = next(gen)
-        except StopIteration as done:
-            entries = done.value
-            break
+    out, chunks = [], []
+    pieces, entries = versions.cut_all(tensors(version), 16)
+    for data, _ in pieces:
         out.append(([bytes(f) for f in wire.encode(wire.PushChunk(push_id, len(chunks), data, versions.crc32(data)))],
                     "any"))
         chunks.append([int(data.size), versions.crc32(data)])

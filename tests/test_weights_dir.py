@@ -36,14 +36,7 @@ def adapter(version):
 
 def version(number, lineage, named, base=None):
     """A complete Version as a store holds it (cut as the trainer cuts it); `base`: an adapter's Version."""
-    chunks, gen = [], versions.cut_chunks(iter(named), 4096)
-    while True:
-        try:
-            data, crc = next(gen)
-        except StopIteration as end:
-            tensors = end.value
-            break
-        chunks.append((np.array(data), crc))
+    chunks, tensors = versions.cut_all(iter(named), 4096)
     manifest = versions.Manifest(number, lineage, tensors, [[int(c.size), crc] for c, crc in chunks],
                                  base.manifest.version if base else None, LORA if base else None)
     return versions.Version(manifest, [c for c, _ in chunks], base)
