@@ -510,20 +510,21 @@ def verify(jobs: list) -> list:
     return out
 
 
-def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, temperature: float = 1.0,
+def sample_and_verify(policy, problems: list, k: int, T: int, seed: int = 0, temperature: float = 1.0,
                       max_new_tokens: int = 16, batch_rows: int = 256, log=print) -> list:
-    """k samples of each problem, verified: one PassRate per problem, in order. The work items are the
-    trainer's (workitems.problem_item, version 0); a problem whose prompt does not fit T is not sampled
-    (too_long), as the trainer skips it."""
-    tcfg = trainer.Config(model=policy.model, max_new_tokens=max_new_tokens, temperature=temperature)
+    """k samples of each problem, each verified: per problem, in order, a list of k (completion text,
+    passed, status), or None for a problem whose prompt does not fit T (never sampled, as the trainer
+    skips it). The work items are the trainer's (workitems.problem_item, version 0); temperature 0
+    decodes greedily."""
+    tcfg = trainer.Config(model=policy.model, max_new_tokens=max_new_tokens, temperature=temperature or 1.0)
     tok, pad = policy.tokenizer, policy.tokenizer.pad_id
     items = [workitems.problem_item(p, p.item_id, tcfg, k, T, 0, fmt=policy.fmt, template=policy.template)
              for p in problems]
-    verdicts = {i: [] for i, item in enumerate(items)
-                if workitems.fits(len(tok.encode(item.prompt)), T, max_new_tokens)}
+    samples = {i: [] for i, item in enumerate(items)
+               if workitems.fits(len(tok.encode(item.prompt)), T, max_new_tokens)}
     turn_end = prompts.end_of_turn_id(policy.template, tok) if policy.template else None
     groups = {}  # one generate() call needs one seq_len and one set of stop strings (as in Worker.run_batch)
-    for i in verdicts:
+    for i in samples:
         groups.setdefault(sampler.settings(items[i]), []).append(i)
     per_call, done, t0, shown = max(1, batch_rows // k), 0, time.monotonic(), time.monotonic()
     for index in groups.values():
@@ -537,15 +538,25 @@ def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, tem
                                    sampler.row_keys(seed, chunk, 0, rows), max_new_tokens=max_new_tokens,
                                    temperature=temperature, top_p=chunk[0].top_p, eos_id=eos, pad_id=pad)
             _, texts, _ = sampler.cut_completions(out, tok, stop, pad)
-            results = verify(envs.score_jobs(chunk, texts[:len(chunk) * k]))
+            texts = texts[:len(chunk) * k]
+            results = verify(envs.score_jobs(chunk, texts))
             for j, i in enumerate(index[s:s + per_call]):
-                verdicts[i] = results[j * k:(j + 1) * k]
+                samples[i] = [(t, passed, status) for t, (passed, status) in
+                              zip(texts[j * k:(j + 1) * k], results[j * k:(j + 1) * k])]
             done += len(chunk)
-            if time.monotonic() - shown > 15 or done == len(verdicts):
+            if time.monotonic() - shown > 15 or done == len(samples):
                 shown = time.monotonic()
-                log(f"curate: {done}/{len(verdicts)} problems sampled and verified ({shown - t0:.0f} s)")
-    return [tally(tasks.problem_key(p), p.item_id, verdicts[i]) if i in verdicts else
-            PassRate(tasks.problem_key(p), p.item_id, k=0, passed=0, too_long=True) for i, p in enumerate(problems)]
+                log(f"curate: {done}/{len(samples)} problems sampled and verified ({shown - t0:.0f} s)")
+    return [samples.get(i) for i in range(len(problems))]
+
+
+def sample_pass_rates(policy, problems: list, k: int, T: int, seed: int = 0, temperature: float = 1.0,
+                      max_new_tokens: int = 16, batch_rows: int = 256, log=print) -> list:
+    """One PassRate per problem, in order, from k verified samples each (sample_and_verify)."""
+    samples = sample_and_verify(policy, problems, k, T, seed, temperature, max_new_tokens, batch_rows, log)
+    return [tally(tasks.problem_key(p), p.item_id, [(ok, status) for _, ok, status in got]) if got is not None
+            else PassRate(tasks.problem_key(p), p.item_id, k=0, passed=0, too_long=True)
+            for p, got in zip(problems, samples)]
 
 
 # ----------------------------------------------------------------------------- main

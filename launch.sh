@@ -14,6 +14,7 @@
 #   BF16_FIX=0 bash launch.sh                         # reproduce RLAX's bf16 sampler/trainer mismatch
 #   MODEL=/path/to/hf_checkpoint DATA=problems.jsonl bash launch.sh   # a real model on real problems
 #   DRY_RUN=1 ACCELERATOR=tpu CHIPS=8 bash launch.sh  # print where each role would run, start nothing
+#   STAGES=r1 bash launch.sh                          # the R1 recipe: cold start, GRPO, rejection sampling, SFT, GRPO
 #
 # Several machines (docs/multihost.md): run this script on each host with ROLES naming the roles that
 # host runs, PARAM_SERVER / VERIFIER the addresses of those on other hosts, BIND the address its own
@@ -104,6 +105,17 @@ TRAINER_ARGS=${TRAINER_ARGS:-}      # any extra trainer.py flags (they come afte
 WORKER_ARGS=${WORKER_ARGS:-}        # any extra inference_worker.py flags, e.g. "--lease-s 30"
 WORKER0_ARGS=${WORKER0_ARGS:-}      # and flags for worker-0 alone (after WORKER_ARGS): a straggler, e.g. "--slow-s 3"
 VERIFIER_ARGS=${VERIFIER_ARGS:-}    # any extra verifier.py flags, e.g. "--isolation rlimits" where namespaces are missing
+# The R1 recipe (recipe.py, docs/algorithm.md): STAGES=r1, or a prefix of coldstart,grpo,rejection,sft,grpo_final,
+# runs those stages one after another, each in $RUN_DIR/<stage>/ (a GRPO stage is this script again, with
+# every variable above), skips the stages already done and prints one table. STAGE_ARGS: recipe.py's
+# flags, e.g. "--sft-from base" or "--grpo-steps 250" (with STAGES=coldstart,grpo: plain GRPO, evaluated alike).
+STAGES=${STAGES:-}
+STAGE_ARGS=${STAGE_ARGS:-}
+if [ -n "$STAGES" ]; then
+  # shellcheck disable=SC2086  # STAGE_ARGS is a list of flags
+  exec $PYTHON recipe.py --stages "$STAGES" --run-dir "$RUN_DIR" --model "$MODEL" --data "$DATA" --seed "$SEED" \
+    --prompt-format "$PROMPT_FORMAT" $STAGE_ARGS
+fi
 # Placement (devices.py): which chips each role gets; each role checks at start that it got them.
 # A TPU role is a one-process libtpu cluster on its chips (TPU_VISIBLE_CHIPS,
 # TPU_CHIPS_PER_PROCESS_BOUNDS, TPU_PROCESS_BOUNDS=1,1,1, its own TPU_PROCESS_PORT/ADDRESSES,

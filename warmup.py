@@ -45,12 +45,12 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import hf_io
 import model
 import objectives
 import sampler
+import sft
 import tasks
 from verdicts import INFRA_ERROR
 
@@ -149,22 +149,15 @@ def encode_prompts(tok, problems: list, prompt_len: int) -> tuple[np.ndarray, np
 
 
 def sft_batch(tok, problems: list, seq_len: int, prompt_loss_weight: float):
-    """Teacher-forcing batch: tokens_RT = prompt + solution, padded; weight_RT on each target byte.
-
-    weight_RT[b, t] weights the loss of predicting tokens_RT[b, t] from tokens_RT[b, :t] (the same
-    indexing as model.token_logprobs): 1 on solution bytes, prompt_loss_weight on prompt bytes after
-    the first, 0 on padding.
-    """
-    tokens_RT = np.full((len(problems), seq_len), tok.pad_id, np.int32)
-    weight_RT = np.zeros((len(problems), seq_len), np.float32)
-    for b, p in enumerate(problems):
+    """Teacher-forcing batch of the problems' reference solutions (sft.batch): 1 on solution bytes,
+    prompt_loss_weight on prompt bytes after the first, 0 on padding."""
+    pairs = []
+    for p in problems:
         prompt, sol = tok.encode(p.prompt), tok.encode(p.solution)
         if len(prompt) + len(sol) > seq_len:
             raise ValueError(f"problem {p.item_id!r} needs {len(prompt) + len(sol)} tokens > {seq_len}")
-        tokens_RT[b, :len(prompt) + len(sol)] = prompt + sol
-        weight_RT[b, 1:len(prompt)] = prompt_loss_weight
-        weight_RT[b, len(prompt):len(prompt) + len(sol)] = 1.0
-    return tokens_RT, weight_RT
+        pairs.append((prompt, sol))
+    return sft.batch(pairs, seq_len, tok.pad_id, prompt_loss_weight)
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -312,28 +305,6 @@ def report(ckpt: str, n_problems: int = 256, seed: int = 0, prompt_len: int = 72
 
 # ----------------------------------------------------------------------------- training
 
-def make_train_step(mcfg, opt):
-    """One AdamW step on float32 master weights; the forward runs on their bf16 cast (the sampler's dtype).
-
-    Supervised learning needs no bitwise parity with a sampler, so the step uses the plain bf16 forward
-    (bf16_fix=False): no remat and no fixed rounding points, so it is the cheaper step.
-    """
-    run_dtype = jnp.dtype(mcfg.dtype)
-    mcfg = dataclasses.replace(mcfg, bf16_fix=False)
-
-    def loss_fn(master, tokens_RT, weight_RT):
-        params = jax.tree.map(lambda a: a.astype(run_dtype), master)
-        logp_RT = model.token_logprobs(params, mcfg, tokens_RT, 1.0)
-        return -(logp_RT * weight_RT).sum() / weight_RT.sum()
-
-    @jax.jit
-    def step(master, opt_state, tokens_RT, weight_RT):
-        loss, grads = jax.value_and_grad(loss_fn)(master, tokens_RT, weight_RT)
-        updates, opt_state = opt.update(grads, opt_state, master)
-        return optax.apply_updates(master, updates), opt_state, loss
-    return step
-
-
 def main(cfg: WarmupConfig) -> dict:
     tok = hf_io.ByteTokenizer()
     mcfg = cfg.model_config(tok.vocab_size)
@@ -351,11 +322,9 @@ def main(cfg: WarmupConfig) -> dict:
         init_params = model.init_params(mcfg, key)
     master = jax.tree.map(lambda a: a.astype(jnp.float32), init_params)
     n_params = sum(a.size for a in jax.tree.leaves(master))
-    sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, cfg.steps // 20), cfg.steps,
-                                               end_value=cfg.lr * 0.1)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=cfg.weight_decay))
+    opt = sft.optimizer(cfg.lr, cfg.steps, cfg.weight_decay)
     opt_state = opt.init(master)
-    step = make_train_step(mcfg, opt)
+    step = sft.make_train_step(mcfg, opt)  # the supervised step every SFT here uses
     stream = tasks.train_problems(cfg.seed)
     seq_len = cfg.prompt_len + cfg.max_new_tokens
     print(f"warmup: {n_params / 1e6:.2f}M parameters, {cfg.steps} steps x {cfg.batch_size} problems", flush=True)
