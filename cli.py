@@ -21,7 +21,16 @@ import typing
 
 
 def field_docs(cls) -> dict[str, str]:
-    """The string literal under each annotated field of a dataclass, by field name."""
+    """The string literal under each annotated field of a dataclass, by field name; a field a base
+    dataclass defines has the base's (a subclass's own docstring wins)."""
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls) -> dict[str, str]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):  # defined where no source exists (a REPL): no help texts

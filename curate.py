@@ -99,28 +99,22 @@ from verdicts import INFRA_ERROR
 
 
 @dataclass
-class Config:
-    """Curation settings. Sampling defaults are trainer.Config's, so the rates are those training starts from."""
+class Sampling:
+    """Which problems, which policy, how it samples them (curate.py and rejection_sample.py).
+
+    The defaults are trainer.Config's, so the samples are those training starts from."""
     model: str = ""
-    """the starting policy: a Hugging Face checkpoint folder (required)"""
+    """the policy: a Hugging Face checkpoint folder (required)"""
     out: str = ""
-    """directory for pass_rates.jsonl, keep.txt, report.json and (with --data) kept.jsonl (required)"""
+    """directory the outputs are written to (required)"""
     data: str = ""
-    """JSONL dataset (tasks.load_jsonl formats): its training split is curated. "" = the embedded task"""
+    """JSONL dataset (tasks.load_jsonl formats): its training split is sampled. "" = the embedded task"""
     heldout: int = trainer.Config.heldout
     """--data: held-out problems, as trainer --heldout (min(heldout, n // 2) are held out, never sampled)"""
     problems: int = 1024
-    """embedded task only: how many distinct training problems (tasks.problem_key) to rate"""
+    """embedded task only: how many distinct training problems (tasks.problem_key) to sample"""
     k: int = 8
     """samples per problem"""
-    low: float = 0.0
-    """keep problems with pass rate above this (at or above with --include-low)"""
-    high: float = 1.0
-    """keep problems with pass rate below this (at or below with --include-high)"""
-    include_low: bool = False
-    """the band includes its lower end: rate >= low"""
-    include_high: bool = False
-    """the band includes its upper end: rate <= high"""
     seed: int = 0
     """the embedded stream's seed (as trainer --seed) and the sampling seed"""
     prompt_format: str = trainer.Config.prompt_format
@@ -136,7 +130,7 @@ class Config:
 
     def __post_init__(self):
         if not self.model:
-            raise ValueError("--model is required: the checkpoint folder of the starting policy")
+            raise ValueError("--model is required: the checkpoint folder of the policy")
         if not os.path.isfile(os.path.join(self.model, "config.json")):
             raise ValueError(f"--model {self.model!r} is not a checkpoint folder (no config.json there)")
         if not self.out:
@@ -151,6 +145,22 @@ class Config:
         if self.prompt_format not in ("",) + prompts.FORMATS:
             raise ValueError(f"--prompt-format must be one of {prompts.FORMATS} or '', got {self.prompt_format!r}")
         hf_io.compute_dtype_override(self.dtype)  # raises on an unknown one
+
+
+@dataclass
+class Config(Sampling):
+    """Curation settings: the sampling, then the band of pass rates kept."""
+    low: float = 0.0
+    """keep problems with pass rate above this (at or above with --include-low)"""
+    high: float = 1.0
+    """keep problems with pass rate below this (at or below with --include-high)"""
+    include_low: bool = False
+    """the band includes its lower end: rate >= low"""
+    include_high: bool = False
+    """the band includes its upper end: rate <= high"""
+
+    def __post_init__(self):
+        super().__post_init__()
         Band(self.low, self.high, self.include_low, self.include_high)  # raises on a bad band
 
     def band(self) -> "Band":

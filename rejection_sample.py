@@ -44,48 +44,21 @@ import cli
 import curate
 import prompts
 import tasks
-import trainer
 import workitems
 
 PICKS = ("random", "shortest")
 
 
 @dataclass
-class Config:
-    """Rejection-sampling settings; sampling defaults are the trainer's, as the workers sample."""
-    model: str = ""
-    """the policy to sample: a Hugging Face checkpoint folder (required)"""
-    out: str = ""
-    """directory for sft.jsonl, pass_rates.jsonl and report.json (required)"""
-    data: str = ""
-    """JSONL dataset (tasks.load_jsonl formats): its training split is sampled. "" = the embedded task"""
-    heldout: int = trainer.Config.heldout
-    """--data: held-out problems, as trainer --heldout (never sampled)"""
-    problems: int = 1024
-    """embedded task only: how many distinct training problems to sample"""
-    k: int = 8
-    """samples per problem"""
+class Config(curate.Sampling):
+    """Rejection-sampling settings: curate.Sampling's (the trainer's defaults), then what is kept."""
     keep: int = 2
     """at most this many distinct right completions kept per problem"""
     pick: str = "random"
     """which right completions are kept when more than --keep: random or shortest (module docstring)"""
-    seed: int = 0
-    """the embedded stream's seed (as trainer --seed), the sampling seed and the random pick's"""
-    prompt_format: str = trainer.Config.prompt_format
-    """"completion" or "chat" (prompts.py); "" = chat when the checkpoint has a chat template"""
-    temperature: float = trainer.Config.temperature
-    """sampling temperature (the workers sample at the trainer's, 1 by default)"""
-    max_new_tokens: int = trainer.Config.max_new_tokens
-    """longest completion, as trainer --max-new-tokens"""
-    dtype: str = trainer.Config.dtype
-    """what the model computes in, as trainer --dtype"""
-    batch_rows: int = 256
-    """decode rows per generate() call"""
 
     def __post_init__(self):
-        curate.Config(model=self.model, out=self.out, data=self.data, heldout=self.heldout, k=self.k,
-                      problems=self.problems, prompt_format=self.prompt_format, temperature=self.temperature,
-                      max_new_tokens=self.max_new_tokens, dtype=self.dtype, batch_rows=self.batch_rows)
+        super().__post_init__()
         if self.keep < 1:
             raise ValueError(f"--keep must be >= 1, got {self.keep}")
         if self.pick not in PICKS:

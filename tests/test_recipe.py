@@ -152,7 +152,7 @@ def test_the_stages_chain_stop_on_sigterm_and_resume(tmp_path):
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 143, out[-3000:]
     assert (run / "coldstart" / "done.json").is_file() and not (run / "grpo" / "done.json").exists()
-    again = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert "stage coldstart is done" in again.stdout
     assert "resumed" in open(run / "grpo" / "trainer.log").read()
@@ -177,7 +177,7 @@ def test_the_recipe_runs_on_a_users_dataset_with_qwen3s_template(tmp_path):
     env = stage_env(tmp_path, PORT=str(free_port()), MODEL=scripted_qwen3(tmp_path, "#### 42"), DATA=str(data),
                     RECIPE="--group-size 4", TRAINER_ARGS="--prompts-per-step 2",
                     STAGE_ARGS="--grpo-steps 1 --final-steps 1 --rs-k 2 --heldout 2 --max-new-tokens 8")
-    proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(["bash", "launch.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     records = json.load(open(tmp_path / "run" / "recipe.json"))["stages"]
     assert [r["stage"] for r in records] == list(recipe.R1)

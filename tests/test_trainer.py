@@ -164,7 +164,8 @@ def test_the_microbatch_comes_from_the_memory_budget():
     assert update.fit_microbatch(tiny, 128, budget_gb=4) == update.MICROBATCH_MAX
 
 
-@pytest.mark.parametrize("role", ["trainer", "inference_worker", "param_server", "verifier"])
+@pytest.mark.parametrize("role", ["trainer", "inference_worker", "param_server", "verifier", "curate", "rejection_sample",
+                                  "sft", "recipe"])
 def test_every_role_prints_its_help(role, capsys):
     """`python ROLE.py --help` lists every flag with its docstring (a '%' in a docstring must not break
     argparse's help formatting)."""
