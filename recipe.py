@@ -44,6 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+import checkpointing
 import cli
 import curate
 import grpo_config
@@ -167,8 +168,7 @@ def _on_sigterm(signum, frame):
 def run_grpo(stage_dir: str, model_dir: str, steps: int, cfg: Config) -> str:
     """`bash launch.sh` in stage_dir from model_dir; RESUME=1 when a checkpoint is there. Returns final/."""
     global _child
-    ckpts = os.path.join(stage_dir, "checkpoints")
-    resume = os.path.isdir(ckpts) and bool(os.listdir(ckpts))
+    resume = bool(checkpointing.list_checkpoints(stage_dir))
     if os.path.isdir(stage_dir) and not resume:  # stopped before its first checkpoint: start it again
         shutil.rmtree(stage_dir)
     # The trainer holds out --heldout rows of a dataset (so rejection sampling never samples them); on the

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+import checkpointing
 import curate
 import hf_io
 import prompts
@@ -145,7 +146,7 @@ def test_the_stages_chain_stop_on_sigterm_and_resume(tmp_path):
     proc = subprocess.Popen(["bash", "launch.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
-    while not (run / "grpo" / "checkpoints").is_dir() or not os.listdir(run / "grpo" / "checkpoints"):
+    while not checkpointing.list_checkpoints(str(run / "grpo")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)  # launch.sh exec'd recipe.py: this is recipe.py
