@@ -245,7 +245,7 @@ def run_stage(name: str, cfg: Config, done: dict, log=print) -> dict:
                 k=cfg.rs_k, keep=cfg.rs_keep, pick=cfg.rs_pick, seed=cfg.seed, prompt_format=cfg.prompt_format,
                 max_new_tokens=cfg.max_new_tokens), log=log)
         report = json.load(open(os.path.join(d, "report.json")))
-        record.update(samples=report["samples"], rows=report["rows"], rs_pass_rate=report["mean_pass_rate"])
+        record.update(samples=report["samples"], rows=report["rows"], rs_pass_rate=report["mean_pass_rate"] or 0.0)
     elif name == "sft":
         start = done["grpo" if cfg.sft_from == "policy" else "coldstart"]["checkpoint"]
         final, rows = os.path.join(d, "final"), done["rejection"]["rows"]
