@@ -138,7 +138,7 @@ class ZapHandler:
                 return
             version, request_id, domain, address, _identity, mechanism = (request + [b""] * 6)[:6]
             credentials = request[6:]
-            status, text = b"200", b"OK"
+            status, text, user = b"200", b"OK", b""
             if mechanism == b"CURVE":
                 server, keys = self.domains.get(domain, ("?", frozenset()))
                 if not credentials or credentials[0] not in keys:
@@ -150,8 +150,10 @@ class ZapHandler:
                         self._warned.add((domain, who))
                         print(f"wire: {server} refused CURVE client {who.decode()} from "
                               f"{address.decode(errors='replace')}: key not on the allowlist", flush=True)
+                else:  # the client's messages carry its key as their User-Id (wire.Server.client_key)
+                    user = z85.encode(credentials[0])
             try:
-                sock.send_multipart([version, request_id, status, text, b"", b""])
+                sock.send_multipart([version, request_id, status, text, user, b""])
             except zmq.ZMQError:
                 sock.close(0)
                 return

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+import attest
 import cli
 import continuous
 import envs
@@ -587,8 +588,12 @@ class Worker:
         t1 = time.monotonic()
         sampled = samples.mask_RT[:len(texts)] > 0
         versions = sorted(set(samples.versions_RT[:len(texts)][sampled].tolist())) or [self.version]
+        jobs = envs.score_jobs(items, texts)
+        rows = [(item, g) for item in items for g in range(item.group_size)]
+        for job, (item, g) in zip(jobs, rows):  # the row each verdict is for, sealed into it (attest.py)
+            job["seal"] = attest.context(item.item_id, item.lease, g)
         with self.timeline.span("verify", version=versions[0], programs=len(texts)):
-            verdicts = self.verifiers.verify(envs.score_jobs(items, texts))
+            verdicts = self.verifiers.verify(jobs)
         verify_s = time.monotonic() - t1
         t2 = time.time()
 
@@ -603,7 +608,7 @@ class Worker:
                 tokens_GT=group.tokens_RT, logp_behav_GT=group.logp_behav_RT, mask_GT=group.mask_RT,
                 rewards_G=np.array([v.reward for v in verdicts[rows_G]], np.float32),
                 finished_G=np.array(finished[rows_G], bool),
-                statuses=[v.status for v in verdicts[rows_G]],
+                statuses=[v.status for v in verdicts[rows_G]], macs=[v.mac for v in verdicts[rows_G]],
                 texts=texts[rows_G], eval=item.eval, sample_s=sample_s, verify_s=verify_s,
                 versions_GT=group.versions_RT if per_token else np.zeros((0, 0), np.int32), inflight=cfg.inflight,
                 env_stats={k: [s[k][0] for s in env_stats[rows_G]] for k in ("turns", "tool_calls")}

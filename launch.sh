@@ -68,6 +68,11 @@ PORT=${PORT:-5555}                  # param server; the verifiers use PORT+2, PO
                                     # (loopback): the first free block from 5555; given: refused if taken
 RUN_ID=${RUN_ID:-}                  # this run's identity (wire.py: a server refuses a role of another run);
                                     # default: $RUN_DIR/run_id, made on the first start, kept across restarts
+VERDICT_KEY=${VERDICT_KEY:-}        # the verdict key (attest.py): the verifier seals each reward, the param server
+                                    # refuses a rollout whose rewards it did not seal; the workers never see it.
+                                    # Default: $RUN_DIR/verdict.key on the one-host run; on several hosts, name one
+                                    # file on the param server's and every verifier's (made if missing; copy it
+                                    # to the others); none = rewards unchecked
 # Which roles run on this host, and where the others are (docs/multihost.md). The default is every
 # role here, on loopback: the single-machine run.
 ROLES=${ROLES:-trainer,param_server,verifier,workers}   # comma-separated subset of these four
@@ -302,6 +307,14 @@ fi
 [[ -z $RUN_ID || $RUN_ID =~ ^[A-Za-z0-9._-]{1,64}$ ]] || refuse "RUN_ID=$RUN_ID: letters, digits, . _ - (at most 64)"
 if [ -n "$RUN_ID" ] && [ "$DRY_RUN" != 1 ]; then echo "$RUN_ID" > "$RUN_DIR/run_id"; fi
 export RLAX_RUN_ID=$RUN_ID
+if [ -z "$VERDICT_KEY" ]; then  # made here only for the one-host run: every verifier and the param server are here
+  if [ "${#HERE[@]}" = 4 ] && [ -z "$VERIFIER" ]; then VERDICT_KEY=$RUN_DIR/verdict.key; else VERDICT_KEY=none; fi
+fi
+key_flag=""
+if [ "$VERDICT_KEY" != none ] && { [ -n "${HERE[param_server]:-}" ] || [ -n "${HERE[verifier]:-}" ]; }; then
+  key_flag="--verdict-key $VERDICT_KEY"
+  if [ "$DRY_RUN" != 1 ]; then $PYTHON attest.py keygen "$VERDICT_KEY" > /dev/null || refuse "cannot write VERDICT_KEY=$VERDICT_KEY"; fi
+fi
 declare -A CMD ENVS FLAGS
 ORDER=(); summary=""
 while IFS='|' read -r role envs flags; do   # "# placement: ..." then "role|VAR=value ...|flags", in start order
@@ -323,9 +336,9 @@ squeeze() {  # one line, words separated by single spaces (a line of commands.sh
 }
 for role in "${ORDER[@]}"; do
   case $role in
-    param_server) cmd="$PYTHON param_server.py --bind $ps_bind --state-dir $RUN_DIR/param_server${WEIGHTS_DIR:+ --weights-dir $WEIGHTS_DIR}" ;;
+    param_server) cmd="$PYTHON param_server.py --bind $ps_bind --state-dir $RUN_DIR/param_server${WEIGHTS_DIR:+ --weights-dir $WEIGHTS_DIR}${key_flag:+ $key_flag}" ;;
     verifier|verifier-*) k=${role#verifier}; k=${k#-}
-      cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS${reward_flag:+ $reward_flag} $VERIFIER_ARGS" ;;
+      cmd="$PYTHON verifier.py --bind ${verifier_binds[${k:-0}]} --executors $VERIFIER_EXECUTORS${reward_flag:+ $reward_flag}${key_flag:+ $key_flag} $VERIFIER_ARGS" ;;
     worker-*) i=$(( ${role#worker-} + WORKER_BASE ))
       cmd="$PYTHON inference_worker.py --param-server $ps_addr --verifier $verifier_addr --model $MODEL --name worker-$i --seed $((SEED * 1000 + i)) --pull-every $PULL_EVERY --timeline $RUN_DIR/timeline/worker-$i.jsonl $fix_flag${relay_flag:+ $relay_flag}${inflight_flag:+ $inflight_flag}${quant_flag:+ $quant_flag} ${FLAGS[$role]} $WORKER_ARGS"
       if [ "$i" = 0 ] && [ -n "$WORKER0_ARGS" ]; then cmd+=" $WORKER0_ARGS"; fi ;;

@@ -54,7 +54,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import attest
 import cli
+import envs
+from verdicts import INFRA_ERROR
 import versions
 import weights_fs
 import weights_zmq
@@ -83,6 +86,9 @@ class Config:
     """a relaying worker that has not asked for weights for this long leaves the relay tree"""
     push_timeout_s: float = 120.0
     """a weight push that sends no chunk for this long is discarded (its trainer died mid-push)"""
+    verdict_key: str = ""
+    """the run's verdict key file (attest.py), the verifier's: every reward of a submitted rollout must carry
+    the verifier's seal, or the rollout is forged and its worker refused from then on; "": rewards unchecked"""
 
     def __post_init__(self):
         if self.keep_versions < 1 or self.max_items < 1 or self.remember_done < 1 or self.relay_fanout < 1:
@@ -99,6 +105,7 @@ class Item:
     leases: set = dataclasses.field(default_factory=set)  # every token issued for it: a late but
     worker: str = ""          # genuine submission under an earlier lease still counts
     incarnation: str = ""
+    who: str = ""             # the leasing worker's identity (WorkQueue.who_is)
     deadline: float = 0.0
 
 
@@ -114,6 +121,57 @@ class WorkQueue:
         self.delivered: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.incarnations: dict[str, str] = {}  # worker name -> its newest incarnation
         self.counts = collections.Counter()
+        self.key = attest.read_key(cfg.verdict_key) if cfg.verdict_key else None
+        self.refused: dict[str, str] = {}  # worker identity (who_is) -> why it is refused, for good
+        self.submitters: collections.OrderedDict[str, str] = collections.OrderedDict()  # item_id -> who_is
+
+    # -- workers nobody has to trust: a liar is refused by its identity, its items go to others
+    @staticmethod
+    def who_is(worker: str, client_key: str = "") -> str:
+        """A worker's identity: its CURVE public key when it has one (the only name it cannot change),
+        else the name it gives (a run without CURVE authenticates no one)."""
+        return f"key:{client_key}" if client_key else f"name:{worker}"
+
+    def check_admitted(self, who: str) -> None:
+        if who in self.refused:
+            raise ValueError(f"worker {who} is refused: {self.refused[who]}")
+
+    def refuse(self, who: str, why: str) -> None:
+        """From now on `who` is refused (every message of its: an error), and the items it holds are
+        issued to others at once."""
+        if who not in self.refused:
+            self.refused[who] = why
+            self.counts["workers_refused"] += 1
+            print(f"[param_server] refusing worker {who} from now on: {why}", flush=True)
+        held = [i for i, it in self.items.items() if it.state == "leased" and it.who == who]
+        for item_id in reversed(held):
+            self._requeue(item_id)
+        self.counts["reissued_from_refused"] += len(held)
+
+    def check_seals(self, rollout: wire.Rollout, data: dict, lease: str) -> str:
+        """Why the rollout's rewards are not all the verifier's (attest.py), or "". Each row's verdict must
+        be sealed for this item, this lease and this row, over the job built from the item we issued and
+        the completion the rollout carries. A row the verifier could not judge (infra_error, reward 0)
+        may come unsealed (the worker could not reach a verifier): it is never trained on."""
+        G = len(rollout.rewards_G)
+        if len(rollout.texts) != G or len(rollout.macs) != G:
+            return f"{len(rollout.texts)} completions and {len(rollout.macs)} verdict seals for {G} rows"
+        jobs = envs.score_jobs([wire.WorkItem.from_dict(data)], rollout.texts)
+        for g, (job, reward, status, mac) in enumerate(zip(jobs, rollout.rewards_G, rollout.statuses, rollout.macs)):
+            if status == INFRA_ERROR and reward == 0 and not mac:
+                continue
+            if not attest.check(self.key, attest.context(rollout.item_id, lease, g), job, float(reward), status, mac):
+                return f"row {g}: reward {float(reward)} ({status}) is not the verifier's verdict of its completion"
+        return ""
+
+    def forged(self, item_id: str, who: str, why: str) -> None:
+        """A rollout of `who` was forged (found here, or by the trainer's audit: ParamServer.on_forged)."""
+        self.counts["forged"] += 1
+        self.refuse(who, f"forged rollout {item_id}: {why}")
+        item = self.items.get(item_id)
+        if item is not None and item.state == "leased":  # whoever holds its lease: issued again at once
+            self._requeue(item_id)
+            self.counts["reissued_from_refused"] += 1
 
     def enqueue(self, items: list, requeue: bool) -> dict:
         items = [wire.WorkItem.from_dict(data) for data in items]  # all or nothing: check every one first
@@ -150,10 +208,12 @@ class WorkQueue:
         if not 0 < lease_s <= 3600:
             raise ValueError("lease_s must be in (0, 3600]")
 
-    def lease(self, worker: str, max_items: int, lease_s: float, incarnation: str = "") -> list:
+    def lease(self, worker: str, max_items: int, lease_s: float, incarnation: str = "", who: str = "") -> list:
         if max_items < 1:
             raise ValueError("max_items must be >= 1")
         self.check_lease_s(lease_s)
+        who = who or self.who_is(worker)
+        self.check_admitted(who)
         self.hello(worker, incarnation)
         out = []
         while self.queue and len(out) < max_items:
@@ -161,6 +221,7 @@ class WorkQueue:
             item.state, item.lease = "leased", os.urandom(6).hex()
             item.leases.add(item.lease)
             item.worker, item.incarnation, item.deadline = worker, incarnation, time.monotonic() + lease_s
+            item.who = who
             self.counts["leased"] += 1
             self.counts["reissued"] += len(item.leases) > 1
             out.append({**item.data, "lease": item.lease})
@@ -223,7 +284,9 @@ class WorkQueue:
             self.counts["refused"] += 1
             raise ValueError(f"item {rollout.item_id}: rollout refused: {why}")
 
-    def submit(self, msg: wire.SubmitRollout, lineage: str) -> str:
+    def submit(self, msg: wire.SubmitRollout, lineage: str, who: str = "") -> str:
+        who = who or self.who_is(msg.worker)
+        self.check_admitted(who)
         rollout = wire.Rollout.from_dict(msg.rollout)
         if rollout.item_id != msg.item_id:
             raise ValueError("rollout.item_id differs from the message's item_id")
@@ -235,6 +298,9 @@ class WorkQueue:
             raise ValueError(f"item {msg.item_id}: lease {msg.lease[:16]!r} was never issued for it")
         if item is not None:
             self.check_against_item(rollout, item.data)
+            if self.key is not None and (why := self.check_seals(rollout, item.data, msg.lease)):
+                self.forged(msg.item_id, who, why)
+                raise ValueError(f"item {msg.item_id}: forged rollout refused, and its worker: {why}")
         if item is None or item.state not in ("queued", "leased"):
             # Finished already (a slow worker after a re-issue) or never enqueued here.
             status = "duplicate" if item or msg.item_id in self.delivered else "unknown"
@@ -243,6 +309,9 @@ class WorkQueue:
         if item.state == "queued":  # expired but nobody re-leased it yet: the result is still good
             self.queue.remove(msg.item_id)
         item.state = "done"
+        self.submitters[msg.item_id] = who
+        while len(self.submitters) > self.cfg.remember_done:
+            self.submitters.popitem(last=False)
         self.finished[msg.item_id] = {k: (v.copy() if isinstance(v, np.ndarray) else v)
                                       for k, v in rollout.to_dict().items()}
         self.counts["submitted"] += 1
@@ -272,7 +341,7 @@ class WorkQueue:
 
     def stats(self) -> dict:
         states = collections.Counter(i.state for i in self.items.values())
-        return {**self.counts, "queued": states["queued"], "leased": states["leased"],
+        return {**self.counts, "refused_workers": sorted(self.refused), "queued": states["queued"], "leased": states["leased"],
                 "finished": len(self.finished), "unacked": len(self.sent)}
 
 
@@ -303,10 +372,14 @@ class ParamServer:
         s.on(wire.GetWeights, self.on_get_weights)
         s.on(wire.GetChunk, lambda m, p: self.check_wait(m.wait_s) or self.weights.chunk(m))
         s.on(wire.EnqueueWork, lambda m, p: wire.Ok(self.work.enqueue(m.items, m.requeue)))
-        s.on(wire.Hello, lambda m, p: wire.Ok({"released": self.work.hello(m.worker, m.incarnation)}))
+        s.on(wire.Hello, lambda m, p: self.admitted(m) or
+             wire.Ok({"released": self.work.hello(m.worker, m.incarnation)}))
         s.on(wire.LeaseWork, self.on_lease)
-        s.on(wire.RenewLeases, lambda m, p: wire.Ok(self.work.renew(m.worker, m.leases, m.lease_s, m.incarnation)))
-        s.on(wire.SubmitRollout, lambda m, p: wire.Ok({"status": self.work.submit(m, self.weights.lineage)}))
+        s.on(wire.RenewLeases, lambda m, p: self.admitted(m) or
+             wire.Ok(self.work.renew(m.worker, m.leases, m.lease_s, m.incarnation)))
+        s.on(wire.SubmitRollout, lambda m, p: wire.Ok({"status": self.work.submit(m, self.weights.lineage,
+                                                                                  self.who(m))}))
+        s.on(wire.ForgedRollout, self.on_forged)
         s.on(wire.GetRollouts, self.on_get_rollouts)
         s.on(wire.GetStats, lambda m, p: wire.Ok({**self.work.stats(), "version": self.weights.newest,
                                                   "instance": s.instance,
@@ -315,6 +388,25 @@ class ParamServer:
                                                   "pushes_discarded": self.weights.discarded,
                                                   "persisted_version": self.weights.persisted.version,
                                                   "relays": {n: m[0] for n, m in self.relays.members.items()}}))
+
+    def who(self, msg) -> str:
+        """The identity of the worker whose message this is (WorkQueue.who_is)."""
+        return self.work.who_is(msg.worker, self.server.client_key)
+
+    def admitted(self, msg) -> None:
+        self.work.check_admitted(self.who(msg))
+
+    def on_forged(self, msg, peer):
+        """The trainer's audit found a rollout it received forged (trainer.py: audit.py): its submitter is
+        refused, and the item, if the trainer has not acknowledged it, is issued again."""
+        who = self.work.submitters.get(msg.item_id)
+        if who is None:
+            raise ValueError(f"no record of who submitted {msg.item_id}")
+        self.work.forged(msg.item_id, who, msg.why[:500])
+        again = self.work.sent.pop(msg.item_id, None) is not None
+        if again:
+            self.work._requeue(msg.item_id)
+        return wire.Ok({"refused": who, "reissued": again})
 
     # Each handler answers now if it can; otherwise it parks the request until `tick` can answer
     # it or its wait runs out.
@@ -361,7 +453,8 @@ class ParamServer:
 
     def on_lease(self, msg, peer):
         self.check_wait(msg.wait_s)
-        items = self.work.lease(msg.worker, msg.max_items, msg.lease_s, msg.incarnation)
+        msg.who = self.who(msg)  # a parked request is answered later, from tick, on behalf of this worker
+        items = self.work.lease(msg.worker, msg.max_items, msg.lease_s, msg.incarnation, msg.who)
         if items or msg.wait_s <= 0:
             return wire.Work(items)
         self.lease_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
@@ -390,7 +483,7 @@ class ParamServer:
             return keep
         self.weight_waiters = serve(self.weight_waiters, self._weights_ready, self._weights_reply)
         self.lease_waiters = serve(self.lease_waiters, lambda m: bool(self.work.queue),
-                                   lambda m: wire.Work(self.work.lease(m.worker, m.max_items, m.lease_s, m.incarnation)))
+                                   lambda m: wire.Work(self.work.lease(m.worker, m.max_items, m.lease_s, m.incarnation, m.who)))
         self.rollout_waiters = serve(self.rollout_waiters, lambda m: bool(self.work.finished),
                                      lambda m: wire.Rollouts(self.work.take(m.max_items), self.work.stats()))
 

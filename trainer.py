@@ -126,6 +126,7 @@ class Trainer:
         # (infra failures, programs) of recent training groups: is the verifier broken?
         self.verifier_window = collections.deque(maxlen=3 * cfg.prompts_per_step)
         self.step_programs = [0, 0]
+        self.queue_stats: dict = {}  # the param server's counts, as the last GetRollouts reply gave them
         self.ps = wire.Client("trainer", cfg.param_server, timeout_s=cfg.param_server_timeout_s)
         ledger_path = os.path.join(cfg.run_dir, "ledger.jsonl")
         self.ledger_lines = 0
@@ -533,6 +534,7 @@ class Trainer:
         training ones to the books and keeps the evaluation ones. Counts the verifier's failures."""
         reply = self.ps.call(wire.GetRollouts(max_items=256, wait_s=wait_s, ack=self.collector.ack),
                              timeout_s=wait_s + 10, what="rollouts")
+        self.queue_stats = reply.info  # the param server's counts (WorkQueue.stats): forged rollouts, refused workers
         for rollout in self.collector.receive(reply.rollouts, self.parse_rollout):
             failures = lifecycle.infra_failures(rollout.statuses)
             if not failures:
@@ -591,6 +593,9 @@ class Trainer:
         metrics.update({**lifecycle.staleness_metrics(lifecycle.token_staleness(versions_RT, version), sampled_RT,
                                                       self.cfg.max_staleness),
                         "verifier/infra_error_frac": self.step_programs[0] / max(self.step_programs[1], 1),
+                        # Liars (attest.py): rollouts whose rewards the verifier did not seal, and their workers
+                        "rollouts/forged": int(self.queue_stats.get("forged", 0)),
+                        "workers/refused": len(self.queue_stats.get("refused_workers", ())),
                         **{f"curation/passed_over_{k}": n for k, n in self.problem.passed_over.items()
                            if self.cfg.curated or self.cfg.skip_uniform},
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),

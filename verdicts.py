@@ -120,6 +120,7 @@ class Verdict:
     status: str    # one of STATUSES, as above
     detail: str    # short, human-readable reason (truncated)
     fraction: float = 0.0  # fraction of test cases passed (1.0/0.0 for assert-style)
+    mac: str = ""  # the verifier's seal of this verdict (attest.py), "" when it holds no verdict key
 
 
 def make_verdict(status: str, detail: str = "", fraction: float | None = None,
@@ -137,9 +138,9 @@ class BoundaryError(TypeError):
 
 def verdict_from_dict(d) -> Verdict:
     """A Verdict from its dict (an executor's frame, a wire reply); BoundaryError if malformed."""
-    if type(d) is not dict or set(d) != {f.name for f in dataclasses.fields(Verdict)}:
+    if type(d) is not dict or set(d) - {"mac"} != {f.name for f in dataclasses.fields(Verdict)} - {"mac"}:
         raise BoundaryError(f"malformed verdict {str(d)[:200]}")
-    if d["status"] not in STATUSES or type(d["passed"]) is not bool or type(d["detail"]) is not str \
+    if d["status"] not in STATUSES or type(d.get("mac", "")) is not str or type(d["passed"]) is not bool or type(d["detail"]) is not str \
             or not all(type(d[k]) in (int, float) for k in ("reward", "fraction")):
         raise BoundaryError(f"malformed verdict {str(d)[:200]}")
     return Verdict(**d)

@@ -92,6 +92,7 @@ import sys
 import threading
 import time
 
+import attest
 import rootfs
 import scorers
 from isolation import (ISOLATION_MODES, IsolationUnavailable, SandboxBreach, default_hidden_paths,
@@ -125,6 +126,10 @@ class VerifierConfig:
     reward: str = ""
     """path/to/file.py:function scoring "reward" jobs, called as function(completion, row) -> float in a
     child process with the job's time limit (scorers.py; launch.sh REWARD). "": reward jobs get reward_error"""
+    verdict_key: str = ""
+    """A file holding the run's verdict key (attest.py; launch.sh writes $RUN_DIR/verdict.key): every verdict of
+    a job that names the row it scores ("seal") is sealed with it, so the param server can tell it from a
+    forged one. Never give it to a worker. "": verdicts are not sealed"""
 
     def __post_init__(self):
         if self.isolation not in ISOLATION_MODES:
@@ -140,7 +145,7 @@ class VerifierConfig:
 
 # ============================================================================ jobs: validation (parent side)
 
-_JOB_KEYS = {"kind", "program", "tests", "entry_point", "cases", "partial_reward", "id",
+_JOB_KEYS = {"kind", "program", "tests", "entry_point", "cases", "partial_reward", "id", "seal",
              "completion", "answer", "format", "row"} | set(LIMIT_KEYS)
 MAX_PROGRAM_BYTES = 1 << 20
 
@@ -174,7 +179,7 @@ def check_job(job) -> dict:
         if not isinstance(job.get("partial_reward", False), bool):
             raise ValueError("partial_reward must be a bool")
     Limits(**{k: job[k] for k in LIMIT_KEYS if k in job})  # raises on a bad limit
-    out = {k: v for k, v in job.items() if k != "id"}
+    out = {k: v for k, v in job.items() if k not in ("id", "seal")}
     if kind == "io":
         out["cases"] = [list(c) for c in job["cases"]]
     for key in ("tests", "entry_point", "cases"):
@@ -200,7 +205,7 @@ def check_scored_job(job: dict) -> dict:
         except (TypeError, ValueError):
             raise ValueError("reward job needs row: the dataset line, a JSON object as text") from None
     Limits(**{k: job[k] for k in LIMIT_KEYS if k in job})
-    out = {k: v for k, v in job.items() if k != "id"}
+    out = {k: v for k, v in job.items() if k not in ("id", "seal")}
     for key in ("completion", "row", "answer"):
         _check_utf8(key, out.get(key))
     return out
@@ -622,6 +627,7 @@ class _Batch:
     deadline: float  # time.monotonic() by which every verdict is in (ExecutorPool.submit_batch)
     ping_s: float    # the client pings this often while it waits (0: it did not say)
     heard: float     # time.monotonic() of the connection's last message
+    seals: list      # per job: (the row it scores, the job) to seal its verdict with (attest.seal), or None
 
     def of(self, peer) -> bool:
         """Whether `peer` (a later message's) is this batch's connection."""
@@ -646,6 +652,7 @@ class VerifierService:
         self.server.on(wire.CancelBatch, self.on_cancel)
         self.pending: list[_Batch] = []
         self.batches = 0
+        self.key = attest.read_key(cfg.verdict_key) if cfg.verdict_key else None
 
     def on_batch(self, msg, peer):
         jobs = msg.jobs
@@ -654,7 +661,10 @@ class VerifierService:
         size = sum(len(str(j)) for j in jobs)
         if size > self.cfg.max_request_mb << 20:
             raise ValueError(f"batch of {size} chars exceeds {self.cfg.max_request_mb} MiB")
-        self.pending.append(_Batch(peer, *self.pool.submit_batch(jobs), msg.ping_s, time.monotonic()))
+        # The row each job scores, as its sender names it ("seal"): its verdict is sealed for that row
+        seals = [(j["seal"], j) if self.key and isinstance(j, dict) and isinstance(j.get("seal"), str) else None
+                 for j in jobs]
+        self.pending.append(_Batch(peer, *self.pool.submit_batch(jobs), msg.ping_s, time.monotonic(), seals))
         self.batches += 1
         return None
 
@@ -688,6 +698,9 @@ class VerifierService:
         for batch in self.pending:
             if all(f.done() for f in batch.futures):
                 verdicts = [dataclasses.asdict(f.result()) for f in batch.futures]
+                for v, sealing in zip(verdicts, batch.seals):
+                    if sealing:
+                        v["mac"] = attest.seal(self.key, sealing[0], sealing[1], v["reward"], v["status"])
                 if warning := self.pool.weak_isolation_warning(f"{len(verdicts)} verdicts served"):
                     print(warning, file=sys.stderr, flush=True)  # logged before the client has them
                 self.server.reply(batch.peer, self.wire.Verdicts(verdicts=verdicts))

@@ -232,6 +232,15 @@ class SubmitRollout:
     rollout: dict
 
 
+@message("forged_rollout")
+class ForgedRollout:
+    """Trainer -> param server: the rollout of `item_id` it was sent is forged (audit.py says why): the
+    worker that submitted it is refused from then on, and the item is issued again (the trainer has not
+    acknowledged it). Answered with Ok(info={"refused": the worker's identity, "reissued": bool})."""
+    item_id: str
+    why: str
+
+
 @message("get_rollouts")
 class GetRollouts:
     """Trainer -> param server: up to max_items finished rollouts, waiting up to wait_s for one.
@@ -399,6 +408,7 @@ class Rollout:
     versions_GT: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))  # int32 [G, T] or empty
     inflight: str = "off"     # the worker's in-flight mode (lifecycle.INFLIGHT_MODES)
     env_stats: dict = field(default_factory=dict)  # multi-turn: {"turns": [G ints], "tool_calls": [G ints]}
+    macs: list = field(default_factory=list)  # G verdict seals (attest.py) from a verifier with a key, or empty
 
     @classmethod
     def from_dict(cls, data) -> "Rollout":
@@ -421,6 +431,8 @@ class Rollout:
                 isinstance(v, list) and len(v) == G and all(isinstance(x, int) and x >= 0 for x in v)
                 for v in r.env_stats.values())):
             raise WireError(f"rollout.env_stats must map turns and tool_calls to {G} counts each")
+        if r.macs and not (len(r.macs) == G and all(isinstance(m, str) and len(m) <= 128 for m in r.macs)):
+            raise WireError(f"rollout.macs must be {G} strings (or none)")
         if r.inflight not in ("off", "keep", "recompute"):
             raise WireError(f"rollout.inflight must be off, keep or recompute, got {r.inflight!r}")
         if r.versions_GT.size:
@@ -586,6 +598,7 @@ class Server:
         self.ctx = zmq.Context.instance()
         self.bad_messages = 0
         self.bytes_sent = 0
+        self.client_key = ""  # the CURVE public key (Z85) of the client whose message is being handled
         self._zap, self._zap_domain = None, f"rlax-{name}-{self.instance}".encode()
         curve_key = curve_key or curve_keys_from_env()
         if curve_clients is None:
@@ -630,6 +643,12 @@ class Server:
 
     def handle(self, frames: list) -> None:
         identity, payload = frames[0], frames[1:]
+        self.client_key = ""
+        if self._zap is not None:  # the ZAP handler names each CURVE client by its key (its User-Id)
+            try:
+                self.client_key = frames[-1].get("User-Id") or ""
+            except (AttributeError, zmq.ZMQError):
+                pass
         try:
             msg, rid, run = decode_with_run(payload)
         except Exception as e:  # WireError, and whatever else garbage provokes: never die of it

@@ -477,7 +477,7 @@ def test_the_queue_counts_what_happened_and_refuses_malformed_requests():
     assert [r["item_id"] for r in q.take(2)] == [c["item_id"], A["item_id"]]  # this reply is lost
     assert q.stats() == {"enqueued": 5, "leased": 1, "reissued": 3, "renewed": 2, "lease_expired": 2,
                          "released_on_hello": 2, "submitted": 3, "duplicate": 1, "old_lineage": 1, "unknown": 1,
-                         "resent": 0, "queued": 1, "finished": 1, "unacked": 2}
+                         "resent": 0, "refused_workers": [], "queued": 1, "finished": 1, "unacked": 2}
     assert [r["item_id"] for r in q.take(8)] == [c["item_id"], A["item_id"], B["item_id"]]
     with pytest.raises(ValueError, match="ack must list item ids"):
         q.take(8, ack=[3])
@@ -490,7 +490,7 @@ def test_the_queue_counts_what_happened_and_refuses_malformed_requests():
     q.reset()
     assert q.stats() == {"enqueued": 8, "leased": 0, "reissued": 3, "renewed": 2, "lease_expired": 2,
                          "released_on_hello": 2, "submitted": 3, "duplicate": 2, "old_lineage": 1, "unknown": 2,
-                         "resent": 2, "delivered": 3, "reset_items": 5, "queued": 0, "finished": 0, "unacked": 0}
+                         "resent": 2, "delivered": 3, "reset_items": 5, "refused_workers": [], "queued": 0, "finished": 0, "unacked": 0}
 
 
 def test_the_queue_refuses_what_no_item_asked_for():

@@ -64,8 +64,8 @@ def test_default_roles_are_the_single_machine_run(tmp_path):
 # placement: cpu (ACCELERATOR): every role on the CPU
 export XLA_FLAGS=""
 export RLAX_RUN_ID="$(cat RUN/run_id)"
-JAX_PLATFORMS=cpu python3 param_server.py --bind tcp://127.0.0.1:5555 --state-dir RUN/param_server  # param_server
-JAX_PLATFORMS=cpu python3 verifier.py --bind tcp://127.0.0.1:5557 --executors 2  # verifier
+JAX_PLATFORMS=cpu python3 param_server.py --bind tcp://127.0.0.1:5555 --state-dir RUN/param_server --verdict-key RUN/verdict.key  # param_server
+JAX_PLATFORMS=cpu python3 verifier.py --bind tcp://127.0.0.1:5557 --executors 2 --verdict-key RUN/verdict.key  # verifier
 JAX_PLATFORMS=cpu RLAX_ACCELERATOR=cpu python3 inference_worker.py --param-server tcp://127.0.0.1:5555 \
 --verifier tcp://127.0.0.1:5557 --model checkpoints/coldstart --name worker-0 --seed 0 --pull-every 1 --timeline RUN/timeline/worker-0.jsonl --bf16-fix  # worker-0
 JAX_PLATFORMS=cpu RLAX_ACCELERATOR=cpu python3 inference_worker.py --param-server tcp://127.0.0.1:5555 \
