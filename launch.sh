@@ -281,7 +281,8 @@ if [ "$LORA_RANK" != 0 ]; then  # the workers learn the LoRA config from each ve
   lora_flags="--lora-rank $LORA_RANK --lora-alpha $LORA_ALPHA${LORA_TARGETS:+ --lora-targets $LORA_TARGETS} --lr $LORA_LR"
 else lora_flags=""; fi
 case $SAMPLER_QUANT in none) quant_flag="" ;;   # the worker's default: no flag
-  int8|fp8) quant_flag="--sampler-quant $SAMPLER_QUANT" ;;
+  int8|fp8) quant_flag="--sampler-quant $SAMPLER_QUANT"  # their log-probs are near ours, not ours: audit.py's bound
+    TRAINER_ARGS="--audit-logp-tol 0.1 $TRAINER_ARGS" ;;
   *) refuse "SAMPLER_QUANT=$SAMPLER_QUANT: expected none, int8 or fp8" ;; esac
 reserved="$PORT"; for ((k = 0; k < VERIFIERS; k++)); do reserved+=",$((PORT + 2 + k))"; done
 jax_roles=""; for r in trainer workers; do [ -z "${HERE[$r]:-}" ] || jax_roles+="${jax_roles:+,}$r"; done

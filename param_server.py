@@ -390,8 +390,10 @@ class ParamServer:
                                                   "relays": {n: m[0] for n, m in self.relays.members.items()}}))
 
     def who(self, msg) -> str:
-        """The identity of the worker whose message this is (WorkQueue.who_is)."""
-        return self.work.who_is(msg.worker, self.server.client_key)
+        """The identity of the worker whose message this is (WorkQueue.who_is): its own CURVE key, or its
+        name when it holds none, or the one pair every role shares (that key names no one in particular)."""
+        key = self.server.client_key
+        return self.work.who_is(msg.worker, key if key != self.server.public_key else "")
 
     def admitted(self, msg) -> None:
         self.work.check_admitted(self.who(msg))
@@ -468,6 +470,14 @@ class ParamServer:
             return wire.Rollouts(rollouts, self.work.stats())
         self.rollout_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
 
+    def parked_lease(self, msg):
+        """A parked LeaseWork's answer, from tick: its items, or the Error a handler would have replied (the
+        worker was refused while it waited), never an exception that would stop the serving loop."""
+        try:
+            return wire.Work(self.work.lease(msg.worker, msg.max_items, msg.lease_s, msg.incarnation, msg.who))
+        except ValueError as e:
+            return wire.Error(f"param_server: bad lease_work: {e}")
+
     def tick(self) -> None:
         self.work.expire()
         self.weights.expire(self.cfg.push_timeout_s)
@@ -483,7 +493,7 @@ class ParamServer:
             return keep
         self.weight_waiters = serve(self.weight_waiters, self._weights_ready, self._weights_reply)
         self.lease_waiters = serve(self.lease_waiters, lambda m: bool(self.work.queue),
-                                   lambda m: wire.Work(self.work.lease(m.worker, m.max_items, m.lease_s, m.incarnation, m.who)))
+                                   self.parked_lease)
         self.rollout_waiters = serve(self.rollout_waiters, lambda m: bool(self.work.finished),
                                      lambda m: wire.Rollouts(self.work.take(m.max_items), self.work.stats()))
 

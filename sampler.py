@@ -396,7 +396,9 @@ def cut_completions(samples: Samples, tokenizer, stop: tuple, pad_id: int):
 def row_keys(seed: int, items: list, version: int, rows: int):
     """One sampling key per decode row (the layout of build_prompts), for generate.
 
-    A training item's G rows draw from its item id and the weight version: a rerun samples the same.
+    A training item's G rows draw from its item id, the weight version and the run's seed (item.seed,
+    which the trainer sets; else this worker's): whichever worker samples it, the same rows, so the
+    trainer can draw a row again and compare (audit.py), and a rerun samples the same.
     An item with a "crn_key" (the trainer's evaluation items) draws from that key and the row's index
     alone, not from the version, from this worker's seed or from the items it shares a lease with. So
     every evaluation of a run uses the same random numbers whichever worker samples it (common random
@@ -408,8 +410,9 @@ def row_keys(seed: int, items: list, version: int, rows: int):
     for item in items:
         if item.crn_key:
             item_key = jax.random.fold_in(jax.random.PRNGKey(0), zlib.crc32(item.crn_key.encode()))
-        else:
-            item_key = jax.random.fold_in(base, zlib.crc32(f"{item.item_id}@{version}".encode()))
+        else:  # the run's seed when the item carries it (every trainer item does), so any row can be drawn again
+            item_seed = jax.random.PRNGKey(item.seed) if getattr(item, "seed", -1) >= 0 else base
+            item_key = jax.random.fold_in(item_seed, zlib.crc32(f"{item.item_id}@{version}".encode()))
         keys.append(jax.vmap(jax.random.fold_in, (None, 0))(item_key, jnp.arange(item.group_size)))
     n = sum(len(k) for k in keys)
     keys.append(jax.random.split(jax.random.fold_in(base, version), rows - n))  # dummy rows

@@ -48,6 +48,7 @@ import jax
 import numpy as np
 import optax
 
+import audit
 import checkpointing
 import cli
 import envs
@@ -61,6 +62,7 @@ import multihost
 import objectives
 import packing
 import prompts
+import sampler
 import sharding
 import tasks
 from trainer_config import Config
@@ -110,6 +112,7 @@ class Trainer:
         os.makedirs(cfg.run_dir, exist_ok=True)
         self.timeline = timeline.Timeline(cfg.timeline, "trainer")
         self.load_data()
+        self.auditor = self.make_auditor()
         self.t_start, self.ps_instance = time.monotonic(), None
         # A lineage names this trainer process's policy history. Version numbers restart from the
         # checkpoint on a resume, so "version 7" alone could be a dead trainer's version 7.
@@ -522,12 +525,42 @@ class Trainer:
         if items:
             self.ps.call(wire.EnqueueWork([i.to_dict() for i in items]), what="enqueue receipt")
 
+    def make_auditor(self) -> audit.Auditor:
+        """Our checks of a worker's tokens (audit.py). Log-probs and draws need our policy on one device
+        computing the sampler's bits (--bf16-fix, or a tolerance for int8 workers)."""
+        cfg, template = self.cfg, prompts.load_chat_template(self.cfg.model)
+        end_of_turn = prompts.end_of_turn_id(template, self.tokenizer) if template else None
+        exact = self.mesh is None and cfg.audit_frac > 0 and (cfg.bf16_fix or cfg.audit_logp_tol > 0)
+        if cfg.audit_frac > 0 and not exact:
+            self.log("audit: log-probs and tokens not checked (a sharded trainer, or --no-bf16-fix without "
+                     "--audit-logp-tol); every rollout's prompt and text still are")
+        params = lambda: self.update.policy(self.master) if self.lcfg is not None else \
+            update.policy_params(self.master, self.mcfg)  # noqa: E731
+        return audit.Auditor(
+            cfg.audit_frac, cfg.audit_logp_tol, self.tokenizer, self.mcfg, self.tokenizer.pad_id,
+            eos_of=lambda stop: sampler.eos_for(self.tokenizer, stop, end_of_turn),
+            logprobs=(lambda t: self.update.old_logprobs(self.master, [{"tokens_RT": t}])[0]) if exact else None,
+            params=params if exact else None, rng=np.random.default_rng([cfg.seed, os.getpid()]))
+
     def parse_rollout(self, data):
+        """A received rollout map as a Rollout, or None: malformed, or forged (audit.py; the param server
+        refuses its worker and issues the item to another)."""
         try:
-            return wire.Rollout.from_dict(data)
+            rollout = wire.Rollout.from_dict(data)
         except wire.WireError as e:
             self.log(f"dropping malformed rollout: {e}")
             return None
+        item = self.collector.books.in_flight.get(rollout.item_id) or self.collector.eval_pending.get(rollout.item_id)
+        if item is None or rollout.lineage != self.lineage:
+            return rollout  # a duplicate, or another trainer's: the books drop it
+        if why := self.auditor.check(rollout, item, self.step_n):
+            self.log(f"{rollout.item_id}: forged rollout of {rollout.worker}: {why}; dropped, the item goes to another")
+            try:
+                self.ps.call(wire.ForgedRollout(rollout.item_id, why), what="forged rollout receipt")
+            except wire.RemoteError as e:
+                self.log(f"the param server could not refuse its worker: {e}")
+            return None
+        return rollout
 
     def receive(self, wait_s: float) -> None:
         """Take finished rollouts (acknowledging the previous reply's); the collector hands the
@@ -596,6 +629,7 @@ class Trainer:
                         # Liars (attest.py): rollouts whose rewards the verifier did not seal, and their workers
                         "rollouts/forged": int(self.queue_stats.get("forged", 0)),
                         "workers/refused": len(self.queue_stats.get("refused_workers", ())),
+                        "rollouts/audited": self.auditor.counts["audited"],
                         **{f"curation/passed_over_{k}": n for k, n in self.problem.passed_over.items()
                            if self.cfg.curated or self.cfg.skip_uniform},
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),

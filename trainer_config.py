@@ -187,6 +187,14 @@ class Config:
     max_verifier_failure_frac: float = 0.5
     """stop the run when more than this fraction of the programs of the last 3 x prompts_per_step
     training groups failed in the verifier (status infra_error), not in the program"""
+    audit_frac: float = 0.03125
+    """the fraction of arriving training rollouts (the trainer's own draw) whose log-probs it recomputes and whose
+    tokens it draws again from their keys (audit.py); one that differs is forged and its worker refused. About 3%
+    of a step's time at this default (bench/bench_audit.py); a worker that always lies is caught within about 32
+    rollouts. 0: only the prompt/text check every rollout gets"""
+    audit_logp_tol: float = 0.0
+    """0: an audited rollout's log-probs must be the trainer's bit for bit (bf16 workers with --bf16-fix); > 0:
+    the largest mean |delta log p| allowed, and tokens are not drawn again (int8 workers: launch.sh sets it)"""
 
     def __post_init__(self):
         if min(self.steps, self.prompts_per_step, self.max_new_tokens, self.heldout,
@@ -201,6 +209,8 @@ class Config:
             raise ValueError(f"pack_min_saving must be in [0, 1], got {self.pack_min_saving}")
         if not 0 <= self.max_verifier_failure_frac <= 1:
             raise ValueError("max_verifier_failure_frac must be in [0, 1]")
+        if not 0 <= self.audit_frac <= 1 or not self.audit_logp_tol >= 0:
+            raise ValueError("audit_frac must be in [0, 1] and audit_logp_tol >= 0")
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.lr <= 0:
             raise ValueError("temperature and lr must be > 0 and top_p in (0, 1]")
         if self.ppo_epochs < 1 or self.minibatches < 1:

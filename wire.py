@@ -356,6 +356,9 @@ class WorkItem:
     row: str = ""             # "reward": the dataset line (JSON text) the reward function receives
     env: str = ""             # a name in envs.ENVS: a multi-turn episode (envs.run_episodes); "": one turn
     max_turns: int = 1        # env: model turns at most
+    seed: int = -1            # the run's sampling seed (the trainer's): each row's key comes from it, the item id
+                              # and the version (sampler.row_keys), so the trainer can draw a row again (audit.py);
+                              # -1: the worker's own --seed (a tool's items)
 
     @classmethod
     def from_dict(cls, data) -> "WorkItem":
@@ -599,12 +602,14 @@ class Server:
         self.bad_messages = 0
         self.bytes_sent = 0
         self.client_key = ""  # the CURVE public key (Z85) of the client whose message is being handled
+        self.public_key = ""  # this server's own (Z85): clients of the shared-pair setup hold it too
         self._zap, self._zap_domain = None, f"rlax-{name}-{self.instance}".encode()
         curve_key = curve_key or curve_keys_from_env()
         if curve_clients is None:
             curve_clients = os.environ.get("RLAX_CURVE_CLIENTS") or None
         if curve_key:
             secret, public = load_key(curve_key, secret=True), load_key(curve_key, secret=False)
+            self.public_key = public.decode()
             allowed = load_client_keys(curve_clients) if curve_clients is not None else {public}
             self._zap = ZapHandler.of(self.ctx)  # before the socket exists: no handshake goes unchecked
             self._zap.allow(self._zap_domain, name, allowed)

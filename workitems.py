@@ -44,7 +44,8 @@ def problem_item(problem: tasks.Problem, item_id: str, cfg, G: int, T: int, vers
         kind=problem.kind, cases=[list(c) for c in problem.cases] if problem.kind == "io" else [],
         group_size=G, seq_len=T, max_new_tokens=cfg.max_new_tokens, min_version=version,
         temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
-        stop=list(prompts.stop_strings(problem, fmt)), eval=evaluate, lineage=lineage)
+        stop=list(prompts.stop_strings(problem, fmt)), eval=evaluate, lineage=lineage,
+        seed=getattr(cfg, "seed", -1))
 
 
 SEQ_LEN_MIN = 64

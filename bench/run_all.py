@@ -47,6 +47,7 @@ PARTS = {
     "lengths": (["bench/bench_lengths.py", "--repeats", "2"], 900),
     "quant": (["bench/bench_quant.py", "--sizes", "3m", "100m", "coldstart", "--repeats", "5"], 900),
     "lora": (["bench/bench_lora.py", "--sizes", "3m", "100m", "--rank", "8", "--repeats", "3"], 1200),
+    "audit": (["bench/bench_audit.py", "--repeats", "5"], 600),
 }
 ORDER = list(PARTS)
 
@@ -315,6 +316,14 @@ def rows_for(name: str, results: list, status: str) -> list:
                             f"{fmt(r.get('step_speedup'), 'x')}; trainer state {fmt(r.get('lora_state_mb'), 'MiB')} vs "
                             f"{fmt(r.get('full_state_mb'), 'MiB')}" if r.get("step_speedup") else "; no step half")
                          + f"; median of {r.get('repeats')}"])
+    elif name == "audit":
+        for r in by("audit"):
+            rows.append([f"checks of untrusted workers, {r.get('rollouts')} rollouts",
+                         f"step + checks at the default fraction: +{fmt(r.get('overhead_default'))}x",
+                         f"step {fmt(r.get('step_s'), 's')}", "-", "(report)", "-",
+                         f"per batch: seals {fmt(r.get('seal_s'), 's')}, text {fmt(r.get('text_s'), 's')}, log-probs "
+                         f"{fmt(r.get('logp_s'), 's')}, draws {fmt(r.get('draw_s'), 's')}; every rollout audited: "
+                         f"+{fmt(r.get('overhead_all'))}x"])
     if not rows:
         rows.append([name, "-", "-", "-", "-", "no", f"FAILED: {status}, no results"])
     elif status != "ok":

@@ -43,7 +43,7 @@ def start_system(roles, run_dir, model_path, workers=({},), trainer_args=(), fix
                     "--model", model_path, "--name", f"worker-{i}", fix_flag, *args, env=XLA)
     return roles.start("trainer", "trainer.py", "--run-dir", run_dir, "--param-server", ps,
                        "--model", model_path, "--heldout", "4", "--eval-samples", "8", "--eval-every", "0",
-                       "--prompts-per-step", "4", "--rollout-timeout-s", "120", fix_flag,
+                       "--prompts-per-step", "4", "--rollout-timeout-s", "120", "--audit-frac", "1", fix_flag,
                        *trainer_args, env=XLA), ps
 
 

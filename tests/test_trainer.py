@@ -229,6 +229,7 @@ def test_a_group_whose_only_failures_are_reward_errors_is_dropped_with_a_log_lin
     t.ps = types.SimpleNamespace(call=lambda msg, **kw: wire.Rollouts(rollouts=[data]))
     t.problem = types.SimpleNamespace(observe=lambda *a: None)
     t.verifier_window, t.step_programs = collections.deque(maxlen=3), [0, 0]
+    t.lineage, t.auditor = "a", types.SimpleNamespace(check=lambda *a: "")  # audit.py: tests/test_untrusted_workers.py
     t.log = lines.append
     t.receive(wait_s=0.0)
     assert fates == [(item.item_id, lifecycle.VERIFIER_FAILED)]

@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 import pytest
+import zmq
 
 import attest
 import envs
@@ -172,6 +173,17 @@ def test_the_trainers_audit_refuses_the_submitter_and_reissues_the_item(fleet, k
         assert again["item_id"] == leased["item_id"]
         with pytest.raises(ValueError, match="no record"):
             server.on_forged(wire.ForgedRollout("train/9|none", "?"), None)
+        # A lease the liar parked before it was refused is answered with an error, and the server serves on
+        server.work.enqueue([work_item(1)], requeue=False)
+        server.server.client_key = ""
+        parked = wire.LeaseWork("liar2", 1, 60.0, 5.0)
+        assert server.on_lease(wire.LeaseWork("honest", 5, 60.0, 5.0), (b"honest", 1)).items
+        assert server.on_lease(parked, (b"liar2", 2)) is None  # nothing queued: it waits
+        server.work.refuse("name:liar2", "found out while it waited")
+        server.work.enqueue([work_item(2)], requeue=False)
+        server.tick()  # answers the parked lease: an Error, not an exception out of the serving loop
+        assert not server.lease_waiters
+        assert isinstance(server.parked_lease(parked), wire.Error)
     finally:
         server.server.close()
 
@@ -179,34 +191,101 @@ def test_the_trainers_audit_refuses_the_submitter_and_reissues_the_item(fleet, k
 XLA = {"XLA_FLAGS": ""}
 
 
-def test_a_run_with_a_liar_trains_on_the_honest_workers_work(roles, tmp_path, tiny_model_dir):
-    """Every role a real process, one worker a liar (tests/liar_worker.py: reward 1 for everything). Its
-    first rollout is refused, it is refused from then on, its items go to the honest worker, and the run
-    finishes on that worker's work: bitwise at every step, every prompt one fate, no reward of the liar's."""
+LIES = ("reward", "logp", "seed")
+
+
+def test_a_run_with_liars_trains_on_the_honest_workers_work(roles, tmp_path, tiny_model_dir):
+    """Every role a real process; three workers lie (tests/liar_worker.py): rewards of 1 (the verifier's
+    seal refuses them at the param server), log-probs off by 0.01, and rows drawn from keys of their own
+    choosing (the trainer's audit, every rollout audited here, finds both). Each liar is refused at its
+    first rollout, its items go to the honest worker, and the run finishes on that worker's work:
+    bitwise at every step, every prompt one fate, no liar's reward, the honest worker never refused."""
     key = attest.write_key(str(tmp_path / "verdict.key"))
     run_dir, ps, va = str(tmp_path / "run"), f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps",
                 "--verdict-key", key, env=XLA)
     roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", "--verdict-key", key, env=XLA)
-    worker = ("--param-server", ps, "--verifier", va, "--model", tiny_model_dir, "--bf16-fix")
-    liar = roles.start("liar", "tests/liar_worker.py", *worker, "--name", "liar", env=XLA)
-    wait_until(lambda: "started:" in roles.log(liar), 120, "the liar to start")  # it leases first
+    worker = ("--param-server", ps, "--verifier", va, "--model", tiny_model_dir, "--bf16-fix", "--batch-items", "1")
+    liars = [roles.start(f"liar-{lie}", "tests/liar_worker.py", *worker, "--name", f"liar-{lie}",
+                         env={**XLA, "RLAX_LIE": lie}) for lie in LIES]
+    for liar in liars:  # they lease first
+        wait_until(lambda: "started:" in roles.log(liar), 180, f"{liar.name} to start")
     roles.start("worker0", "inference_worker.py", *worker, "--name", "worker-0", env=XLA)
     trainer = roles.start("trainer", "trainer.py", "--run-dir", run_dir, "--param-server", ps,
                           "--model", tiny_model_dir, "--heldout", "4", "--eval-samples", "8", "--eval-every", "0",
                           "--prompts-per-step", "4", "--rollout-timeout-s", "120", "--bf16-fix", "--steps", "3",
-                          env=XLA)
-    wait_until(lambda: trainer.poll() is not None, 300, "the trainer to finish")
+                          "--audit-frac", "1", env=XLA)
+    wait_until(lambda: trainer.poll() is not None, 400, "the trainer to finish")
     assert trainer.returncode == 0, roles.log(trainer)[-3000:]
     stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
-    assert stats["forged"] >= 1 and stats["refused_workers"] == ["name:liar"], stats
-    assert "refused" in roles.log(liar)
+    assert stats["refused_workers"] == sorted(f"name:liar-{lie}" for lie in LIES), (stats, roles.log(trainer)[-3000:])
+    assert stats["forged"] >= 3, stats
+    trainer_log = roles.log(trainer)
+    assert "log-probs differ from the policy's" in trainer_log and "draws other tokens" in trainer_log, trainer_log
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if "mismatch/bitwise_frac" in r]  # the training steps' lines
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["mismatch/bitwise_frac"] == 1.0 for r in rows), [r["mismatch/bitwise_frac"] for r in rows]
-    assert rows[-1]["workers/refused"] == 1 and rows[-1]["rollouts/forged"] >= 1
+    assert rows[-1]["workers/refused"] == 3 and rows[-1]["rollouts/forged"] >= 3
+    assert rows[-1]["rollouts/audited"] >= 12  # the honest worker's every rollout, and none forged
     assert all(r["reward/pass_frac"] < 0.5 for r in rows)  # a liar's group would be all 1s
     with open(os.path.join(run_dir, "ledger.jsonl")) as f:
         fates = [json.loads(line)["item_id"] for line in f]
     assert len(fates) == len(set(fates)) >= 12  # every prompt one fate
+
+
+def key_pair(directory, name: str) -> str:
+    """A CURVE key pair file as `python curve.py keygen` writes it, and its .pub beside it."""
+    public, secret = zmq.curve_keypair()
+    (directory / f"{name}.key").write_text(public.decode() + "\n" + secret.decode() + "\n")
+    (directory / f"{name}.pub").write_text(public.decode() + "\n")
+    return str(directory / f"{name}.key")
+
+
+def test_under_curve_a_liar_is_refused_by_its_key_whatever_name_it_gives(fleet, key_path, tmp_path, monkeypatch):
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    server_key = key_pair(tmp_path, "server")
+    liar_key, honest_key, trainer_key = (key_pair(clients, n) for n in ("liar", "honest", "trainer"))
+    monkeypatch.setenv("RLAX_CURVE_KEY", server_key)
+    monkeypatch.setenv("RLAX_CURVE_CLIENTS", str(clients))
+    server = param_server.ParamServer(param_server.Config(bind=f"tcp://127.0.0.1:{free_port()}",
+                                                          state_dir=str(tmp_path / "ps"), verdict_key=key_path))
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    client = lambda name, key: wire.Client(name, server.cfg.bind, timeout_s=20, curve_key=key,  # noqa: E731
+                                           curve_server_key=str(tmp_path / "server.pub"))
+    try:
+        client("trainer", trainer_key).call(wire.EnqueueWork([work_item(i) for i in range(3)]))
+        liar = client("liar", liar_key)
+        [leased] = liar.call(wire.LeaseWork("liar", 1, 60.0)).items
+        verdicts = [dict(v, reward=1.0, status="passed", passed=True) for v in verify(fleet, leased, [RIGHT, WRONG])]
+        with pytest.raises(wire.RemoteError, match="forged"):
+            liar.call(submission(leased, [RIGHT, WRONG], verdicts, worker="liar"))
+        for name in ("liar", "honest-looking"):  # a new name does not help: the key is the identity
+            with pytest.raises(wire.RemoteError, match="refused"):
+                liar.call(wire.LeaseWork(name, 1, 60.0))
+        liar_pub = (clients / "liar.pub").read_text().strip()
+        assert server.work.refused.keys() == {f"key:{liar_pub}"}
+        honest = client("honest", honest_key)
+        got = honest.call(wire.LeaseWork("liar", 3, 60.0)).items  # ... nor does an honest key lose by a name
+        assert leased["item_id"] in [i["item_id"] for i in got] and len(got) == 3
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.server.close()
+
+
+def test_the_shared_pair_names_no_one(tmp_path):
+    """Every role of the shared-pair setup holds the server's own key: then the name is the identity (a
+    liar refused by that key would refuse every honest worker too)."""
+    server = param_server.ParamServer(param_server.Config(bind=f"tcp://127.0.0.1:{free_port()}",
+                                                          state_dir=str(tmp_path / "ps")))
+    try:
+        server.server.public_key = server.server.client_key = "K" * 40
+        assert server.who(wire.LeaseWork("worker-3")) == "name:worker-3"
+        server.server.client_key = "Q" * 40
+        assert server.who(wire.LeaseWork("worker-3")) == "key:" + "Q" * 40
+    finally:
+        server.server.close()
