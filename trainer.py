@@ -555,6 +555,8 @@ class Trainer:
             return rollout  # a duplicate, or another trainer's: the books drop it
         if why := self.auditor.check(rollout, item, self.step_n):
             self.log(f"{rollout.item_id}: forged rollout of {rollout.worker}: {why}; dropped, the item goes to another")
+            now = time.time()
+            self.timeline.add("forged", now, now, item=rollout.item_id, worker=rollout.worker, why=why[:200])
             try:
                 self.ps.call(wire.ForgedRollout(rollout.item_id, why), what="forged rollout receipt")
             except wire.RemoteError as e:

@@ -214,7 +214,7 @@ def test_a_run_with_liars_trains_on_the_honest_workers_work(roles, tmp_path, tin
     trainer = roles.start("trainer", "trainer.py", "--run-dir", run_dir, "--param-server", ps,
                           "--model", tiny_model_dir, "--heldout", "4", "--eval-samples", "8", "--eval-every", "0",
                           "--prompts-per-step", "4", "--rollout-timeout-s", "120", "--bf16-fix", "--steps", "3",
-                          "--audit-frac", "1", env=XLA)
+                          "--audit-frac", "1", "--timeline", f"{run_dir}/timeline.jsonl", env=XLA)
     wait_until(lambda: trainer.poll() is not None, 400, "the trainer to finish")
     assert trainer.returncode == 0, roles.log(trainer)[-3000:]
     stats = wire.Client("test", ps, timeout_s=10).call(wire.GetStats()).info
@@ -222,6 +222,9 @@ def test_a_run_with_liars_trains_on_the_honest_workers_work(roles, tmp_path, tin
     assert stats["forged"] >= 3, stats
     trainer_log = roles.log(trainer)
     assert "log-probs differ from the policy's" in trainer_log and "draws other tokens" in trainer_log, trainer_log
+    with open(os.path.join(run_dir, "timeline.jsonl")) as f:
+        forged = [e for e in map(json.loads, f) if e["span"] == "forged"]
+    assert {e["worker"] for e in forged} == {"liar-logp", "liar-seed"}  # the trainer's finds (the seal's: param server)
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if "mismatch/bitwise_frac" in r]  # the training steps' lines
     assert [r["step"] for r in rows] == [1, 2, 3]
