@@ -10,6 +10,7 @@ Run: python -m pytest -q tests/test_untrusted_workers.py
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -292,3 +293,40 @@ def test_the_shared_pair_names_no_one(tmp_path):
         assert server.who(wire.LeaseWork("worker-3")) == "key:" + "Q" * 40
     finally:
         server.server.close()
+
+
+def test_a_worker_whose_network_drops_mid_rollout_loses_nothing(roles, tmp_path, tiny_model_dir):
+    """A worker stops answering while it samples (SIGSTOP: no heartbeat, no submission, as when its
+    network drops), its leases lapse and its items go to the other worker; when it comes back its late
+    rollouts are honest (sealed for its own lease) and count once at most. Nobody is refused, every
+    prompt gets one fate."""
+    import signal
+    key = attest.write_key(str(tmp_path / "verdict.key"))
+    run_dir, ps, va = str(tmp_path / "run"), f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps",
+                "--verdict-key", key, env=XLA)
+    roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", "--verdict-key", key, env=XLA)
+    worker = ("--param-server", ps, "--verifier", va, "--model", tiny_model_dir, "--bf16-fix", "--lease-s", "3")
+    dropped = roles.start("dropped", "inference_worker.py", *worker, "--name", "worker-dropped",
+                          "--token-delay-s", "0.3", env=XLA)  # ~5 s a batch: long enough to be cut mid-rollout
+    wait_until(lambda: "started:" in roles.log(dropped), 180, "the worker to start")
+    trainer = roles.start("trainer", "trainer.py", "--run-dir", run_dir, "--param-server", ps,
+                          "--model", tiny_model_dir, "--heldout", "4", "--eval-every", "0", "--no-eval-greedy",
+                          "--eval-samples", "8", "--prompts-per-step", "4", "--rollout-timeout-s", "120",
+                          "--bf16-fix", "--steps", "2", env=XLA)
+    wait_until(lambda: "weights v0" in roles.log(dropped), 180, "the worker to hold weights")
+    time.sleep(1.0)  # sampling its first items
+    os.killpg(dropped.pid, signal.SIGSTOP)
+    roles.start("worker0", "inference_worker.py", *worker, "--name", "worker-0", env=XLA)
+    client = wire.Client("test", ps, timeout_s=10)
+    wait_until(lambda: client.call(wire.GetStats()).info.get("lease_expired", 0) >= 1, 120, "its leases to lapse")
+    wait_until(lambda: (trainer.poll() is not None or
+                        os.path.exists(os.path.join(run_dir, "metrics.jsonl"))), 300, "a step without it")
+    os.killpg(dropped.pid, signal.SIGCONT)  # its network is back: it submits what it sampled
+    wait_until(lambda: trainer.poll() is not None, 300, "the trainer to finish")
+    assert trainer.returncode == 0, roles.log(trainer)[-3000:]
+    stats = client.call(wire.GetStats()).info
+    assert stats["reissued"] >= 1 and stats["refused_workers"] == [] and stats.get("forged", 0) == 0, stats
+    with open(os.path.join(run_dir, "ledger.jsonl")) as f:
+        fates = [json.loads(line)["item_id"] for line in f]
+    assert len(fates) == len(set(fates)) >= 8  # every prompt one fate
