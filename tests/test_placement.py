@@ -92,8 +92,9 @@ def test_cpu_default_is_unchanged(tmp_path, no_jax):
     assert list(roles) == ["param_server", "verifier", "worker-0", "worker-1", "trainer"]
     ps, va = "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5557"
     expected = {
-        "param_server": f"python3 param_server.py --bind {ps} --state-dir {run_dir}/param_server",
-        "verifier": f"python3 verifier.py --bind {va} --executors 2",
+        "param_server": f"python3 param_server.py --bind {ps} --state-dir {run_dir}/param_server "
+                        f"--verdict-key {run_dir}/verdict.key",
+        "verifier": f"python3 verifier.py --bind {va} --executors 2 --verdict-key {run_dir}/verdict.key",
         "worker-0": f"python3 inference_worker.py --param-server {ps} --verifier {va} --model checkpoints/coldstart "
                     f"--name worker-0 --seed 0 --pull-every 1 --timeline {run_dir}/timeline/worker-0.jsonl --bf16-fix",
         "worker-1": f"python3 inference_worker.py --param-server {ps} --verifier {va} --model checkpoints/coldstart "
@@ -221,7 +222,7 @@ def test_launch_starts_exactly_the_lines_it_writes(tmp_path):
     fake = tmp_path / "python"
     fake.write_text(f"""#!/usr/bin/env bash
 case "$1" in
-  devices.py|ports.py) exec {sys.executable} "$@" ;;  # the placement itself, the ports' check
+  devices.py|ports.py|attest.py) exec {sys.executable} "$@" ;;  # the placement, the ports' check, the verdict key
   -) cat > /dev/null; exit 0 ;;              # launch.sh's closing summary
 esac
 {sys.executable} -c 'import json, os, sys; json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, \
