@@ -192,6 +192,16 @@ def test_the_trainers_audit_refuses_the_submitter_and_reissues_the_item(fleet, k
 XLA = {"XLA_FLAGS": ""}
 
 
+def start_servers(roles, tmp_path) -> tuple:
+    """The param server and a verifier as real processes sharing a new verdict key: (run_dir, ps, va)."""
+    key = attest.write_key(str(tmp_path / "verdict.key"))
+    run_dir, ps, va = str(tmp_path / "run"), f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps",
+                "--verdict-key", key, env=XLA)
+    roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", "--verdict-key", key, env=XLA)
+    return run_dir, ps, va
+
+
 LIES = ("reward", "logp", "seed")
 
 
@@ -201,11 +211,7 @@ def test_a_run_with_liars_trains_on_the_honest_workers_work(roles, tmp_path, tin
     choosing (the trainer's audit, every rollout audited here, finds both). Each liar is refused at its
     first rollout, its items go to the honest worker, and the run finishes on that worker's work:
     bitwise at every step, every prompt one fate, no liar's reward, the honest worker never refused."""
-    key = attest.write_key(str(tmp_path / "verdict.key"))
-    run_dir, ps, va = str(tmp_path / "run"), f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps",
-                "--verdict-key", key, env=XLA)
-    roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", "--verdict-key", key, env=XLA)
+    run_dir, ps, va = start_servers(roles, tmp_path)
     worker = ("--param-server", ps, "--verifier", va, "--model", tiny_model_dir, "--bf16-fix", "--batch-items", "1")
     liars = [roles.start(f"liar-{lie}", "tests/liar_worker.py", *worker, "--name", f"liar-{lie}",
                          env={**XLA, "RLAX_LIE": lie}) for lie in LIES]
@@ -301,11 +307,7 @@ def test_a_worker_whose_network_drops_mid_rollout_loses_nothing(roles, tmp_path,
     rollouts are honest (sealed for its own lease) and count once at most. Nobody is refused, every
     prompt gets one fate."""
     import signal
-    key = attest.write_key(str(tmp_path / "verdict.key"))
-    run_dir, ps, va = str(tmp_path / "run"), f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps",
-                "--verdict-key", key, env=XLA)
-    roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", "--verdict-key", key, env=XLA)
+    run_dir, ps, va = start_servers(roles, tmp_path)
     worker = ("--param-server", ps, "--verifier", va, "--model", tiny_model_dir, "--bf16-fix", "--lease-s", "3")
     dropped = roles.start("dropped", "inference_worker.py", *worker, "--name", "worker-dropped",
                           "--token-delay-s", "0.3", env=XLA)  # ~5 s a batch: long enough to be cut mid-rollout
