@@ -164,14 +164,18 @@ class WorkQueue:
                 return f"row {g}: reward {float(reward)} ({status}) is not the verifier's verdict of its completion"
         return ""
 
-    def forged(self, item_id: str, who: str, why: str) -> None:
-        """A rollout of `who` was forged (found here, or by the trainer's audit: ParamServer.on_forged)."""
+    def forged(self, item_id: str, who: str, why: str) -> bool:
+        """A rollout of `who` was forged (found here, or by the trainer's audit: ParamServer.on_forged): `who`
+        is refused, and the item is issued again at once, whoever holds its lease, or, sent to the trainer
+        and not yet acknowledged, before the ack could forget it. Returns whether it was issued again."""
         self.counts["forged"] += 1
         self.refuse(who, f"forged rollout {item_id}: {why}")
         item = self.items.get(item_id)
-        if item is not None and item.state == "leased":  # whoever holds its lease: issued again at once
+        again = item is not None and (item.state == "leased" or self.sent.pop(item_id, None) is not None)
+        if again:
             self._requeue(item_id)
             self.counts["reissued_from_refused"] += 1
+        return again
 
     def enqueue(self, items: list, requeue: bool) -> dict:
         items = [wire.WorkItem.from_dict(data) for data in items]  # all or nothing: check every one first
@@ -404,11 +408,7 @@ class ParamServer:
         who = self.work.submitters.get(msg.item_id)
         if who is None:
             raise ValueError(f"no record of who submitted {msg.item_id}")
-        self.work.forged(msg.item_id, who, msg.why[:500])
-        again = self.work.sent.pop(msg.item_id, None) is not None
-        if again:
-            self.work._requeue(msg.item_id)
-        return wire.Ok({"refused": who, "reissued": again})
+        return wire.Ok({"refused": who, "reissued": self.work.forged(msg.item_id, who, msg.why[:500])})
 
     # Each handler answers now if it can; otherwise it parks the request until `tick` can answer
     # it or its wait runs out.
