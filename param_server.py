@@ -86,6 +86,9 @@ class Config:
     """a relaying worker that has not asked for weights for this long leaves the relay tree"""
     push_timeout_s: float = 120.0
     """a weight push that sends no chunk for this long is discarded (its trainer died mid-push)"""
+    deltas: bool = True
+    """send a worker that holds the version before the newest only what changed (deltas.py), encoded as
+    each push arrives; --no-deltas: every version travels whole"""
     verdict_key: str = ""
     """the run's verdict key file (attest.py), the verifier's: every reward of a submitted rollout must carry
     the verifier's seal, or the rollout is forged and its worker refused from then on; "": rewards unchecked"""
@@ -358,11 +361,18 @@ class ParamServer:
         self.cfg = cfg
         say = lambda text: print(f"[param_server] {text}", flush=True)  # noqa: E731
         mirrors = [weights_fs.DirTransport(cfg.weights_dir, cfg.keep_versions, say)] if cfg.weights_dir else []
-        self.weights = weights_zmq.WeightStore(cfg.state_dir, cfg.keep_versions, log=say, mirrors=mirrors)
+        self.weights = weights_zmq.WeightStore(cfg.state_dir, cfg.keep_versions, log=say, mirrors=mirrors,
+                                              deltas_on=cfg.deltas)
         self.relays = weights_zmq.RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
         self.work = WorkQueue(cfg)
         self.server = wire.Server("param_server", cfg.bind)
         self.weight_waiters: list = []   # (peer, msg, deadline)
+        # Where the versions went (weight_stats): each worker's [version it holds, since, last seen] and its
+        # chunk server's bytes served; when the newest was committed, and how long until every worker held it
+        self.holding: dict = {}
+        self.relayed: dict = {}
+        self.committed = (versions.VersionKey(-1, ""), 0.0)
+        self.synced = {"version": -1, "s": -1.0}
         self.lease_waiters: list = []
         self.rollout_waiters: list = []
         s = self.server
@@ -385,13 +395,50 @@ class ParamServer:
                                                                                   self.who(m))}))
         s.on(wire.ForgedRollout, self.on_forged)
         s.on(wire.GetRollouts, self.on_get_rollouts)
-        s.on(wire.GetStats, lambda m, p: wire.Ok({**self.work.stats(), "version": self.weights.newest,
+        s.on(wire.GetStats, lambda m, p: wire.Ok({**self.stats(), "version": self.weights.newest,
                                                   "instance": s.instance,
                                                   "bad_messages": s.bad_messages,
                                                   "bytes_sent": s.bytes_sent,
                                                   "pushes_discarded": self.weights.discarded,
                                                   "persisted_version": self.weights.persisted.version,
                                                   "relays": {n: m[0] for n, m in self.relays.members.items()}}))
+
+    def stats(self) -> dict:
+        """The work queue's counts (WorkQueue.stats) and, under "weights", where the versions' bytes went:
+        pushed to us, served by us whole and as deltas, served by the workers' relays; the newest delta's
+        bytes and its positions changed per tensor family; how long the last version every worker holds
+        took from its commit until the last of them held it (fetched and checked; each installs it at its
+        next batch boundary)."""
+        w = self.weights
+        newest = w.versions.get(w.newest)
+        d = newest.delta if newest is not None else None
+        made = d is not None and d.done and d.manifest is not None
+        return {**self.work.stats(), "weights": {
+            "bytes_pushed": w.bytes["pushed"], "bytes_served_full": w.bytes["served_full"],
+            "bytes_served_delta": w.bytes["served_delta"], "bytes_relayed": sum(self.relayed.values()),
+            "version_bytes": newest.manifest.nbytes if newest is not None else 0,
+            "delta_bytes": d.manifest.nbytes if made else -1,
+            "delta_changed": d.manifest.changed if made else {},
+            "sync_version": self.synced["version"], "sync_s": self.synced["s"]}}
+
+    def saw_holding(self, msg) -> None:
+        """A worker asked for weights saying what it holds: note when it first held it, and when every
+        worker seen lately holds the newest, how long that took from the commit."""
+        if not msg.worker:
+            return
+        now, key = time.monotonic(), versions.VersionKey(msg.have_version, msg.have_lineage)
+        entry = self.holding.get(msg.worker)
+        if entry is None or entry[0] != key:
+            self.holding[msg.worker] = [key, now, now]
+        else:
+            entry[2] = now
+        self.relayed[msg.worker] = msg.relayed_bytes
+        newest, t_commit = self.committed
+        if newest.version < 0 or self.synced["version"] == newest.version:
+            return
+        active = [e for e in self.holding.values() if now - e[2] <= self.cfg.relay_ttl_s]
+        if active and all(e[0] == newest for e in active):
+            self.synced = {"version": newest.version, "s": max(e[1] for e in active) - t_commit}
 
     def who(self, msg) -> str:
         """The identity of the worker whose message this is (WorkQueue.who_is): its own CURVE key, or its
@@ -415,6 +462,7 @@ class ParamServer:
     def on_commit(self, msg, peer):
         old_lineage = self.weights.lineage
         self.weights.commit(msg)
+        self.committed = (versions.VersionKey(self.weights.newest, self.weights.lineage), time.monotonic())
         if self.weights.lineage != old_lineage:
             # A trainer restarted: the old one's queue, leases and finished rollouts belong to a
             # policy history that no longer exists. The new trainer re-enqueues what it needs;
@@ -425,20 +473,27 @@ class ParamServer:
         return wire.Ok({"version": self.weights.newest})
 
     def _weights_ready(self, msg) -> bool:
-        """A waiter is answered once min_version exists, or once a new trainer lineage does."""
+        """A waiter is answered once min_version exists, or once a new trainer lineage does; one that
+        holds the version a delta of the newest is being encoded from waits for the delta too (until
+        its long poll ends: then it gets the full version)."""
+        have = versions.VersionKey(msg.have_version, msg.have_lineage)
         return self.weights.newest >= 0 and (
             self.weights.newest >= msg.min_version or
-            (msg.have_version >= 0 or bool(msg.have_lineage)) and self.weights.lineage != msg.have_lineage)
+            (msg.have_version >= 0 or bool(msg.have_lineage)) and self.weights.lineage != msg.have_lineage
+        ) and not self.weights.delta_pending(self.weights.newest, self.weights.lineage, have)
 
     def _weights_reply(self, msg):
         newest, lineage = self.weights.newest, self.weights.lineage
         have = versions.VersionKey(msg.have_version, msg.have_lineage)
-        if newest < 0 or versions.VersionKey(newest, lineage) == have or not self._weights_ready(msg):
+        if newest < 0 or versions.VersionKey(newest, lineage) == have or not self._weights_ready(msg) and (
+                not self.weights.delta_pending(newest, lineage, have)):
             return wire.WeightsUnchanged(newest, lineage)
         sources = self.relays.sources(msg.worker) if msg.relay else [""]
         manifest = self.weights.versions[newest].manifest
         base = self.weights.base_manifest(manifest)  # an adapter version: the full one it applies to
-        return wire.WeightManifest(manifest.to_dict(), sources, base.to_dict() if base is not None else {})
+        delta = self.weights.delta(newest, lineage, have)  # a worker holding the version before it
+        return wire.WeightManifest(manifest.to_dict(), sources, base.to_dict() if base is not None else {},
+                                   delta.to_dict() if delta is not None else {})
 
     @staticmethod
     def check_wait(wait_s: float) -> None:
@@ -447,6 +502,7 @@ class ParamServer:
 
     def on_get_weights(self, msg, peer):
         self.check_wait(msg.wait_s)
+        self.saw_holding(msg)
         if msg.relay:
             self.relays.join(msg.worker, msg.relay)
         if self._weights_ready(msg) or msg.wait_s <= 0:
@@ -467,7 +523,7 @@ class ParamServer:
             raise ValueError("max_items must be >= 1")
         rollouts = self.work.take(msg.max_items, msg.ack)
         if rollouts or msg.wait_s <= 0:
-            return wire.Rollouts(rollouts, self.work.stats())
+            return wire.Rollouts(rollouts, self.stats())
         self.rollout_waiters.append((peer, msg, time.monotonic() + msg.wait_s))
 
     def parked_lease(self, msg):
@@ -495,7 +551,7 @@ class ParamServer:
         self.lease_waiters = serve(self.lease_waiters, lambda m: bool(self.work.queue),
                                    self.parked_lease)
         self.rollout_waiters = serve(self.rollout_waiters, lambda m: bool(self.work.finished),
-                                     lambda m: wire.Rollouts(self.work.take(m.max_items), self.work.stats()))
+                                     lambda m: wire.Rollouts(self.work.take(m.max_items), self.stats()))
 
     def serve(self, stop: threading.Event | None = None) -> None:
         print(f"[param_server] serving on {self.cfg.bind} (instance {self.server.instance}, "

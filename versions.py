@@ -312,10 +312,12 @@ def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
 @dataclass
 class Version:
     """One complete, verified weight version as a store holds it: its manifest and its chunks (uint8
-    arrays, in order). An adapter version's `base` is the full version it applies to, where known."""
+    arrays, in order). An adapter version's `base` is the full version it applies to, where known;
+    `delta` (deltas.Encoder), where one is made, rebuilds it from the full version before it."""
     manifest: Manifest
     chunks: list
     base: "Version | None" = None
+    delta: typing.Any = None
 
     @property
     def is_adapter(self) -> bool:
@@ -334,6 +336,10 @@ class VersionBuffer:
         self.have = [False] * len(manifest.chunks)
         self.complete = self.installed = False
         self.base: VersionBuffer | None = None  # an adapter version's: the full version it applies to
+        # Received as a delta (deltas.py): its manifest, and the delta's bytes as they came (a relay serves them)
+        self.delta = None
+        self.delta_data: list | None = None
+        self.fetched_bytes = 0  # what travelled to us for it (chunks, or the delta's)
 
     @property
     def is_adapter(self) -> bool:

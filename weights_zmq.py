@@ -11,6 +11,7 @@ WeightsUnchanged, GetChunk, Chunk.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import mmap
 import os
 import threading
@@ -21,6 +22,7 @@ from typing import Callable
 
 import zmq
 
+import deltas
 import versions
 import weights
 import wire
@@ -86,12 +88,18 @@ class WeightStore(weights.Transport):
 
     PERSIST_FILES = {"full": "weights.safetensors", "adapter": "adapter.safetensors"}
 
-    def __init__(self, state_dir: str, keep: int, log: Callable[[str], None], mirrors: tuple = ()):
+    def __init__(self, state_dir: str, keep: int, log: Callable[[str], None], mirrors: tuple = (),
+                 deltas_on: bool = True):
         self.dir, self.keep, self.log, self.mirrors = state_dir, keep, log, list(mirrors)
         self.versions: collections.OrderedDict[int, Version] = collections.OrderedDict()
         self.base: Version | None = None  # the pinned full version of the current lineage
-        self.pending: dict | None = None  # {"id", "chunks", "crcs", "t"}
+        self.pending: dict | None = None  # {"id", "chunks", "crcs", "t", "delta"}
         self.discarded = 0
+        # DELTAS (deltas.py): each chunk of a push is encoded against the same chunk of the newest full
+        # version as it arrives, on this pool (numpy and zlib release the GIL), so that the delta is
+        # ready about when the commit is. None: every version travels whole (--no-deltas).
+        self.pool = concurrent.futures.ThreadPoolExecutor(min(4, os.cpu_count() or 1), "delta") if deltas_on else None
+        self.bytes = collections.Counter()  # pushed, served_full, served_delta: the metrics' bytes
         os.makedirs(state_dir, exist_ok=True)
         self._load_persisted()
         # The persister thread writes the newest committed version; versions committed while it
@@ -127,7 +135,9 @@ class WeightStore(weights.Transport):
                                  f"seen begin (did it restart?): push again from chunk 0")
             if p is not None:
                 self._discard(f"superseded by push {msg.push_id}")
-            p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": []}
+            encode = self.pool is not None and self.base is not None and not self.base.is_adapter
+            p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": [],
+                                "delta": deltas.Encoder(self.base, self.pool) if encode else None}
         p["t"] = time.monotonic()
         if p["chunks"] and msg.index == len(p["chunks"]) - 1 and msg.crc == p["crcs"][-1]:
             return len(p["chunks"])  # a retry of the chunk we received last: already held
@@ -140,6 +150,9 @@ class WeightStore(weights.Transport):
                              f"still serving v{self.newest}")
         p["chunks"].append(data)  # the received frame's own memory (a 16 MiB chunk is its own message): no copy
         p["crcs"].append(msg.crc)
+        self.bytes["pushed"] += data.size
+        if p["delta"] is not None:
+            p["delta"].add(msg.index, data)
         return len(p["chunks"])
 
     def commit(self, msg: wire.PushCommit) -> None:
@@ -158,7 +171,7 @@ class WeightStore(weights.Transport):
             self._discard(str(e))
             raise ValueError(f"push {msg.push_id} refused: {e}") from None
         self.pending = None
-        self.publish(Version(manifest, p["chunks"]))
+        self.publish(Version(manifest, p["chunks"], delta=p["delta"].finish(manifest) if p["delta"] else None))
 
     def check_base(self, manifest: Manifest) -> None:
         """An adapter version is accepted only onto the pinned base it names; ValueError otherwise."""
@@ -242,6 +255,20 @@ class WeightStore(weights.Transport):
         with self._disk:
             return self._disk.wait_for(lambda: self._to_persist is None and not self._writing, timeout_s)
 
+    def delta(self, version: int, lineage: str, have: VersionKey) -> "deltas.DeltaManifest | None":
+        """The delta that rebuilds (version, lineage) from `have`, if one is made and ready."""
+        v = self.held(version, lineage)
+        d = v.delta if v is not None else None
+        if d is None or not d.done or d.manifest is None or have != VersionKey(d.manifest.base, lineage):
+            return None
+        return d.manifest
+
+    def delta_pending(self, version: int, lineage: str, have: VersionKey) -> bool:
+        """A delta from `have` to (version, lineage) is still being encoded: worth a short wait."""
+        v = self.held(version, lineage)
+        d = v.delta if v is not None else None
+        return d is not None and not d.done and have == d.base_key
+
     def chunk(self, msg: wire.GetChunk) -> wire.Chunk:
         v = self.held(msg.version, msg.lineage)
         if v is None:
@@ -249,6 +276,13 @@ class WeightStore(weights.Transport):
                              f"(newest: v{self.newest})")
         if not 0 <= msg.index < len(v.chunks):
             raise ValueError(f"chunk index {msg.index} outside [0, {len(v.chunks)})")
+        if msg.delta:
+            d = v.delta
+            if d is None or not d.done or d.manifest is None or d.chunks[msg.index] is None:
+                raise ValueError(f"no delta chunk {msg.index} of v{msg.version} here")
+            self.bytes["served_delta"] += d.chunks[msg.index].size
+            return wire.Chunk(msg.version, msg.index, d.chunks[msg.index], d.manifest.chunks[msg.index][2])
+        self.bytes["served_full"] += v.chunks[msg.index].size
         return wire.Chunk(msg.version, msg.index, v.chunks[msg.index], v.manifest.chunks[msg.index][1])
 
     def _load_persisted(self) -> None:
@@ -371,12 +405,11 @@ class WeightFetcher(weights.Transport):
             return self.ready if self.cond.wait_for(newer, timeout=wait_s) else None
 
     def done(self, buf: VersionBuffer) -> None:
-        """The main thread has installed `buf` (or refused it): never offer it again. Without relay
-        nobody needs its bytes any more."""
+        """The main thread has installed `buf` (or refused it): never offer it again. Its bytes stay
+        until the next version replaces them: the next delta is rebuilt from them (and a relay serves
+        them)."""
         with self.cond:
             buf.installed = True
-            if self.server is None:
-                self.retire(buf)
 
     # --- host memory for versions
     def retire(self, buf: VersionBuffer) -> None:
@@ -411,15 +444,19 @@ class WeightFetcher(weights.Transport):
             have = self.ready.key if self.ready is not None else VersionKey(-1, "")
             try:
                 reply = self.ps.call(wire.GetWeights(have.version, have.version + 1, self.POLL_S, have.lineage, self.name,
-                                                     self.incarnation, self.server.addr if self.server else ""),
+                                                     self.incarnation, self.server.addr if self.server else "",
+                                                     self.server.bytes_served if self.server else 0),
                                      timeout_s=self.POLL_S + self.timeout_s, what="weight manifest")
                 if isinstance(reply, wire.WeightManifest):
                     # The param server is always the last resort, whatever the reply says.
                     sources = [s for s in reply.sources if isinstance(s, str) and s] + [""]
                     manifest = Manifest.from_dict(reply.manifest)
                     base = self.base_for(manifest, reply.base, sources) if manifest.is_adapter else None
+                    delta = deltas.DeltaManifest.from_dict(reply.delta, manifest) if reply.delta else None
+                    if delta is not None and self.fetch(manifest, sources, delta=delta) is not None:
+                        continue
                     if not manifest.is_adapter or base is not None:
-                        self.fetch(manifest, sources, base)
+                        self.fetch(manifest, sources, base)  # whole: no delta, or it failed
             except (TimeoutError, wire.RemoteError, wire.WireError) as e:  # the server restarting
                 self.log(f"weights: {type(e).__name__}: {e}; retrying")
                 time.sleep(0.5)
@@ -442,47 +479,38 @@ class WeightFetcher(weights.Transport):
         return self.fetch(base_manifest, sources, offer=False)
 
     def fetch(self, manifest: Manifest, sources: list, base: VersionBuffer | None = None,
-              offer: bool = True) -> VersionBuffer | None:
+              offer: bool = True, delta: "deltas.DeltaManifest | None" = None) -> VersionBuffer | None:
         """Fetch one version; once complete and checked, a full one becomes our base and, if `offer`,
         it is offered to the main thread (an adapter version with its `base`). Returns it, or None
-        if it failed (logged)."""
+        if it failed (logged). `delta`: rebuild it from the version the delta names, which we hold,
+        fetching only the delta's bytes; every rebuilt chunk is checked against the version's own
+        CRC, and any failure returns None (the caller then fetches the version whole)."""
         t0 = time.monotonic()
+        old = self.held(delta.base, manifest.lineage) if delta is not None else None
+        if delta is not None and (old is None or not old.complete):
+            return None  # the base is gone (a new version replaced it): whole, then
         with self.cond:
-            if self.ready is not None and self.ready.installed:
+            if delta is None and self.ready is not None and self.ready.installed:
                 self.retire(self.ready)  # served long enough: the new version replaces it
         buf = VersionBuffer(manifest, self.memory_for(manifest.nbytes))
         buf.base = base
         with self.cond:
             self.receiving = buf
         try:
-            i = 0
-            while i < len(manifest.chunks):  # from the nearest trusted source, FETCH_WINDOW chunks in flight
-                now = time.monotonic()
-                source = next(s for s in sources if not s or self.shunned.get(s, 0) < now)
-                try:
-                    for reply in self.ask(source, manifest, i):
-                        nbytes, crc = manifest.chunks[i]
-                        if not isinstance(reply, wire.Chunk):
-                            raise ValueError(f"{source or 'the param server'} answered {reply.TYPE}, not a chunk")
-                        data = chunk_array(reply.data)
-                        if reply.index != i or data.size != nbytes:
-                            raise ValueError(f"chunk {i} from {source or 'the param server'} is not the one asked for")
-                        buf.put(i, data, crc)  # raises ValueError if corrupt
-                        i += 1
-                        if self.fetch_delay_s:
-                            time.sleep(self.fetch_delay_s)
-                except (TimeoutError, wire.RemoteError, ValueError) as e:  # wire.WireError is a ValueError
-                    if not source:  # the param server no longer has it (superseded) or is down
-                        self.log(f"weights v{manifest.version}: giving up at chunk {i}: {e}")
-                        return None
-                    self.log(f"weights v{manifest.version}: relay {source} failed on chunk {i} ({e}); "
-                             f"asking one step up")
-                    self.shunned[source] = now + self.SHUN_S
+            if delta is None:
+                wanted = list(range(len(manifest.chunks)))
+            else:
+                buf.delta, buf.delta_data = delta, [None] * len(manifest.chunks)
+                wanted = [i for i, c in enumerate(delta.chunks) if c[0] != "same"]
+                for i in (i for i, c in enumerate(delta.chunks) if c[0] == "same"):
+                    self.rebuild(buf, old, i, None)
+            self.pull(buf, wanted, sources, lambda i, data: self.rebuild(buf, old, i, data) if delta is not None
+                      else buf.put(i, data, manifest.chunks[i][1]))
             manifest.check_tensors((buf.chunk(i) for i in range(len(manifest.chunks))),
                                    [crc for _, crc in manifest.chunks])  # each checked where it lies
             buf.complete = True
-        except ValueError as e:
-            self.log(f"weights v{manifest.version} refused: {e}")
+        except (ValueError, TimeoutError, wire.RemoteError) as e:
+            self.log(f"weights v{manifest.version}{' (delta)' if delta else ''} refused: {e}")
             return None
         finally:
             with self.cond:
@@ -492,9 +520,57 @@ class WeightFetcher(weights.Transport):
         self.adopt(buf, offer)
         what = (f"adapter v{manifest.version} (on base v{manifest.base})" if manifest.is_adapter
                 else f"v{manifest.version}" + ("" if offer else " (a base)"))
+        how = f", as a delta from v{delta.base}: {buf.fetched_bytes / 2**20:.2f} MiB" if delta is not None else ""
         self.log(f"fetched weights {what} ({manifest.nbytes / 2**20:.1f} MiB, "
-                 f"{len(manifest.chunks)} chunks) in {time.monotonic() - t0:.2f}s")
+                 f"{len(manifest.chunks)} chunks{how}) in {time.monotonic() - t0:.2f}s")
         return buf
+
+    def pull(self, buf: VersionBuffer, wanted: list, sources: list, land: Callable) -> None:
+        """Fetch chunks `wanted` (indices, in order) of buf's version, the delta's bytes if buf.delta,
+        from the nearest trusted source, FETCH_WINDOW in flight; `land(i, data)` writes and checks each
+        (raises ValueError if it is corrupt). A relay that fails a chunk: the rest are asked one step
+        up (a relay that timed out is shunned for SHUN_S; one that lacks a delta is not: it fetched the
+        version whole). Raises if the param server itself cannot give them."""
+        manifest, at, skip = buf.manifest, 0, set()
+        while at < len(wanted):
+            now = time.monotonic()
+            source = next(s for s in sources if not s or (self.shunned.get(s, 0) < now and s not in skip))
+            try:
+                for reply in self.ask(source, manifest, wanted[at:], buf.delta is not None):
+                    i = wanted[at]
+                    if not isinstance(reply, wire.Chunk):
+                        raise ValueError(f"{source or 'the param server'} answered {reply.TYPE}, not a chunk")
+                    data = chunk_array(reply.data)
+                    size = buf.delta.chunks[i][1] if buf.delta is not None else manifest.chunks[i][0]
+                    if reply.index != i or data.size != size:
+                        raise ValueError(f"chunk {i} from {source or 'the param server'} is not the one asked for")
+                    land(i, data)
+                    buf.fetched_bytes += data.size
+                    at += 1
+                    if self.fetch_delay_s:
+                        time.sleep(self.fetch_delay_s)
+            except (TimeoutError, wire.RemoteError, ValueError) as e:  # wire.WireError is a ValueError
+                if not source:  # the param server no longer has it (superseded) or is down
+                    raise ValueError(f"giving up at chunk {wanted[at]}: {e}") from None
+                self.log(f"weights v{manifest.version}: relay {source} failed on chunk {wanted[at]} ({e}); "
+                         f"asking one step up")
+                if isinstance(e, TimeoutError) or buf.delta is None:
+                    self.shunned[source] = now + self.SHUN_S
+                skip.add(source)
+
+    @staticmethod
+    def rebuild(buf: VersionBuffer, old: VersionBuffer, i: int, data) -> None:
+        """Chunk i of `buf` rebuilt from the same chunk of `old` and the delta's bytes `data` (None for an
+        unchanged chunk), checked against the delta's CRC of those bytes and then the version's own
+        CRC of the chunk; ValueError if either does not match."""
+        codec, _, crc, width = buf.delta.chunks[i]
+        if data is not None and zlib.crc32(memoryview(data)) != crc:
+            raise ValueError(f"delta chunk {i} is corrupt")
+        deltas.decode(codec, data, old.chunk(i), buf.chunk(i), width)
+        if zlib.crc32(memoryview(buf.chunk(i))) != buf.manifest.chunks[i][1]:
+            raise ValueError(f"chunk {i} rebuilt from the delta from v{buf.delta.base} is not the version's")
+        buf.delta_data[i] = data
+        buf.have[i] = True
 
     def adopt(self, buf: VersionBuffer, offer: bool) -> None:
         """A complete, checked version: a full one becomes our base (the old base's memory goes once
@@ -511,13 +587,13 @@ class WeightFetcher(weights.Transport):
                     self.retire(old)
                 self.cond.notify_all()
 
-    def ask(self, source: str, manifest: Manifest, start: int):
-        """The replies to GetChunk for chunks start, start + 1, ... of `manifest` from `source` ("" = the
-        param server), in order, FETCH_WINDOW requests in flight (wire.Client.pipeline). A relay may
-        hold a request up to relay_timeout_s for a chunk it is still receiving."""
+    def ask(self, source: str, manifest: Manifest, indices: list, delta: bool = False):
+        """The replies to GetChunk for chunks `indices` of `manifest` (the delta's bytes for them if
+        `delta`) from `source` ("" = the param server), in order, FETCH_WINDOW requests in flight
+        (wire.Client.pipeline). A relay may hold a request up to relay_timeout_s for a chunk it is still
+        receiving."""
         wait_s = self.relay_timeout_s if source else 0.0
-        msgs = (wire.GetChunk(manifest.version, manifest.lineage, i, wait_s)
-                for i in range(start, len(manifest.chunks)))
+        msgs = (wire.GetChunk(manifest.version, manifest.lineage, i, wait_s, delta) for i in indices)
         if not source:
             return self.ps.pipeline(msgs, self.FETCH_WINDOW, what="a weight chunk")
         client = self.peers.get(source)
@@ -540,7 +616,7 @@ class ChunkServer:
     step up)."""
 
     def __init__(self, fetcher: WeightFetcher, bind: str):
-        self.fetcher, self.waiting = fetcher, []
+        self.fetcher, self.waiting, self.bytes_served = fetcher, [], 0
         self.server = wire.Server(fetcher.name + "-relay", bind)
         self.addr = self.server.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.server.on(wire.GetChunk, self.on_get_chunk)
@@ -548,14 +624,24 @@ class ChunkServer:
                          name="relay", daemon=True).start()
 
     def answer(self, msg):
-        """The Chunk, None to wait, or raise (an Error reply)."""
+        """The Chunk, None to wait, or raise (an Error reply). A delta's bytes are served if we received
+        the version as that delta; a version we received whole has none (the child asks one step up)."""
         buf = self.fetcher.held(msg.version, msg.lineage)
         stream = buf.stream if buf is not None else None  # the fetcher may drop it at any moment
         if stream is not None:
             if not 0 <= msg.index < len(buf.have):
                 raise ValueError(f"chunk index {msg.index} outside [0, {len(buf.have)})")
+            if msg.delta:
+                data = buf.delta_data[msg.index] if buf.delta_data is not None else None
+                if buf.delta is None or buf.delta.chunks[msg.index][0] == "same":
+                    raise ValueError(f"no delta of v{msg.version} here (this relay fetched it whole)")
+                if data is None:
+                    return None
+                self.bytes_served += data.size
+                return wire.Chunk(msg.version, msg.index, data, buf.delta.chunks[msg.index][2])
             if buf.have[msg.index]:
                 start, (nbytes, crc) = buf.offsets[msg.index], buf.manifest.chunks[msg.index]
+                self.bytes_served += nbytes
                 return wire.Chunk(msg.version, msg.index, stream[start:start + nbytes], crc)
             return None
         ready = self.fetcher.ready

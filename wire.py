@@ -139,6 +139,7 @@ class GetWeights:
     worker: str = ""
     incarnation: str = ""
     relay: str = ""
+    relayed_bytes: int = 0  # what this worker's chunk server has served its children, in all
 
 
 @message("weight_manifest")
@@ -146,10 +147,12 @@ class WeightManifest:
     """Param server -> worker: what to fetch (`manifest`) and from where: `sources` lists chunk
     servers nearest first (the worker's relay parent, its parent, ...); "" is the param server itself,
     always last. For an adapter version (LoRA), `base` is the manifest of the full version it applies
-    to, fetched first by a worker that does not hold it; {} for a full version."""
+    to, fetched first by a worker that does not hold it; {} for a full version. `delta`: a
+    deltas.DeltaManifest that rebuilds the version from the one the worker said it has; {} for none."""
     manifest: dict
     sources: list = field(default_factory=lambda: [""])
     base: dict = field(default_factory=dict)
+    delta: dict = field(default_factory=dict)
 
 
 @message("weights_unchanged")
@@ -166,6 +169,7 @@ class GetChunk:
     lineage: str
     index: int
     wait_s: float = 0.0
+    delta: bool = False  # the delta's bytes for the chunk (deltas.py), not the chunk itself
 
 
 @message("chunk")

@@ -63,6 +63,18 @@ def fetch(client, version, lineage=""):
     return m.tensor_views(stream)
 
 
+def nudged(tensors, frac: float, seed: int = 0):
+    """The tensors with about `frac` of their positions moved by one ulp (as a small optimizer step moves
+    bf16 weights): what a delta version carries."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, a in tensors:
+        bits = np.array(a).view(np.uint16 if a.itemsize == 2 else np.uint32)
+        bits[rng.random(bits.shape) < frac] += 1
+        out.append((name, bits.view(a.dtype)))
+    return out
+
+
 def holds(roles, proc, version) -> bool:
     """The worker swapped in `version` (its main thread's log line, after every CRC checked)."""
     return f"weights v{version} in " in roles.log(proc)
@@ -136,13 +148,23 @@ def test_relaying_workers_cost_the_server_one_model_per_version(roles, tmp_path,
     _, client, addr = start_ps(roles, tmp_path)
     workers = start_workers(roles, addr, model_path, 4, "--relay")
     wait_until(lambda: len(client.call(wire.GetStats()).info["relays"]) == 4, 120, "4 workers in the relay tree")
-    for version in (1, 2):
-        before = client.call(wire.GetStats()).info["bytes_sent"]
-        weights_zmq.push_weights(client, version, "", tensors, chunk_bytes=CHUNK)
+    for version, pushed in ((1, tensors), (2, nudged(tensors, 0.01))):
+        info = client.call(wire.GetStats()).info
+        before, relayed_before = info["bytes_sent"], info["weights"]["bytes_relayed"]
+        weights_zmq.push_weights(client, version, "", pushed, chunk_bytes=CHUNK)
         wait_until(lambda: all(holds(roles, w, version) for w in workers), 60, f"every worker to hold v{version}")
         sent = client.call(wire.GetStats()).info["bytes_sent"] - before
-        # One model (plus message headers and the workers' long polls), not four.
-        assert nbytes <= sent < 1.3 * nbytes, (version, sent, nbytes)
+        if version == 1:  # one model (plus message headers and the workers' long polls), not four
+            assert nbytes <= sent < 1.3 * nbytes, (version, sent, nbytes)
+            # and the relays sent the other three (each reports its count at its next long poll)
+            wait_until(lambda: client.call(wire.GetStats()).info["weights"]["bytes_relayed"] >= 3 * nbytes, 30,
+                       "the relays to report three models relayed")
+        else:  # 1% of the positions changed: the workers hold v1, so a delta travels, once, down the tree
+            assert sent < 0.15 * nbytes, (version, sent, nbytes)
+            assert all("as a delta from v1" in roles.log(w) for w in workers)
+            time.sleep(weights_zmq.WeightFetcher.POLL_S + 1)  # every relay's count reported
+            relayed = client.call(wire.GetStats()).info["weights"]["bytes_relayed"] - relayed_before
+            assert 0 < relayed < 0.5 * nbytes  # the delta's bytes, relayed to the three children
     assert not any("failed on chunk" in roles.log(w) for w in workers)  # nobody had to go round a relay
 
     # Malformed chunk requests, to a worker's chunk server and to the param server: Errors, and both
@@ -184,6 +206,16 @@ def test_a_relay_killed_midway_costs_its_children_nothing(roles, tmp_path, tiny)
     wait_until(lambda: "weights v1 in" in roles.log(b2), 120, "the restarted b to hold v1")
     weights_zmq.push_weights(client, 2, "", tensors, chunk_bytes=4096)
     wait_until(lambda: all(holds(roles, w, 2) for w in (a, c, b2)), 90, "a, c and the restarted b to hold v2")
+    # A delta version (everyone holds v2), and the middle relay dies in the middle of it: c goes round it
+    # for the delta's bytes, and still rebuilds v3 from its own v2.
+    detours = roles.log(c).count("failed on chunk")
+    weights_zmq.push_weights(client, 3, "", nudged(tensors, 0.01), chunk_bytes=4096)
+    time.sleep(0.8)
+    assert "fetched weights v3" not in roles.log(b2)
+    roles.kill(b2)
+    wait_until(lambda: holds(roles, a, 3) and holds(roles, c, 3), 60, "a and c to hold v3")
+    assert all("as a delta from v2" in roles.log(w) for w in (a, c))
+    assert roles.log(c).count("failed on chunk") > detours
 
 
 def test_a_worker_that_heard_nothing_new_keeps_a_live_item(roles, tmp_path, tiny):
