@@ -17,16 +17,17 @@ Every encoding is exact: bits are compared as unsigned integers, never as floats
 call -0.0 == 0.0 and NaN != NaN). The receiver rebuilds each chunk from its base's and checks it against
 the FULL version's chunk CRC (versions.Manifest), so what is installed is checked against the version
 itself, not against the delta: a corrupt delta chunk, or one applied to the wrong base, is refused, and
-the receiver fetches the full version instead (weights_zmq.WeightFetcher.fetch_delta).
+the receiver fetches the full version instead (weights_zmq.WeightFetcher.fetch, `delta=`).
 
 The param server encodes (weights_zmq.WeightStore): each chunk of a push, as it arrives, against the
-same chunk of the newest full version it holds, on a thread pool, so the encoding overlaps the push.
-A delta exists only between two full versions of one lineage with the same layout (same tensors, same
-chunk sizes); otherwise, or while it is still being encoded past a worker's long poll, the worker gets
-the full version. Adapter versions (LoRA) are small already and are never deltas.
+same bytes of the newest full version it holds, on a thread pool, so the encoding overlaps the push.
+A delta exists only between two full versions of one lineage with the same tensors (names, dtypes,
+shapes: the same byte layout, however each was cut into chunks); otherwise, or while it is still being
+encoded when a worker's long poll ends, the worker gets the full version. Adapter versions (LoRA) are small already and are never deltas.
 """
 from __future__ import annotations
 
+import bisect
 import concurrent.futures
 import math
 import threading
@@ -103,33 +104,36 @@ class DeltaManifest:
 
 # ----------------------------------------------------------------------------- encode and decode one chunk
 
-def chunk_layout(manifest) -> list:
-    """For each chunk of `manifest`: (width, [(family, first byte in the chunk, bytes), ...] of the
-    tensors it holds part of). The width, which `sparse` indexes and the metrics count positions in,
-    is the largest of 8, 4, 2, 1 dividing the itemsize of every tensor the chunk holds part of, where
-    each part starts in the chunk, and the chunk's length (a bf16 tensor's chunks: 2)."""
-    out, t, left = [], -1, 0
-    tensors = [(family(name), math.prod(shape) * wire.DTYPES[dtype].itemsize, wire.DTYPES[dtype].itemsize)
-               for name, dtype, shape, _ in manifest.tensors]
-    for nbytes, _ in manifest.chunks:
-        parts, g, at = [], nbytes, 0
-        while at < nbytes:
-            while left == 0:
-                t += 1
-                if t == len(tensors):
-                    raise ValueError("the manifest's chunks hold more bytes than its tensors")
-                left = tensors[t][1]
-            take = min(left, nbytes - at)
-            parts.append((tensors[t][0], at, take))
-            g = math.gcd(g, tensors[t][2], at)
-            at, left = at + take, left - take
-        out.append((next(w for w in (8, 4, 2, 1) if g % w == 0), parts))
+def spans(manifest) -> list:
+    """[(family, first byte in the version's stream, bytes, itemsize)] of each of its tensors."""
+    out, at = [], 0
+    for name, dtype, shape, _ in manifest.tensors:
+        n = math.prod(shape) * wire.DTYPES[dtype].itemsize
+        out.append((family(name), at, n, wire.DTYPES[dtype].itemsize))
+        at += n
     return out
+
+
+def range_layout(tensor_spans: list, at: int, nbytes: int) -> tuple:
+    """(width, [(family, first byte in the range, bytes), ...]) of the bytes [at, at + nbytes) of a
+    version (a chunk) whose tensors are `tensor_spans` (spans). The width, which `sparse` indexes and the
+    metrics count positions in, is the largest of 8, 4, 2, 1 dividing the itemsize of every tensor the
+    range holds part of, where each part starts in the range, and its length (a bf16 tensor's chunks: 2)."""
+    parts, g = [], nbytes
+    j = bisect.bisect_right([s[1] for s in tensor_spans], at) - 1
+    while 0 <= j < len(tensor_spans) and tensor_spans[j][1] < at + nbytes:
+        fam, start, n, item = tensor_spans[j]
+        lo, hi = max(start, at), min(start + n, at + nbytes)
+        if hi > lo:
+            parts.append((fam, lo - at, hi - lo))
+            g = math.gcd(g, item, lo - at)
+        j += 1
+    return next(w for w in (8, 4, 2, 1) if g % w == 0), parts
 
 
 def count_changed(where: np.ndarray, width: int, parts: list, into: dict) -> None:
     """Add to `into` ({family: [changed, positions]}) one chunk's changed positions: `where`, the sorted
-    indices (in `width` units) of the elements that changed, over its `parts` (chunk_layout)."""
+    indices (in `width` units) of the elements that changed, over its `parts` (range_layout)."""
     for fam, start, nbytes in parts:
         lo, hi = np.searchsorted(where, [start // width, (start + nbytes) // width])
         acc = into.setdefault(fam, [0, 0])
@@ -209,20 +213,37 @@ class Encoder:
     `manifest` None: the version travels whole."""
 
     def __init__(self, base, pool: "concurrent.futures.Executor"):
-        self.base, self.pool, self.futures = base, pool, []
+        self.base, self.pool, self.futures, self.at = base, pool, [], 0
         self.base_key = base.manifest.key
-        self.layout = chunk_layout(base.manifest)
+        self.base_offsets = base.manifest.offsets()
+        self.spans = spans(base.manifest)
         self.manifest: DeltaManifest | None = None
         self.chunks: list | None = None
         self.done = False
         self.broken = False
 
     def add(self, i: int, data: np.ndarray) -> None:
-        """Chunk i of the push arrived: encode it against the base's chunk i (if the two can be compared)."""
-        if self.broken or i != len(self.futures) or i >= len(self.base.chunks) or self.base.chunks[i].size != data.size:
+        """Chunk i of the push arrived: encode it against the same bytes of the base (its chunks may be
+        cut elsewhere: a version read back from disk after a restart is)."""
+        if self.broken or i != len(self.futures) or self.at + data.size > self.base.manifest.nbytes:
             self.broken = True
             return
-        self.futures.append(self.pool.submit(_encode_one, self.base.chunks[i], data, self.layout[i]))
+        self.futures.append(self.pool.submit(_encode_one, self._base_bytes(self.at, data.size), data,
+                                             range_layout(self.spans, self.at, data.size)))
+        self.at += data.size
+
+    def _base_bytes(self, at: int, n: int) -> np.ndarray:
+        """Bytes [at, at + n) of the base's stream: a view of one chunk, or a copy across several."""
+        j = bisect.bisect_right(self.base_offsets, at) - 1
+        chunk = self.base.chunks[j][at - self.base_offsets[j]:]
+        if chunk.size >= n:
+            return chunk[:n]
+        parts, got = [chunk], chunk.size
+        while got < n:
+            j += 1
+            parts.append(self.base.chunks[j][:n - got])
+            got += parts[-1].size
+        return np.concatenate(parts)
 
     def finish(self, manifest) -> "Encoder | None":
         """The push committed as `manifest`: self, if a delta from the base can rebuild it (then its
@@ -231,7 +252,7 @@ class Encoder:
         if (self.broken or manifest.is_adapter or manifest.lineage != b.lineage or manifest.version <= b.version
                 or len(self.futures) != len(manifest.chunks)
                 or [t[:3] for t in manifest.tensors] != [t[:3] for t in b.tensors]
-                or [c[0] for c in manifest.chunks] != [c[0] for c in b.chunks]):
+                or self.at != b.nbytes):
             for f in self.futures:
                 f.cancel()
             return None
@@ -241,8 +262,8 @@ class Encoder:
     def _assemble(self, manifest) -> None:
         entries, chunks, changed = [], [], {}
         try:
-            for f, (width, _) in zip(self.futures, self.layout):
-                codec, data, crc, counts = f.result()
+            for f in self.futures:
+                codec, data, crc, counts, width = f.result()
                 for fam, (c, n) in counts.items():
                     acc = changed.setdefault(fam, [0, 0])
                     acc[0], acc[1] = acc[0] + c, acc[1] + n
@@ -258,9 +279,9 @@ class Encoder:
 
 
 def _encode_one(old: np.ndarray, new: np.ndarray, layout) -> tuple:
-    """(codec, bytes, their CRC32, {family: [changed, positions]}) of one chunk, on the pool."""
+    """(codec, bytes, their CRC32, {family: [changed, positions]}, width) of one chunk, on the pool."""
     width, parts = layout
     codec, data, where = encode(old, new, width)
     counts: dict = {}
     count_changed(where, width, parts, counts)
-    return codec, data, (zlib.crc32(memoryview(data)) if data is not None else 0), counts
+    return codec, data, (zlib.crc32(memoryview(data)) if data is not None else 0), counts, width

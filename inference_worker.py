@@ -398,7 +398,9 @@ class Worker:
             log(self.cfg, f"weights v{buf.key.version} refused: {e}; keeping v{self.version}")
         finally:
             self.fetcher.done(buf)
-            self.timeline.add("pull", start, time.time(), version=self.version)
+            # what travelled for it: the whole version, or a delta from the one before (deltas.py)
+            self.timeline.add("pull", start, time.time(), version=self.version, bytes=buf.fetched_bytes,
+                              delta_from=buf.delta.base if buf.delta is not None else -1)
 
     def lease(self, wait_s: float) -> list:
         """Lease up to batch_items work items (their leases renewed by the heartbeat from now on)."""

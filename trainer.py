@@ -81,6 +81,34 @@ def eval_text(metrics: dict) -> str:
 
 # ----------------------------------------------------------------------------- the trainer
 
+def weight_metrics(w: dict) -> dict:
+    """Where the weight versions' bytes went, from the param server's counts (ParamServer.stats): MiB
+    pushed to it, served by it whole and as deltas, served by the workers' relays (running totals); the
+    newest version's delta against the whole version's bytes and its positions changed per tensor family
+    (deltas.py; absent while none is made); the seconds from the newest synced version's commit until
+    every worker held it."""
+    if not w:
+        return {}
+    mib = 1 / 2**20
+    out = {"weights/pushed_mib": w["bytes_pushed"] * mib, "weights/served_full_mib": w["bytes_served_full"] * mib,
+           "weights/served_delta_mib": w["bytes_served_delta"] * mib, "weights/relayed_mib": w["bytes_relayed"] * mib,
+           "weights/sync_s": w["sync_s"]}
+    if w["delta_bytes"] >= 0:
+        out["weights/delta_frac"] = w["delta_bytes"] / max(w["version_bytes"], 1)
+        out.update({f"weights/changed_frac/{fam}": c / max(n, 1) for fam, (c, n) in sorted(w["delta_changed"].items())})
+    return out
+
+
+def weights_text(m: dict) -> str:
+    """The step line's weights part: MiB served whole / as deltas / by relays, the newest delta's size
+    against the version's, the last sync's seconds."""
+    if "weights/pushed_mib" not in m:
+        return ""
+    delta = f" delta {m['weights/delta_frac']:.3f}x" if "weights/delta_frac" in m else ""
+    return (f" | weights MiB served {m['weights/served_full_mib']:.0f} whole {m['weights/served_delta_mib']:.1f} "
+            f"delta {m['weights/relayed_mib']:.0f} relayed{delta} sync {m['weights/sync_s']:.2f}s")
+
+
 def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
     """(rewards_BG, keep_R) of a batch of rollouts after DAPO's overlong punishment (added to the
     rewards) and overlong filter (keep_R), as gcfg configures them (grpo.shape_rewards). A row's length
@@ -193,6 +221,7 @@ class Trainer:
                  f"bitwise {metrics.get('mismatch/bitwise_frac', float('nan')):.3f} "
                  f"staleness<={metrics['staleness/max']} dropped {self.books.counts['dropped_stale']} "
                  f"{metrics['throughput/rollouts_per_s']:.0f} rollouts/s {step_s:.2f}s"
+                 + weights_text(metrics)
                  + (f" | {eval_text(metrics)}" if "eval/pass@1" in metrics else ""))
         if self.step_n % cfg.checkpoint_every == 0 or self.step_n == cfg.steps:
             self.checkpoint()
@@ -632,6 +661,7 @@ class Trainer:
                         "rollouts/forged": int(self.queue_stats.get("forged", 0)),
                         "workers/refused": len(self.queue_stats.get("refused_workers", ())),
                         "rollouts/audited": self.auditor.counts["audited"],
+                        **weight_metrics(self.queue_stats.get("weights", {})),
                         **{f"curation/passed_over_{k}": n for k, n in self.problem.passed_over.items()
                            if self.cfg.curated or self.cfg.skip_uniform},
                         "time/train_s": train_s, "len/padding_frac": packing.padding_frac(minibatches),

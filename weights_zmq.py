@@ -405,11 +405,13 @@ class WeightFetcher(weights.Transport):
             return self.ready if self.cond.wait_for(newer, timeout=wait_s) else None
 
     def done(self, buf: VersionBuffer) -> None:
-        """The main thread has installed `buf` (or refused it): never offer it again. Its bytes stay
-        until the next version replaces them: the next delta is rebuilt from them (and a relay serves
-        them)."""
+        """The main thread has installed `buf` (or refused it): never offer it again. A relay keeps its
+        bytes to serve them; so does any worker while it is the newest full version, the one the next
+        delta is rebuilt from (deltas.py). Otherwise nobody needs them (the worker has it on its device)."""
         with self.cond:
             buf.installed = True
+            if self.server is None and (buf is not self.ready or buf.is_adapter):
+                self.retire(buf)
 
     # --- host memory for versions
     def retire(self, buf: VersionBuffer) -> None:
@@ -487,8 +489,9 @@ class WeightFetcher(weights.Transport):
         CRC, and any failure returns None (the caller then fetches the version whole)."""
         t0 = time.monotonic()
         old = self.held(delta.base, manifest.lineage) if delta is not None else None
-        if delta is not None and (old is None or not old.complete):
-            return None  # the base is gone (a new version replaced it): whole, then
+        if delta is not None and (old is None or not old.complete or old.manifest.nbytes != manifest.nbytes
+                                  or [t[:3] for t in old.manifest.tensors] != [t[:3] for t in manifest.tensors]):
+            return None  # the base is gone (a new version replaced it), or is not laid out alike: whole, then
         with self.cond:
             if delta is None and self.ready is not None and self.ready.installed:
                 self.retire(self.ready)  # served long enough: the new version replaces it
@@ -566,7 +569,8 @@ class WeightFetcher(weights.Transport):
         codec, _, crc, width = buf.delta.chunks[i]
         if data is not None and zlib.crc32(memoryview(data)) != crc:
             raise ValueError(f"delta chunk {i} is corrupt")
-        deltas.decode(codec, data, old.chunk(i), buf.chunk(i), width)
+        at, n = buf.offsets[i], buf.manifest.chunks[i][0]
+        deltas.decode(codec, data, old.stream[at:at + n], buf.chunk(i), width)  # the same bytes of the version before
         if zlib.crc32(memoryview(buf.chunk(i))) != buf.manifest.chunks[i][1]:
             raise ValueError(f"chunk {i} rebuilt from the delta from v{buf.delta.base} is not the version's")
         buf.delta_data[i] = data

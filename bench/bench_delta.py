@@ -16,21 +16,40 @@ The rollouts are sampled once; the steps reuse them with fresh advantages, which
 weights as Adam does (what changes is set by the update's size, not by which rollouts made it).
 
 Prints `RESULT name=delta_codec size=coldstart lr= changed_frac= xor_ratio= sparse_ratio= best_ratio=`
-(medians over the step pairs). This is the codec's measurement only: the wire, the server and the relay
-do not carry deltas yet.
+(medians over the step pairs): the offline codec, to compare encodings.
+
+--sync SIZE [SIZE ...] (3m, 100m; bench/run_all.py's `delta` part) measures deltas on the wire instead.
+Consecutive versions are made by real optimizer steps: update.make_update on bench_train_step.py's model
+and batch (B x 160 tokens), Adam at --lr (launch.sh's recipe: 1e-4) after clipping at 1.0 as the trainer
+does, each version the bf16 cast of the f32 master as the trainer pushes it (hf_io.iter_hf_tensors). Two
+real param_server.py processes, one serving deltas (the default) and one --no-deltas, each with a member
+process running the worker's own weight path (bench_weight_sync.py --member: inference_worker.weight_fetcher,
+then every tensor to the device), get the same versions, alternating server by server. Time = from the
+push's start to the member holding the version (complete, every chunk checked); bytes = what the server
+served for it (GetStats: bytes_served_full + bytes_served_delta). The first version is whole on both
+(nobody holds a base); the later ones are deltas on the first server.
+Prints per size `RESULT name=delta size= lr= bytes_ratio=<delta bytes / whole bytes> sync_speedup=<whole s /
+delta s> changed_frac= ...` (medians over the versions after --warmup).
 """
 import argparse
 import collections
 import os
+import queue
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 import zlib
 
 import numpy as np
 import optax
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.dirname(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpo  # noqa: E402
 import hf_io  # noqa: E402
 import prompts  # noqa: E402
@@ -65,12 +84,109 @@ def version(master, mcfg) -> dict:
     return {name: np.asarray(t).copy() for name, t in hf_io.iter_hf_tensors(master, mcfg, dtype=mcfg.jdtype)}
 
 
+def made_versions(size: str, n: int, lr: float) -> list:
+    """n consecutive versions (lists of (name, bf16 array)) of bench_train_step's model, each one real
+    Adam step after the one before, as the trainer pushes them."""
+    import jax
+    from bench_train_step import BATCH, batch_data, make_cfg
+    from random_weights import random_params
+    mcfg = make_cfg(size, True)
+    data = batch_data(mcfg, BATCH[size])
+    rng = np.random.default_rng(1)
+    data["logp_behav_RT"] = (-rng.uniform(0.1, 8.0, data["mask_RT"].shape) * data["mask_RT"]).astype(np.float32)
+    batch = update.split_batch(data, 1, len(data["tokens_RT"]))
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+    upd = update.make_update(mcfg, grpo.GRPOConfig(), optimizer, 1.0)
+    master, opt_state = update.init_state(random_params(mcfg), mcfg, optimizer)
+    out = []
+    for k in range(n):
+        if k:
+            t0 = time.perf_counter()
+            master, opt_state, _, _ = upd(master, opt_state, batch)
+            jax.block_until_ready(master)
+            print(f"  {size}: step {k} in {time.perf_counter() - t0:.1f} s", flush=True)
+        out.append([(name, np.asarray(t).copy()) for name, t in hf_io.iter_hf_tensors(master, mcfg, dtype=mcfg.jdtype)])
+    return out
+
+
+def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dict:
+    import weights_zmq
+    import wire
+    from bench_weight_sync import expect, free_port, reader
+    made = made_versions(size, 1 + warmup + repeats, lr)
+    nbytes = sum(a.nbytes for _, a in made[0])
+    sides, procs = {}, []
+    try:
+        for side, flags in (("delta", []), ("whole", ["--no-deltas"])):
+            addr = f"tcp://127.0.0.1:{free_port()}"
+            procs.append(subprocess.Popen([sys.executable, "param_server.py", "--bind", addr, "--state-dir",
+                                           os.path.join(tmp, f"ps-{size}-{side}"), "--keep-versions", "2", *flags],
+                                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+            q = queue.Queue()
+            mem = subprocess.Popen([sys.executable, os.path.join(ROOT, "bench", "bench_weight_sync.py"), "--member",
+                                    addr], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                   stderr=open(os.path.join(tmp, f"member-{size}-{side}.log"), "w"))
+            procs.append(mem)
+            threading.Thread(target=reader, args=(mem, q), daemon=True).start()
+            client = wire.Client(f"bench-{side}", addr, timeout_s=300)
+            client.call(wire.Ping(), timeout_s=60)
+            expect(q, "READY", 300)
+            sides[side] = {"client": client, "q": q, "s": [], "bytes": [], "changed": []}
+        time.sleep(1.0)  # the fetchers long-polling
+        for version, tensors in enumerate(made):
+            for side, d in sides.items():
+                served = lambda: sum(d["client"].call(wire.GetStats()).info["weights"][k]  # noqa: E731
+                                     for k in ("bytes_served_full", "bytes_served_delta"))
+                before = served()
+                t0 = time.time()
+                weights_zmq.push_weights(d["client"], version, "bench-delta", tensors)
+                hold = float(expect(d["q"], "HOLD", 600)[2])
+                expect(d["q"], "INSTALLED", 600)
+                sent = served() - before
+                w = d["client"].call(wire.GetStats()).info["weights"]
+                changed = (sum(c for c, _ in w["delta_changed"].values()) /
+                           max(sum(n for _, n in w["delta_changed"].values()), 1)) if w["delta_changed"] else float("nan")
+                print(f"  {size} {side} v{version}: held after {hold - t0:.3f} s, served {sent / 2**20:.2f} MiB"
+                      + (f", {changed:.4f} of positions changed" if side == "delta" and version else "")
+                      + ("  (whole: nothing held yet)" if version == 0 else "  (warm-up)" if version <= warmup else ""),
+                      flush=True)
+                if version > warmup:
+                    d["s"].append(hold - t0)
+                    d["bytes"].append(sent)
+                    d["changed"].append(changed)
+                time.sleep(0.3)
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    med = {side: {k: statistics.median(d[k]) for k in ("s", "bytes")} for side, d in sides.items()}
+    r = {"size": size, "lr": lr, "mb": nbytes / 2**20,
+         "bytes_ratio": statistics.median(a / b for a, b in zip(sides["delta"]["bytes"], sides["whole"]["bytes"])),
+         "sync_speedup": med["whole"]["s"] / med["delta"]["s"], "delta_s": med["delta"]["s"],
+         "whole_s": med["whole"]["s"], "changed_frac": statistics.median(sides["delta"]["changed"])}
+    print("RESULT name=delta " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+          + f" repeats={repeats} warmup={warmup}", flush=True)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--sync", nargs="+", choices=["3m", "100m"], help="measure deltas on the wire at these sizes")
+    ap.add_argument("--repeats", type=int, default=3, help="--sync: timed versions per size")
+    ap.add_argument("--warmup", type=int, default=1, help="--sync: delta versions not timed (after the first, whole)")
     args = ap.parse_args()
+    if args.sync:
+        with tempfile.TemporaryDirectory() as tmp:
+            for size in args.sync:
+                bench_sync(size, args.lr, args.repeats, args.warmup, tmp)
+        return
     cfg, gcfg = trainer_config.Config(), grpo.GRPOConfig()
     B, G = args.prompts, gcfg.group_size
     mcfg, params = hf_io.load_hf(MODEL, bf16_fix=True)
