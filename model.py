@@ -201,8 +201,9 @@ class ModelConfig:
 #       left 3-9% of the sampled tokens' log-probs off token_logprobs (one p.v output in ~10^3 rounded
 #       to the neighbouring bf16, then the cache diverged).
 #   (k) LoRA (lora.py): sampler and trainer run this model on the same merged weights, made by one
-#       function (lora.merge: elementwise f32 ops, one rounding to the compute dtype); the trainer's
-#       gradient is taken w.r.t. those merged weights and projected onto A and B (docs/lora.md).
+#       function (lora.merge: A and B rounded to the compute dtype, elementwise f32 ops, one rounding
+#       of the sum to the compute dtype); the trainer's gradient is taken w.r.t. those merged weights
+#       and projected onto A and B (docs/lora.md).
 # With bf16_fix=False: plain bf16 einsums, no remat: the negative control that shows the mismatch.
 # A float32 config runs its matmuls at Precision.HIGHEST: float32 means float32 on every backend
 # (JAX's default lets GPUs use TF32 and TPUs bf16 passes; measured on the H200: logits 3e-4 away from

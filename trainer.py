@@ -418,8 +418,9 @@ class Trainer:
         (hf_io.iter_hf_tensors). Beyond the master the host holds the tensor being sent and what the
         weights_zmq.PUSH_WINDOW chunks in flight refer to (views of the tensor before it, or small packed
         chunks). Followers take part in the gathers; the leader streams the tensors (weights_zmq.push_weights)."""
-        if self.lcfg is not None and not payload.get("full"):  # an adapter version: the f32 adapter alone
-            named = lora.adapter_tensors(jax.tree_util.tree_map(multihost.to_host, self.master))
+        if self.lcfg is not None and not payload.get("full"):  # an adapter version: the adapter alone, in
+            # the compute dtype (rounded as lora.merge rounds it: the workers merge the trainer's policy)
+            named = lora.adapter_tensors(jax.tree_util.tree_map(multihost.to_host, self.master), self.mcfg)
             if self.leader:  # its manifest names its base (version 0, our lineage's full one) and the merge
                 weights_zmq.push_weights(self.ps, payload["version"], payload["lineage"], list(named.items()),
                                          base=0, lora=self.lcfg.to_dict())

@@ -14,8 +14,9 @@ sync:  this process plays the trainer: weights_zmq.push_weights into a real para
        INSTALLED (sync_*), and to HOLD (hold_*). Bytes = the version's bytes (manifest), and what the
        param server sent for it (its bytes_sent: chunks, headers, manifests and long polls).
        The full version: the model's HF tensors in bfloat16 (hf_io.to_hf_tensors of random weights);
-       the adapter: rank-r f32 A and B for every attention and MLP projection (lora.TARGETS), as the
-       trainer pushes it (lora.adapter_tensors; f32 so the worker merges the trainer's exact values).
+       the adapter: rank-r A and B for every attention and MLP projection (lora.TARGETS) in the
+       compute dtype (bfloat16), as the trainer pushes it (lora.adapter_tensors: its f32 master rounded
+       as lora.merge rounds it, so the worker's merge gives the trainer's weights bit for bit).
 step:  update.make_update on one CPU device, full fine-tuning (the f32 master, Adam on every weight)
        vs LoRA (lcfg, base = the bf16 weights: the f32 adapter, Adam on it alone; each step merges
        with lora.merge and projects the merged weights' gradient onto A and B), the batch of
@@ -54,11 +55,13 @@ def model_config(size: str):
 
 
 def adapter_named(mcfg, lcfg, seed: int = 0) -> list:
-    """A rank-r adapter as the trainer pushes it (lora.adapter_tensors' names, f32), random (B != 0)."""
+    """A rank-r adapter as the trainer pushes it (lora.adapter_tensors of a random f32 master, B != 0:
+    the compute dtype)."""
     import lora
     rng = np.random.default_rng(seed)
-    return [(f"{lora.PREFIX}{t}.{m}", 0.01 * rng.standard_normal(shape, np.float32))
-            for t, ms in lora.adapter_shapes(mcfg, lcfg).items() for m, shape in ms.items()]
+    master = {t: {m: 0.01 * rng.standard_normal(shape, np.float32) for m, shape in ms.items()}
+              for t, ms in lora.adapter_shapes(mcfg, lcfg).items()}
+    return list(lora.adapter_tensors(master, mcfg).items())
 
 
 def member(addr: str, size: str) -> None:

@@ -32,15 +32,16 @@ def random_adapter(cfg, lcfg, seed=1):
 
 
 def test_merge_is_base_plus_scaled_BA_and_bit_identical_across_calls():
-    """W' = round(W + scale * (B @ A)^T) per layer, checked against a float64 numpy product; the bits are
-    the same from a second call and from inside another jitted function (the trainer's graph)."""
+    """W' = round(W + scale * (round(B) @ round(A))^T) per layer (round: to bf16), checked against a
+    float64 numpy product of the bf16-rounded A and B; the bits are the same from a second call and from
+    inside another jitted function (the trainer's graph)."""
     lcfg = lora.LoraConfig(rank=3, alpha=6.0)
     base, adapter = random_params(CFG, 0), random_adapter(CFG, lcfg)
     merged = lora.merge(base, adapter, CFG, lcfg)
     for t in lcfg.targets:
         n_in, n_out = lora.in_out(CFG, t)
         w = np.asarray(base["layers"][t], np.float64).reshape(CFG.num_layers, n_in, n_out)
-        A, B = (np.asarray(adapter[t][m], np.float64) for m in "AB")
+        A, B = (np.asarray(adapter[t][m]).astype(jnp.bfloat16).astype(np.float64) for m in "AB")
         want = w + 2.0 * np.einsum("lor,lri->lio", B, A)
         got = np.asarray(merged["layers"][t], np.float64).reshape(want.shape)
         # one bf16 rounding of the f32 sum: within half a bf16 ulp (2^-8 relative) plus f32 slack
@@ -88,12 +89,13 @@ def test_names_round_trip_and_bad_tensors_are_refused():
     assert lcfg.targets == ("q_proj", "up_proj") and lcfg.scale == 2.0
     assert lora.LoraConfig.from_dict(lcfg.to_dict()) == lcfg
     adapter = random_adapter(CFG, lcfg)
-    named = lora.adapter_tensors(adapter)
+    named = lora.master_tensors(adapter)  # the f32 master's names and values
     assert sorted(named) == ["lora.layers.q_proj.A", "lora.layers.q_proj.B", "lora.layers.up_proj.A",
                              "lora.layers.up_proj.B"]
     assert named["lora.layers.up_proj.B"].shape == (2, 48, 2) and named["lora.layers.q_proj.A"].dtype == np.float32
     back = lora.adapter_from_tensors(named, CFG, lcfg)
     assert all(np.array_equal(back[t][m], adapter[t][m]) for t in lcfg.targets for m in "AB")
+    assert sorted(lora.adapter_tensors(adapter, CFG)) == sorted(named)
     assert lora.param_count(CFG, lcfg) == 2 * 2 * (32 + 32) + 2 * 2 * (32 + 48)
     with pytest.raises(ValueError, match="missing"):
         lora.adapter_from_tensors({k: v for k, v in named.items() if "up_proj.B" not in k}, CFG, lcfg)
@@ -105,6 +107,50 @@ def test_names_round_trip_and_bad_tensors_are_refused():
             lora.LoraConfig.from_dict(bad)
     assert lora.LoraConfig.parse(0) is None
     assert lora.LoraConfig.parse(4, 0.0, "q_proj, v_proj") == lora.LoraConfig(4, lora.DEFAULT_ALPHA, ("q_proj", "v_proj"))
+
+
+def test_the_adapter_travels_in_the_compute_dtype_and_merges_to_the_trainers_bits():
+    """adapter_tensors: bf16 (CFG's compute dtype), each value the f32 master's rounded to nearest even,
+    half the f32 bytes. A worker's merge of those (widened by adapter_from_tensors) is the trainer's merge
+    of its f32 master bit for bit, and it must be: the rounding of A and B changes the merged bits (a
+    merge of the f32 values, rounded once at the end, differs). With a float32 compute dtype the adapter
+    travels as the master itself."""
+    lcfg = lora.LoraConfig(rank=3, alpha=6.0)
+    base, master = random_params(CFG, 0), random_adapter(CFG, lcfg)
+    named = lora.adapter_tensors(master, CFG)
+    assert {x.dtype for x in named.values()} == {np.dtype(jnp.bfloat16)}
+    assert sum(x.nbytes for x in named.values()) == 2 * lora.param_count(CFG, lcfg)
+    for name, x in lora.master_tensors(master).items():
+        assert np.array_equal(named[name].view(np.uint16), x.astype(jnp.bfloat16).view(np.uint16)), name
+        assert np.mean(named[name].astype(np.float32) != x) > 0.9, name  # not already bf16 values
+    trainer = lora.merge(base, master, CFG, lcfg)
+    worker = lora.merge(base, lora.adapter_from_tensors(named, CFG, lcfg), CFG, lcfg)
+    cfg32 = model.ModelConfig(**{**CFG.__dict__, "dtype": "float32"})
+    base32 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), base)
+    unrounded = lora.merge(base32, master, cfg32, lcfg)  # W + scale * (B @ A)^T of the f32 values, in f32
+    for t in lcfg.targets:
+        bits = np.asarray(trainer["layers"][t]).view(np.uint16)
+        assert np.array_equal(bits, np.asarray(worker["layers"][t]).view(np.uint16)), t
+        assert not np.array_equal(bits, np.asarray(unrounded["layers"][t].astype(jnp.bfloat16)).view(np.uint16)), t
+    named32 = lora.adapter_tensors(master, cfg32)
+    assert all(named32[k].dtype == np.float32 and np.array_equal(named32[k], x)
+               for k, x in lora.master_tensors(master).items())
+
+
+def test_the_gradient_uses_the_rounded_A_and_B_the_forward_merged():
+    """project_grads' factors are round(A) and round(B) (a straight-through estimate: the master is f32)."""
+    lcfg = lora.LoraConfig(rank=2, alpha=3.0, targets=("q_proj", "down_proj"))
+    base, adapter = random_params(CFG, 0), random_adapter(CFG, lcfg)
+    rng = np.random.default_rng(3)
+    grads = {"layers": {t: jnp.asarray(rng.standard_normal(base["layers"][t].shape), jnp.bfloat16) for t in lcfg.targets}}
+    got = lora.project_grads(grads, adapter, CFG, lcfg)
+    rounded = {t: {m: jnp.asarray(adapter[t][m]).astype(jnp.bfloat16).astype(jnp.float32) for m in "AB"} for t in lcfg.targets}
+    cfg32 = model.ModelConfig(**{**CFG.__dict__, "dtype": "float32"})  # no rounding: the given factors
+    want, f32_factors = lora.project_grads(grads, rounded, cfg32, lcfg), lora.project_grads(grads, adapter, cfg32, lcfg)
+    for t in lcfg.targets:
+        for m in "AB":
+            np.testing.assert_array_equal(got[t][m], want[t][m], err_msg=f"{t}.{m}")
+            assert not np.array_equal(got[t][m], f32_factors[t][m]), f"{t}.{m}"
 
 
 def test_peft_folder_loads_in_peft_with_our_logits_and_loads_back(tmp_path):
@@ -249,7 +295,8 @@ def test_lora_run_is_bitwise_sends_adapters_and_survives_a_worker_restart(lora_r
     assert meta["version"] == "4" and adapter and all(k.startswith("lora.layers.") for k in adapter), sorted(adapter)
     cfg = hf_io_config(model_dir)
     nbytes = sum(h["data_offsets"][1] - h["data_offsets"][0] for h in adapter.values())
-    assert nbytes == 4 * lora.param_count(cfg, lora.LoraConfig(4))  # f32 A and B, nothing else
+    assert nbytes == 2 * lora.param_count(cfg, lora.LoraConfig(4))  # bf16 A and B, nothing else
+    assert {h["dtype"] for h in adapter.values()} == {"BF16"}
     assert nbytes < sum(h["data_offsets"][1] - h["data_offsets"][0] for h in full.values()) / 4
     worker = open(os.path.join(run_dir, "worker-0.log")).read()
     assert "restart" in log and worker.count("fetched weights v0") >= 2, worker[-2000:]

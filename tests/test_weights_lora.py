@@ -239,12 +239,18 @@ def test_a_fetcher_fetches_an_adapters_base_unless_it_holds_that_very_one():
 
 
 def test_the_worker_installs_an_adapter_version_as_lora_merge_onto_its_base():
+    """The trainer's f32 master goes out as lora.adapter_tensors (bf16, TINY's compute dtype) through
+    the wire's chunks; the worker's install of it is the trainer's own lora.merge of the f32 master,
+    bit for bit, although the master's values are not bf16 values."""
     base_named = list(hf_io.to_hf_tensors(random_params(TINY), TINY).items())
     lcfg = lora.LoraConfig(rank=2, alpha=4.0, targets=("q_proj", "down_proj"))
     rng = np.random.default_rng(1)  # numpy draws: no jax program compiled per shape
-    named = [(f"{lora.PREFIX}{t}.{m}", 0.1 * rng.standard_normal(shape, np.float32))
-             for t, ms in lora.adapter_shapes(TINY, lcfg).items() for m, shape in ms.items()]
-    ad = lora.adapter_from_tensors(dict(named), TINY, lcfg)
+    master = {t: {m: 0.1 * rng.standard_normal(shape, np.float32) for m, shape in ms.items()}
+              for t, ms in lora.adapter_shapes(TINY, lcfg).items()}
+    named = list(lora.adapter_tensors(master, TINY).items())
+    assert {a.dtype for _, a in named} == {np.dtype(ml_dtypes.bfloat16)}
+    assert nbytes(named) == 2 * lora.param_count(TINY, lcfg)
+    assert np.mean(np.asarray(dict(named)["lora.layers.q_proj.A"], np.float32) != master["q_proj"]["A"]) > 0.9
 
     done = []
     worker = inference_worker.Worker.__new__(inference_worker.Worker)
@@ -259,8 +265,8 @@ def test_the_worker_installs_an_adapter_version_as_lora_merge_onto_its_base():
     v1.base = base
     worker.install(v1)  # a new worker: base, then adapter
     assert (worker.version, worker.base_key, done) == (1, versions.VersionKey(0, "L"), [base])
-    want = lora.merge(jax.device_put(hf_io.from_hf_tensors(dict(base_named), TINY)), ad, TINY, lcfg)
-    same = jax.tree_util.tree_map(lambda a, b: a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b)),
+    want = lora.merge(jax.device_put(hf_io.from_hf_tensors(dict(base_named), TINY)), master, TINY, lcfg)  # the trainer's
+    same = jax.tree_util.tree_map(lambda a, b: a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes(),
                                   worker.params, want)
     assert all(jax.tree_util.tree_leaves(same))
     assert not np.array_equal(np.asarray(worker.params["layers"]["q_proj"]), np.asarray(worker.base_params["layers"]["q_proj"]))
