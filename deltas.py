@@ -221,6 +221,7 @@ class Encoder:
         self.chunks: list | None = None
         self.done = False
         self.broken = False
+        self.deadline = float("inf")  # the param server waits for the delta until then (WeightStore.delta_pending)
 
     def add(self, i: int, data: np.ndarray) -> None:
         """Chunk i of the push arrived: encode it against the same bytes of the base (its chunks may be

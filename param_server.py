@@ -89,6 +89,9 @@ class Config:
     deltas: bool = True
     """send a worker that holds the version before the newest only what changed (deltas.py), encoded as
     each push arrives; --no-deltas: every version travels whole"""
+    delta_wait_s: float = -1.0
+    """how long a worker's request waits for a delta still being encoded before it gets the version
+    whole; < 0: as long as the version's push took (the time sending it whole costs, about)"""
     verdict_key: str = ""
     """the run's verdict key file (attest.py), the verifier's: every reward of a submitted rollout must carry
     the verifier's seal, or the rollout is forged and its worker refused from then on; "": rewards unchecked"""
@@ -362,7 +365,7 @@ class ParamServer:
         say = lambda text: print(f"[param_server] {text}", flush=True)  # noqa: E731
         mirrors = [weights_fs.DirTransport(cfg.weights_dir, cfg.keep_versions, say)] if cfg.weights_dir else []
         self.weights = weights_zmq.WeightStore(cfg.state_dir, cfg.keep_versions, log=say, mirrors=mirrors,
-                                              deltas_on=cfg.deltas)
+                                              deltas_on=cfg.deltas, delta_wait_s=cfg.delta_wait_s)
         self.relays = weights_zmq.RelayTree(cfg.relay_fanout, cfg.relay_ttl_s)
         self.work = WorkQueue(cfg)
         self.server = wire.Server("param_server", cfg.bind)

@@ -1,9 +1,10 @@
 """A weight version's life, from the trainer's master weights to a worker's accelerator, and the seam
 every way of carrying it plugs into (`Transport`).
 
-Three files hold the rest. versions.py is the version itself, wherever it travels: the manifest,
+Four files hold the rest. versions.py is the version itself, wherever it travels: the manifest,
 the chunks, the CRCs, a version as a file, and whether it is full or an adapter
-(`versions.Manifest.is_adapter`). weights_zmq.py is today's transport: the trainer pushes chunks to
+(`versions.Manifest.is_adapter`); deltas.py, a version sent as its difference from the one before.
+weights_zmq.py is today's transport: the trainer pushes chunks to
 the param server, which stores them and tells each worker where to fetch them; workers fetch them
 in a thread of their own and relay them to each other (wire.py carries its messages).
 weights_fs.py is a second one: versions published as files into a directory that the workers
@@ -54,6 +55,23 @@ What happens to a version, step by step (in weights_zmq.py unless another file i
                                       worker keeps the one it has)                  inference_worker.Worker.install
   superseded                          its host memory holds a later version         WeightFetcher.retire
                                                                                     WeightFetcher.memory_for
+
+DELTA VERSIONS (deltas.py). A worker that holds the full version before the newest fetches only what
+changed; the version itself, its manifest and its CRCs are unchanged:
+
+  encoded                             each pushed chunk against the same bytes of   WeightStore.receive_chunk
+                                      the newest full version, on a thread pool,    deltas.Encoder
+                                      as the push arrives: same, sparse, xor+zlib
+                                      or full, the smallest
+  a worker asks for the newest        the manifest and, if it holds the delta's     ParamServer._weights_reply
+                                      base, the delta's manifest; a delta still     WeightStore.delta_pending
+                                      encoding is waited for up to the push's time
+  fetched                             the changed chunks' delta bytes, each         WeightFetcher.fetch
+                                      rebuilt from the worker's own base and        WeightFetcher.rebuild
+                                      checked against the full version's CRC
+  refused                             a corrupt delta, a wrong base: the version    WeightFetcher.run
+                                      fetched whole
+  relayed                             a relay that got the delta serves its bytes   ChunkServer.answer
 
 Through a shared directory instead (--weights-dir on the param server and the workers), the same
 version takes these steps after it is stored:

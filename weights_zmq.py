@@ -89,8 +89,9 @@ class WeightStore(weights.Transport):
     PERSIST_FILES = {"full": "weights.safetensors", "adapter": "adapter.safetensors"}
 
     def __init__(self, state_dir: str, keep: int, log: Callable[[str], None], mirrors: tuple = (),
-                 deltas_on: bool = True):
+                 deltas_on: bool = True, delta_wait_s: float = -1.0):
         self.dir, self.keep, self.log, self.mirrors = state_dir, keep, log, list(mirrors)
+        self.delta_wait_s = delta_wait_s  # < 0: as long as the push took (delta_pending)
         self.versions: collections.OrderedDict[int, Version] = collections.OrderedDict()
         self.base: Version | None = None  # the pinned full version of the current lineage
         self.pending: dict | None = None  # {"id", "chunks", "crcs", "t", "delta"}
@@ -136,7 +137,7 @@ class WeightStore(weights.Transport):
             if p is not None:
                 self._discard(f"superseded by push {msg.push_id}")
             encode = self.pool is not None and self.base is not None and not self.base.is_adapter
-            p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": [],
+            p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": [], "t0": time.monotonic(),
                                 "delta": deltas.Encoder(self.base, self.pool) if encode else None}
         p["t"] = time.monotonic()
         if p["chunks"] and msg.index == len(p["chunks"]) - 1 and msg.crc == p["crcs"][-1]:
@@ -171,7 +172,11 @@ class WeightStore(weights.Transport):
             self._discard(str(e))
             raise ValueError(f"push {msg.push_id} refused: {e}") from None
         self.pending = None
-        self.publish(Version(manifest, p["chunks"], delta=p["delta"].finish(manifest) if p["delta"] else None))
+        delta = p["delta"].finish(manifest) if p["delta"] else None
+        if delta is not None:  # worth waiting for as long as the push took (delta_pending), or as told
+            now = time.monotonic()
+            delta.deadline = now + (now - p["t0"] if self.delta_wait_s < 0 else self.delta_wait_s)
+        self.publish(Version(manifest, p["chunks"], delta=delta))
 
     def check_base(self, manifest: Manifest) -> None:
         """An adapter version is accepted only onto the pinned base it names; ValueError otherwise."""
@@ -264,10 +269,14 @@ class WeightStore(weights.Transport):
         return d.manifest
 
     def delta_pending(self, version: int, lineage: str, have: VersionKey) -> bool:
-        """A delta from `have` to (version, lineage) is still being encoded: worth a short wait."""
+        """A delta from `have` to (version, lineage) is still being encoded and worth waiting for: for
+        at most as long as its push took (or delta_wait_s). The version whole costs a worker about what it cost the
+        trainer to push it, so a delta that takes longer to encode than that cannot pay off: then the
+        wire is faster than the encoder (a fast network, or many positions changed), and the worker
+        gets the version whole."""
         v = self.held(version, lineage)
         d = v.delta if v is not None else None
-        return d is not None and not d.done and have == d.base_key
+        return d is not None and not d.done and have == d.base_key and time.monotonic() < d.deadline
 
     def chunk(self, msg: wire.GetChunk) -> wire.Chunk:
         v = self.held(msg.version, msg.lineage)

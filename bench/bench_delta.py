@@ -28,8 +28,10 @@ then every tensor to the device), get the same versions, alternating server by s
 push's start to the member holding the version (complete, every chunk checked); bytes = what the server
 served for it (GetStats: bytes_served_full + bytes_served_delta). The first version is whole on both
 (nobody holds a base); the later ones are deltas on the first server.
-Prints per size `RESULT name=delta size= lr= bytes_ratio=<delta bytes / whole bytes> sync_speedup=<whole s /
-delta s> changed_frac= ...` (medians over the versions after --warmup).
+Prints per size and rate `RESULT name=delta size= lr= bytes_ratio=<bytes served, delta server / whole server>
+sync_speedup=<whole s / delta s> changed_frac= delta_weighs=<the delta's bytes / the version's> ...` (medians
+over the versions after --warmup). delta_weighs is what the delta weighs even where the server sent the
+version whole because the encoding could not keep up with the wire (WeightStore.delta_pending).
 """
 import argparse
 import collections
@@ -120,19 +122,19 @@ def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dic
         for side, flags in (("delta", []), ("whole", ["--no-deltas"])):
             addr = f"tcp://127.0.0.1:{free_port()}"
             procs.append(subprocess.Popen([sys.executable, "param_server.py", "--bind", addr, "--state-dir",
-                                           os.path.join(tmp, f"ps-{size}-{side}"), "--keep-versions", "2", *flags],
+                                           os.path.join(tmp, f"ps-{size}-{lr:g}-{side}"), "--keep-versions", "2", *flags],
                                           cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                           start_new_session=True))
             q = queue.Queue()
             mem = subprocess.Popen([sys.executable, os.path.join(ROOT, "bench", "bench_weight_sync.py"), "--member",
                                     addr], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                                   stderr=open(os.path.join(tmp, f"member-{size}-{side}.log"), "w"))
+                                   stderr=open(os.path.join(tmp, f"member-{size}-{lr:g}-{side}.log"), "w"))
             procs.append(mem)
             threading.Thread(target=reader, args=(mem, q), daemon=True).start()
             client = wire.Client(f"bench-{side}", addr, timeout_s=300)
             client.call(wire.Ping(), timeout_s=60)
             expect(q, "READY", 300)
-            sides[side] = {"client": client, "q": q, "s": [], "bytes": [], "changed": []}
+            sides[side] = {"client": client, "q": q, "s": [], "bytes": [], "changed": [], "weighs": []}
         time.sleep(1.0)  # the fetchers long-polling
         for version, tensors in enumerate(made):
             for side, d in sides.items():
@@ -144,17 +146,24 @@ def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dic
                 hold = float(expect(d["q"], "HOLD", 600)[2])
                 expect(d["q"], "INSTALLED", 600)
                 sent = served() - before
+                if side == "delta" and version:  # what the delta weighs, sent or not (it may lose to the wire)
+                    deadline = time.monotonic() + 30
+                    while d["client"].call(wire.GetStats()).info["weights"]["delta_bytes"] < 0 and time.monotonic() < deadline:
+                        time.sleep(0.05)
                 w = d["client"].call(wire.GetStats()).info["weights"]
                 changed = (sum(c for c, _ in w["delta_changed"].values()) /
                            max(sum(n for _, n in w["delta_changed"].values()), 1)) if w["delta_changed"] else float("nan")
+                weighs = w["delta_bytes"] / w["version_bytes"] if w["delta_bytes"] >= 0 else float("nan")
                 print(f"  {size} {side} v{version}: held after {hold - t0:.3f} s, served {sent / 2**20:.2f} MiB"
-                      + (f", {changed:.4f} of positions changed" if side == "delta" and version else "")
+                      + (f"; {changed:.4f} of positions changed, the delta weighs {weighs:.4f}x"
+                         if side == "delta" and version else "")
                       + ("  (whole: nothing held yet)" if version == 0 else "  (warm-up)" if version <= warmup else ""),
                       flush=True)
                 if version > warmup:
                     d["s"].append(hold - t0)
                     d["bytes"].append(sent)
                     d["changed"].append(changed)
+                    d["weighs"].append(weighs)
                 time.sleep(0.3)
     finally:
         for p in procs:
@@ -167,7 +176,8 @@ def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dic
     r = {"size": size, "lr": lr, "mb": nbytes / 2**20,
          "bytes_ratio": statistics.median(a / b for a, b in zip(sides["delta"]["bytes"], sides["whole"]["bytes"])),
          "sync_speedup": med["whole"]["s"] / med["delta"]["s"], "delta_s": med["delta"]["s"],
-         "whole_s": med["whole"]["s"], "changed_frac": statistics.median(sides["delta"]["changed"])}
+         "whole_s": med["whole"]["s"], "changed_frac": statistics.median(sides["delta"]["changed"]),
+         "delta_weighs": statistics.median(sides["delta"]["weighs"])}
     print("RESULT name=delta " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
           + f" repeats={repeats} warmup={warmup}", flush=True)
     return r
@@ -176,7 +186,8 @@ def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dic
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, nargs="+", default=[1e-4],
+                    help="Adam's learning rate (--sync: one run per rate; else the first)")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--sync", nargs="+", choices=["3m", "100m"], help="measure deltas on the wire at these sizes")
     ap.add_argument("--repeats", type=int, default=3, help="--sync: timed versions per size")
@@ -185,8 +196,10 @@ def main():
     if args.sync:
         with tempfile.TemporaryDirectory() as tmp:
             for size in args.sync:
-                bench_sync(size, args.lr, args.repeats, args.warmup, tmp)
+                for lr in args.lr:
+                    bench_sync(size, lr, args.repeats, args.warmup, tmp)
         return
+    args.lr = args.lr[0]
     cfg, gcfg = trainer_config.Config(), grpo.GRPOConfig()
     B, G = args.prompts, gcfg.group_size
     mcfg, params = hf_io.load_hf(MODEL, bf16_fix=True)

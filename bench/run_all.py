@@ -48,6 +48,8 @@ PARTS = {
     "quant": (["bench/bench_quant.py", "--sizes", "3m", "100m", "coldstart", "--repeats", "5"], 900),
     "lora": (["bench/bench_lora.py", "--sizes", "3m", "100m", "--rank", "8", "--repeats", "3"], 1200),
     "audit": (["bench/bench_audit.py", "--repeats", "5"], 600),
+    # real Adam steps at the recipe's 1e-4 and at 1e-6; 100m steps take ~30 s each on 2 cores
+    "delta": (["bench/bench_delta.py", "--sync", "3m", "100m", "--lr", "1e-4", "1e-6", "--repeats", "3"], 1500),
 }
 ORDER = list(PARTS)
 
@@ -316,6 +318,13 @@ def rows_for(name: str, results: list, status: str) -> list:
                             f"{fmt(r.get('step_speedup'), 'x')}; trainer state {fmt(r.get('lora_state_mb'), 'MiB')} vs "
                             f"{fmt(r.get('full_state_mb'), 'MiB')}" if r.get("step_speedup") else "; no step half")
                          + f"; median of {r.get('repeats')}"])
+    elif name == "delta":
+        for r in by("delta"):
+            rows.append([f"delta versions {r['size']}, Adam lr {r.get('lr')}", fmt(r.get("delta_s"), "s") + " synced",
+                         fmt(r.get("whole_s"), "s") + " whole", fmt(r.get("bytes_ratio"), "x bytes"), "(report)", "-",
+                         f"sync speedup {fmt(r.get('sync_speedup'), 'x')}; positions changed {fmt(r.get('changed_frac'))}; "
+                         f"the delta weighs {fmt(r.get('delta_weighs'), 'x')} (served whole where the encoding could "
+                         f"not keep up with the wire); median of {r.get('repeats')}"])
     elif name == "audit":
         for r in by("audit"):
             rows.append([f"checks of untrusted workers, {r.get('rollouts')} rollouts",

@@ -30,12 +30,12 @@ def tiny(tiny_model_dir):
     return tiny_model_dir
 
 
-def start_system(roles, run_dir, model_path, workers=({},), trainer_args=(), fix=True):
+def start_system(roles, run_dir, model_path, workers=({},), trainer_args=(), fix=True, ps_args=()):
     """Param server, verifier, workers (each a dict of extra flags) and a trainer; returns the trainer."""
     port, vport = free_port(), free_port()
     ps, va = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{vport}"
     fix_flag = "--bf16-fix" if fix else "--no-bf16-fix"
-    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps", env=XLA)
+    roles.start("param_server", "param_server.py", "--bind", ps, "--state-dir", f"{run_dir}/ps", *ps_args, env=XLA)
     roles.start("verifier", "verifier.py", "--bind", va, "--executors", "1", env=XLA)
     for i, extra in enumerate(workers):
         args = [f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
@@ -75,11 +75,20 @@ def assert_exported_policy(run_dir, last_checkpoint, init_path) -> dict:
 
 def test_on_policy_run_is_bitwise_and_resumes(roles, tmp_path, tiny):
     run_dir = str(tmp_path / "run")
-    trainer, ps = start_system(roles, run_dir, tiny, trainer_args=["--steps", "3", "--checkpoint-every", "2"])
+    # Every version after the first reaches the worker as a delta (the server waits for each delta however
+    # long its encoding takes), and the sampler still holds the trainer's policy bit for bit.
+    trainer, ps = start_system(roles, run_dir, tiny, trainer_args=["--steps", "3", "--checkpoint-every", "2"],
+                               ps_args=["--delta-wait-s", "60"])
     finish(roles, trainer)
     rows = metrics(run_dir)
     steps = [r for r in rows if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]
+    # (the tiny random policy's rewards are all equal, so its advantages and steps may be zero: a delta
+    # of no bytes at all is a delta too)
+    assert steps[-1]["weights/pushed_mib"] > 0 and 0 <= steps[-1]["weights/delta_frac"] < 0.5
+    assert "weights/changed_frac/mlp" in steps[-1] and steps[-1]["weights/sync_s"] >= 0
+    worker_log = open(os.path.join(roles.log_dir, "worker0.log")).read()
+    assert "as a delta from v1" in worker_log and "as a delta from v2" in worker_log
     assert {"eval/pass@1", "eval/pass@8"} <= set(rows[0]) and {"eval/pass@1", "eval/pass@8"} <= set(rows[-1])
     for r in steps:
         # Invariant 2: with the fix on, at staleness 0 the trainer's log-probs at its gradient step
