@@ -31,7 +31,8 @@ long poll answered, every chunk fetched and checked), each against the one-hop c
 push_s, fetch_frac = ceiling_s / fetch_s (1.0: that hop at the ceiling's speed). cpu_<role>_s: CPU seconds
 (user + system, all threads, /proc) each process spends per version, ours' (trainer, ps: the param server,
 persisting included; member: installing included) against the ceiling's (source, sink); machine-load noise
-moves these far less than wall times.
+moves these far less than wall times. *_paired: the same fractions taken version by version (ours, then the
+ceiling right after it, under about the same load), medians.
 
 Prints `RESULT name=weight_sync mb=.. transport=zmq|dir ours_s=.. installed_s=.. push_s=.. fetch_s=.. ceiling_s=..
 ours_mb_s=.. ceiling_mb_s=.. frac=.. cpu_*_s=.. push_frac=.. fetch_frac=..`.
@@ -228,6 +229,11 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -
     r.update({f"cpu_{role}_s": med(xs) for role, xs in cpu.items()})
     r["cpu_ours_s"] = r["cpu_trainer_s"] + r["cpu_ps_s"] + r["cpu_member_s"]
     r["cpu_ceiling_s"] = r["cpu_source_s"] + r["cpu_sink_s"]
+    # The same ratios version by version (each of ours beside the ceiling's right after it, so both ran under
+    # about the same load from whatever else shares the machine), medians: steadier than the ratio of medians.
+    r["frac_paired"] = med([c / o for c, o in zip(ceil, ours)])
+    r["push_frac_paired"] = med([c / p for c, p in zip(ceil, push)])
+    r["fetch_frac_paired"] = med([c / f for c, f in zip(ceil, fetch)])
     # Each hop alone against the one-hop ceiling (1.0: that hop at the ceiling's speed).
     r["push_frac"], r["fetch_frac"] = r["ceiling_s"] / r["push_s"], r["ceiling_s"] / r["fetch_s"]
     print("RESULT name=weight_sync " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
