@@ -43,9 +43,29 @@ receiver holds beyond the version it stores is about one chunk (plus one tensor 
 
 # ----------------------------------------------------------------------------- checksums
 
+def _fastest_crc32():
+    """zlib's CRC-32 function, from the fastest implementation installed: ISA-L's (the `isal` package)
+    or zlib-ng's fold with PCLMULQDQ and run at 8-8.5 GB/s where Python's zlib (1.2.13) runs at
+    2.5-2.7 GB/s (measured 2026-12-05 on the 2-core AMD EPYC VM, 16 MiB buffers), which matters
+    because every process on the weight path reads each byte once for its CRC. The same function
+    (polynomial, seed, result), checked here on a known value; all release the GIL."""
+    for module in ("isal.isal_zlib", "zlib_ng.zlib_ng"):
+        try:
+            fn = __import__(module, fromlist=["crc32"]).crc32
+            if fn(b"123456789") == 0xCBF43926 and fn(b"6789", fn(b"12345")) == 0xCBF43926:
+                return fn
+        except (ImportError, AttributeError):
+            pass
+    return zlib.crc32
+
+
+crc32_bytes = _fastest_crc32()
+"""crc32_bytes(buffer, value=0): zlib.crc32, at the speed of the fastest implementation installed."""
+
+
 def crc32(array: np.ndarray) -> int:
     """The CRC32 of an array's bytes: what a chunk or a tensor of the manifest carries."""
-    return zlib.crc32(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
+    return crc32_bytes(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
 
 
 # CRC-32 is linear over GF(2), so crc(A + B) follows from crc(A), crc(B) and len(B) alone: appending
@@ -241,7 +261,7 @@ class Manifest:
                 segments.append((t, at, take))
                 at, left = at + take, left - take
             skip = max(range(len(segments)), key=lambda s: segments[s][2]) if crcs is not None else -1
-            seg_crcs = [0 if s == skip else zlib.crc32(memoryview(piece[start:start + n]))
+            seg_crcs = [0 if s == skip else crc32_bytes(memoryview(piece[start:start + n]))
                         for s, (_, start, n) in enumerate(segments)]
             if skip >= 0:
                 before = after = len_after = 0
@@ -287,7 +307,7 @@ def cut_chunks(named_arrays, chunk_bytes: int = CHUNK_BYTES):
         while at < len(flat):
             take = min(chunk_bytes - filled, len(flat) - at)
             piece = flat[at:at + take]
-            crc = zlib.crc32(memoryview(piece))
+            crc = crc32_bytes(memoryview(piece))
             tensor_crc = crc32_combine(tensor_crc, crc, take)
             at += take
             if own_chunks:
@@ -361,7 +381,7 @@ class VersionBuffer:
         ValueError if it does not match."""
         slot = self.chunk(i)
         slot[:] = data
-        if zlib.crc32(memoryview(slot)) != crc:
+        if crc32_bytes(memoryview(slot)) != crc:
             raise ValueError(f"chunk {i} is corrupt")
         self.have[i] = True  # after the bytes: a reader that sees True sees them
 
@@ -488,7 +508,7 @@ def read_file(path: str, memory: typing.Callable[[int], mmap.mmap] = new_memory)
             if f.readinto(memoryview(stream)) != nbytes or f.read(1):
                 raise ValueError(f"holds other than the {nbytes} data bytes its header names")
         sizes = [min(CHUNK_BYTES, nbytes - at) for at in range(0, nbytes, CHUNK_BYTES)]
-        crcs = [zlib.crc32(memoryview(stream[at:at + n])) for at, n in zip(range(0, nbytes, CHUNK_BYTES), sizes)]
+        crcs = [crc32_bytes(memoryview(stream[at:at + n])) for at, n in zip(range(0, nbytes, CHUNK_BYTES), sizes)]
         adapter = {"base": head.base, "lora": json.loads(head.meta["lora"])} if head.base is not None else {}
         manifest = Manifest.from_dict({"version": int(head.meta["version"]), "lineage": head.meta.get("lineage", ""),
                                        "tensors": head.tensors, "chunks": [list(c) for c in zip(sizes, crcs)],

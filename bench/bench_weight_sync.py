@@ -26,7 +26,16 @@ Note: ours is two hops (trainer -> param server -> worker), so at the ceiling's 
 score 50%; the param server also writes the newest version to disk (its --state-dir, here a temporary
 directory; from a thread, after the commit is answered), which the ceiling does not.
 
-Prints `RESULT name=weight_sync mb=.. transport=zmq|dir ours_s=.. installed_s=.. ceiling_s=.. ours_mb_s=.. ceiling_mb_s=.. frac=..`.
+Per hop: push_s (trainer -> param server, the commit answered) and fetch_s (from then until HOLD: the worker's
+long poll answered, every chunk fetched and checked), each against the one-hop ceiling: push_frac = ceiling_s /
+push_s, fetch_frac = ceiling_s / fetch_s (1.0: that hop at the ceiling's speed). cpu_<role>_s: CPU seconds
+(user + system, all threads, /proc) each process spends per version, ours' (trainer, ps: the param server,
+persisting included; member: installing included) against the ceiling's (source, sink); machine-load noise
+moves these far less than wall times. *_paired: the same fractions taken version by version (ours, then the
+ceiling right after it, under about the same load), medians.
+
+Prints `RESULT name=weight_sync mb=.. transport=zmq|dir ours_s=.. installed_s=.. push_s=.. fetch_s=.. ceiling_s=..
+ours_mb_s=.. ceiling_mb_s=.. frac=.. cpu_*_s=.. push_frac=.. fetch_frac=..`.
 """
 import argparse
 import os
@@ -116,6 +125,13 @@ def source(port: int, nbytes: int) -> None:
         say(f"SENT {t0:.6f}")
 
 
+def cpu_s(pid) -> float:
+    """CPU seconds (user + system, every thread) a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def reader(p, q):
     for line in p.stdout:
         parts = line.split()
@@ -165,8 +181,11 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -
         expect(mq, "READY", 120)
         expect(sq, "READY", 120)
         time.sleep(1.0)  # the fetcher long-polling, the PUSH connected
-        ours, inst, push, ceil = [], [], [], []
+        ours, inst, push, fetch, ceil = [], [], [], [], []
+        roles = {"trainer": os.getpid(), "ps": ps.pid, "member": mem.pid, "source": snd.pid, "sink": rcv.pid}
+        cpu = {role: [] for role in roles}
         for version in range(1, warmup + repeats + 1):  # the first `warmup` of each are not counted
+            cpu0 = {role: cpu_s(pid) for role, pid in roles.items()}
             t0 = time.time()
             weights_zmq.push_weights(client, version, "bench", tensors)
             t_push = time.time() - t0
@@ -177,15 +196,20 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -
             snd.stdin.flush()
             t_sent = float(expect(sq, "SENT")[1])
             t_done = float(expect(rq, "DONE")[1])
-            print(f"  {mb} MiB v{version}: push {t_push:.2f} s, worker holds after {hold - t0:.2f} s, installed "
+            print(f"  {mb} MiB v{version}: push {t_push:.2f} s, worker holds after {hold - t0:.2f} s (fetch "
+                  f"{hold - t0 - t_push:.2f} s), installed "
                   f"after {installed - t0:.2f} s; ceiling {t_done - t_sent:.2f} s"
                   + ("  (warm-up)" if version <= warmup else ""), flush=True)
             if version > warmup:
                 ours.append(hold - t0)
                 inst.append(installed - t0)
                 push.append(t_push)
+                fetch.append(hold - t0 - t_push)
                 ceil.append(t_done - t_sent)
             time.sleep(0.5)
+            if version > warmup:  # the whole round: ours' processes idle through the ceiling's and back
+                for role, pid in roles.items():
+                    cpu[role].append(cpu_s(pid) - cpu0[role])
         client.close()
     finally:
         for p in procs:
@@ -196,10 +220,22 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -
             p.wait()
     med = lambda xs: statistics.median(xs)  # noqa: E731
     mib = nbytes / 2 ** 20
-    r = dict(mb=mb, transport="dir" if weights_dir else "zmq", ours_s=med(ours), installed_s=med(inst), push_s=med(push), ceiling_s=med(ceil))
+    r = dict(mb=mb, transport="dir" if weights_dir else "zmq", ours_s=med(ours), installed_s=med(inst), push_s=med(push), fetch_s=med(fetch), ceiling_s=med(ceil))
     r.update(ours_mb_s=mib / r["ours_s"], installed_mb_s=mib / r["installed_s"], ceiling_mb_s=mib / r["ceiling_s"])
     r["frac"] = r["ours_mb_s"] / r["ceiling_mb_s"]
     r["installed_frac"] = r["installed_mb_s"] / r["ceiling_mb_s"]
+    # CPU seconds per version, each process (the param server's include persisting it; the member's
+    # installing it), and all of ours against the ceiling's two.
+    r.update({f"cpu_{role}_s": med(xs) for role, xs in cpu.items()})
+    r["cpu_ours_s"] = r["cpu_trainer_s"] + r["cpu_ps_s"] + r["cpu_member_s"]
+    r["cpu_ceiling_s"] = r["cpu_source_s"] + r["cpu_sink_s"]
+    # The same ratios version by version (each of ours beside the ceiling's right after it, so both ran under
+    # about the same load from whatever else shares the machine), medians: steadier than the ratio of medians.
+    r["frac_paired"] = med([c / o for c, o in zip(ceil, ours)])
+    r["push_frac_paired"] = med([c / p for c, p in zip(ceil, push)])
+    r["fetch_frac_paired"] = med([c / f for c, f in zip(ceil, fetch)])
+    # Each hop alone against the one-hop ceiling (1.0: that hop at the ceiling's speed).
+    r["push_frac"], r["fetch_frac"] = r["ceiling_s"] / r["push_s"], r["ceiling_s"] / r["fetch_s"]
     print("RESULT name=weight_sync " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                                 for k, v in r.items()) + f" repeats={repeats} warmup={warmup}", flush=True)
     return r
