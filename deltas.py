@@ -31,11 +31,13 @@ import bisect
 import concurrent.futures
 import math
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
+import versions
 import wire
 
 CODECS = ("same", "sparse", "xor", "full")
@@ -212,8 +214,8 @@ class Encoder:
     `same`) say what to serve. A delta that cannot be (another layout, an encoding error) leaves
     `manifest` None: the version travels whole."""
 
-    def __init__(self, base, pool: "concurrent.futures.Executor"):
-        self.base, self.pool, self.futures, self.at = base, pool, [], 0
+    def __init__(self, base, pool: "concurrent.futures.Executor", workers: int = 1):
+        self.base, self.pool, self.futures, self.at, self.workers = base, pool, [], 0, workers
         self.base_key = base.manifest.key
         self.base_offsets = base.manifest.offsets()
         self.spans = spans(base.manifest)
@@ -246,16 +248,22 @@ class Encoder:
             got += parts[-1].size
         return np.concatenate(parts)
 
-    def finish(self, manifest) -> "Encoder | None":
-        """The push committed as `manifest`: self, if a delta from the base can rebuild it (then its
-        assembly waits for the encodings on a thread of its own), else None."""
+    def finish(self, manifest, budget_s: float) -> "Encoder | None":
+        """The push committed as `manifest`: self, if a delta from the base can rebuild it and the
+        encodings still to do should end within budget_s (from the ones done so far: a delta ready
+        later than that would make the workers wait longer than the version whole costs them; then it
+        is dropped at once and the pool's cores go back to serving). Its assembly then waits for the
+        encodings on a thread of its own; else None."""
         b = self.base.manifest
-        if (self.broken or manifest.is_adapter or manifest.lineage != b.lineage or manifest.version <= b.version
-                or len(self.futures) != len(manifest.chunks)
-                or [t[:3] for t in manifest.tensors] != [t[:3] for t in b.tensors]
-                or self.at != b.nbytes):
+        left = [f for f in self.futures if not f.done()]
+        done_s = [f.result()[5] for f in self.futures if f.done() and not f.cancelled() and f.exception() is None]
+        slow = left and done_s and len(left) * sum(done_s) / len(done_s) / self.workers > budget_s
+        if (self.broken or slow or manifest.is_adapter or manifest.lineage != b.lineage
+                or manifest.version <= b.version or len(self.futures) != len(manifest.chunks)
+                or [t[:3] for t in manifest.tensors] != [t[:3] for t in b.tensors] or self.at != b.nbytes):
             for f in self.futures:
                 f.cancel()
+            self.base = self.futures = None
             return None
         threading.Thread(target=self._assemble, args=(manifest,), name="delta-assemble", daemon=True).start()
         return self
@@ -264,7 +272,7 @@ class Encoder:
         entries, chunks, changed = [], [], {}
         try:
             for f in self.futures:
-                codec, data, crc, counts, width = f.result()
+                codec, data, crc, counts, width, _ = f.result()
                 for fam, (c, n) in counts.items():
                     acc = changed.setdefault(fam, [0, 0])
                     acc[0], acc[1] = acc[0] + c, acc[1] + n
@@ -280,9 +288,11 @@ class Encoder:
 
 
 def _encode_one(old: np.ndarray, new: np.ndarray, layout) -> tuple:
-    """(codec, bytes, their CRC32, {family: [changed, positions]}, width) of one chunk, on the pool."""
+    """(codec, bytes, their CRC32, {family: [changed, positions]}, width, seconds) of one chunk, on the pool."""
+    t0 = time.perf_counter()
     width, parts = layout
     codec, data, where = encode(old, new, width)
     counts: dict = {}
     count_changed(where, width, parts, counts)
-    return codec, data, (zlib.crc32(memoryview(data)) if data is not None else 0), counts, width
+    crc = versions.crc32_bytes(memoryview(data)) if data is not None else 0
+    return codec, data, crc, counts, width, time.perf_counter() - t0

@@ -420,6 +420,7 @@ class ParamServer:
             "bytes_pushed": w.bytes["pushed"], "bytes_served_full": w.bytes["served_full"],
             "bytes_served_delta": w.bytes["served_delta"], "bytes_relayed": sum(self.relayed.values()),
             "version_bytes": newest.manifest.nbytes if newest is not None else 0,
+            "delta": "made" if made else "encoding" if d is not None and not d.done else "none",
             "delta_bytes": d.manifest.nbytes if made else -1,
             "delta_changed": d.manifest.changed if made else {},
             "sync_version": self.synced["version"], "sync_s": self.synced["s"]}}

@@ -17,7 +17,6 @@ import os
 import threading
 import time
 import traceback
-import zlib
 from typing import Callable
 
 import zmq
@@ -99,7 +98,8 @@ class WeightStore(weights.Transport):
         # DELTAS (deltas.py): each chunk of a push is encoded against the same chunk of the newest full
         # version as it arrives, on this pool (numpy and zlib release the GIL), so that the delta is
         # ready about when the commit is. None: every version travels whole (--no-deltas).
-        self.pool = concurrent.futures.ThreadPoolExecutor(min(4, os.cpu_count() or 1), "delta") if deltas_on else None
+        self.pool_size = min(4, os.cpu_count() or 1)
+        self.pool = concurrent.futures.ThreadPoolExecutor(self.pool_size, "delta") if deltas_on else None
         self.bytes = collections.Counter()  # pushed, served_full, served_delta: the metrics' bytes
         os.makedirs(state_dir, exist_ok=True)
         self._load_persisted()
@@ -138,14 +138,14 @@ class WeightStore(weights.Transport):
                 self._discard(f"superseded by push {msg.push_id}")
             encode = self.pool is not None and self.base is not None and not self.base.is_adapter
             p = self.pending = {"id": msg.push_id, "chunks": [], "crcs": [], "t0": time.monotonic(),
-                                "delta": deltas.Encoder(self.base, self.pool) if encode else None}
+                                "delta": deltas.Encoder(self.base, self.pool, self.pool_size) if encode else None}
         p["t"] = time.monotonic()
         if p["chunks"] and msg.index == len(p["chunks"]) - 1 and msg.crc == p["crcs"][-1]:
             return len(p["chunks"])  # a retry of the chunk we received last: already held
         if msg.index != len(p["chunks"]):
             self._discard(f"chunk {msg.index} arrived, expected {len(p['chunks'])}")
             raise ValueError(f"push {msg.push_id}: chunk {msg.index} out of order: push discarded")
-        if zlib.crc32(memoryview(data)) != msg.crc:
+        if versions.crc32_bytes(memoryview(data)) != msg.crc:
             self._discard(f"CRC mismatch on chunk {msg.index}")
             raise ValueError(f"push {msg.push_id}: CRC mismatch on chunk {msg.index}: push discarded, "
                              f"still serving v{self.newest}")
@@ -172,10 +172,12 @@ class WeightStore(weights.Transport):
             self._discard(str(e))
             raise ValueError(f"push {msg.push_id} refused: {e}") from None
         self.pending = None
-        delta = p["delta"].finish(manifest) if p["delta"] else None
-        if delta is not None:  # worth waiting for as long as the push took (delta_pending), or as told
-            now = time.monotonic()
-            delta.deadline = now + (now - p["t0"] if self.delta_wait_s < 0 else self.delta_wait_s)
+        # A delta is worth waiting for as long as the push took (delta_pending), or as told
+        now = time.monotonic()
+        budget = now - p["t0"] if self.delta_wait_s < 0 else self.delta_wait_s
+        delta = p["delta"].finish(manifest, budget) if p["delta"] else None
+        if delta is not None:
+            delta.deadline = now + budget
         self.publish(Version(manifest, p["chunks"], delta=delta))
 
     def check_base(self, manifest: Manifest) -> None:
@@ -576,11 +578,11 @@ class WeightFetcher(weights.Transport):
         unchanged chunk), checked against the delta's CRC of those bytes and then the version's own
         CRC of the chunk; ValueError if either does not match."""
         codec, _, crc, width = buf.delta.chunks[i]
-        if data is not None and zlib.crc32(memoryview(data)) != crc:
+        if data is not None and versions.crc32_bytes(memoryview(data)) != crc:
             raise ValueError(f"delta chunk {i} is corrupt")
         at, n = buf.offsets[i], buf.manifest.chunks[i][0]
         deltas.decode(codec, data, old.stream[at:at + n], buf.chunk(i), width)  # the same bytes of the version before
-        if zlib.crc32(memoryview(buf.chunk(i))) != buf.manifest.chunks[i][1]:
+        if versions.crc32_bytes(memoryview(buf.chunk(i))) != buf.manifest.chunks[i][1]:
             raise ValueError(f"chunk {i} rebuilt from the delta from v{buf.delta.base} is not the version's")
         buf.delta_data[i] = data
         buf.have[i] = True

@@ -31,7 +31,8 @@ served for it (GetStats: bytes_served_full + bytes_served_delta). The first vers
 Prints per size and rate `RESULT name=delta size= lr= bytes_ratio=<bytes served, delta server / whole server>
 sync_speedup=<whole s / delta s> changed_frac= delta_weighs=<the delta's bytes / the version's> ...` (medians
 over the versions after --warmup). delta_weighs is what the delta weighs even where the server sent the
-version whole because the encoding could not keep up with the wire (WeightStore.delta_pending).
+version whole because the encoding could not keep up with the wire (deltas.Encoder.finish), encoded here
+tensor by tensor as the server would (deltas.encode).
 """
 import argparse
 import collections
@@ -111,6 +112,22 @@ def made_versions(size: str, n: int, lr: float) -> list:
     return out
 
 
+def offline_weighs(old: list, new: list) -> float:
+    """What the server's delta of `new` against `old` weighs against the version, encoded here (deltas.encode,
+    tensor by tensor): reported also where the server sent the version whole."""
+    import deltas
+    sent = total = 0
+    for (_, a), (_, b) in zip(old, new):
+        codec, data, _ = deltas.encode(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8), a.itemsize)
+        sent, total = sent + (0 if data is None else data.size), total + b.nbytes
+    return sent / total
+
+
+def offline_changed(old: list, new: list) -> float:
+    return sum(int(np.count_nonzero(as_uint(a) != as_uint(b))) for (_, a), (_, b) in zip(old, new)) / sum(
+        a.size for _, a in old)
+
+
 def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dict:
     import weights_zmq
     import wire
@@ -146,14 +163,14 @@ def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dic
                 hold = float(expect(d["q"], "HOLD", 600)[2])
                 expect(d["q"], "INSTALLED", 600)
                 sent = served() - before
-                if side == "delta" and version:  # what the delta weighs, sent or not (it may lose to the wire)
-                    deadline = time.monotonic() + 30
-                    while d["client"].call(wire.GetStats()).info["weights"]["delta_bytes"] < 0 and time.monotonic() < deadline:
-                        time.sleep(0.05)
+                while d["client"].call(wire.GetStats()).info["weights"]["delta"] == "encoding":  # for its metrics
+                    time.sleep(0.05)
                 w = d["client"].call(wire.GetStats()).info["weights"]
                 changed = (sum(c for c, _ in w["delta_changed"].values()) /
                            max(sum(n for _, n in w["delta_changed"].values()), 1)) if w["delta_changed"] else float("nan")
-                weighs = w["delta_bytes"] / w["version_bytes"] if w["delta_bytes"] >= 0 else float("nan")
+                if side == "delta" and version and w["delta"] != "made":
+                    changed = offline_changed(made[version - 1], tensors)
+                weighs = offline_weighs(made[version - 1], tensors) if version else float("nan")
                 print(f"  {size} {side} v{version}: held after {hold - t0:.3f} s, served {sent / 2**20:.2f} MiB"
                       + (f"; {changed:.4f} of positions changed, the delta weighs {weighs:.4f}x"
                          if side == "delta" and version else "")

@@ -52,7 +52,7 @@ def delta_of(old, new):
     enc = deltas.Encoder(versions.Version(va.manifest, va.chunks()), concurrent.futures.ThreadPoolExecutor(2))
     for i, c in enumerate(vb.chunks()):
         enc.add(i, c)
-    assert enc.finish(vb.manifest) is enc
+    assert enc.finish(vb.manifest, 60.0) is enc
     wait_until(lambda: enc.done, 10, "the delta to be encoded")
     return va, vb, deltas.DeltaManifest.from_dict(enc.manifest.to_dict(), vb.manifest), enc.chunks
 
