@@ -143,10 +143,12 @@ def count_changed(where: np.ndarray, width: int, parts: list, into: dict) -> Non
         acc[1] += nbytes // width
 
 
-def encode(old: np.ndarray, new: np.ndarray, width: int) -> tuple[str, np.ndarray | None, np.ndarray]:
-    """(codec, the bytes that travel, the sorted indices of the `width`-byte elements that changed) for chunk `new` (uint8) against `old`, its base's chunk: the smallest
-    exact encoding (module docstring). zlib is tried only when sparse is not already small (1/16 of the
-    chunk): it costs ~50 MB/s per core where many positions changed, sparse ~400."""
+def encode(old: np.ndarray, new: np.ndarray, width: int,
+           xor_ok: bool = True) -> tuple[str, np.ndarray | None, np.ndarray]:
+    """(codec, the bytes that travel, the sorted indices of the `width`-byte elements that changed) for
+    chunk `new` (uint8) against `old`, its base's chunk: the smallest exact encoding (module docstring).
+    zlib is tried only when sparse is not already small (1/16 of the chunk), and only if `xor_ok`: it
+    runs at ~60 MB/s a core where many positions changed, sparse at ~400 (Encoder decides)."""
     if old.size != new.size:
         return "full", new, np.arange(new.size // width)
     a, b = old.view(_UINT[width]), new.view(_UINT[width])
@@ -156,6 +158,8 @@ def encode(old: np.ndarray, new: np.ndarray, width: int) -> tuple[str, np.ndarra
     sparse_bytes = where.size * (4 + width)
     if sparse_bytes * 16 <= new.size:
         return "sparse", _sparse(where, b), where
+    if not xor_ok:
+        return ("sparse", _sparse(where, b), where) if sparse_bytes < new.size else ("full", new, where)
     wide = 8 if new.size % 8 == 0 else width
     xor = zlib.compress(np.bitwise_xor(old.view(_UINT[wide]), new.view(_UINT[wide])), 1)
     best = min((sparse_bytes, "sparse"), (len(xor), "xor"), (new.size, "full"))[1]
@@ -214,8 +218,13 @@ class Encoder:
     `same`) say what to serve. A delta that cannot be (another layout, an encoding error) leaves
     `manifest` None: the version travels whole."""
 
+    MAX_LAG_S = 0.5  # a queue the pool drains within this is never a reason to give up
+    XOR_RATE = 60e6  # xor+zlib level 1, bytes/s a core, where many bf16 positions changed (measured here)
+
     def __init__(self, base, pool: "concurrent.futures.Executor", workers: int = 1):
         self.base, self.pool, self.futures, self.at, self.workers = base, pool, [], 0, workers
+        self.t0 = time.monotonic()
+        self.xor_rate = self.XOR_RATE  # bytes/s a core compresses (xor+zlib), as measured on this push
         self.base_key = base.manifest.key
         self.base_offsets = base.manifest.offsets()
         self.spans = spans(base.manifest)
@@ -229,11 +238,33 @@ class Encoder:
         """Chunk i of the push arrived: encode it against the same bytes of the base (its chunks may be
         cut elsewhere: a version read back from disk after a restart is)."""
         if self.broken or i != len(self.futures) or self.at + data.size > self.base.manifest.nbytes:
-            self.broken = True
+            self.abandon()
             return
-        self.futures.append(self.pool.submit(_encode_one, self._base_bytes(self.at, data.size), data,
-                                             range_layout(self.spans, self.at, data.size)))
+        if self.lag_s() > max(self.MAX_LAG_S, time.monotonic() - self.t0):
+            # The pool falls behind the push: the delta would be ready well after the version, which the
+            # wire carries faster whole (many positions changed, xor+zlib's ~60 MB/s a core). Stop, and
+            # give the cores back to serving.
+            self.abandon()
+            return
+        # xor+zlib only where the pool compresses faster than the push arrives: else sending the chunk
+        # whole is quicker than compressing it (a fast wire, or many positions changed)
+        elapsed = time.monotonic() - self.t0
+        xor_ok = self.at == 0 or elapsed <= 0 or self.xor_rate * self.workers >= self.at / elapsed
+        self.futures.append(self.pool.submit(self._encode_one, self._base_bytes(self.at, data.size), data,
+                                             range_layout(self.spans, self.at, data.size), xor_ok))
         self.at += data.size
+
+    def lag_s(self) -> float:
+        """How long the pool would take to encode what is queued, at the pace of what it has encoded."""
+        done = [f.result()[5] for f in self.futures if f.done() and not f.cancelled() and f.exception() is None]
+        left = len(self.futures) - len(done)
+        return left * sum(done) / len(done) / self.workers if done and left else 0.0
+
+    def abandon(self) -> None:
+        """No delta for this push: what is queued is cancelled (what runs finishes, and is dropped)."""
+        self.broken = True
+        for f in self.futures or ():
+            f.cancel()
 
     def _base_bytes(self, at: int, n: int) -> np.ndarray:
         """Bytes [at, at + n) of the base's stream: a view of one chunk, or a copy across several."""
@@ -255,14 +286,10 @@ class Encoder:
         is dropped at once and the pool's cores go back to serving). Its assembly then waits for the
         encodings on a thread of its own; else None."""
         b = self.base.manifest
-        left = [f for f in self.futures if not f.done()]
-        done_s = [f.result()[5] for f in self.futures if f.done() and not f.cancelled() and f.exception() is None]
-        slow = left and done_s and len(left) * sum(done_s) / len(done_s) / self.workers > budget_s
-        if (self.broken or slow or manifest.is_adapter or manifest.lineage != b.lineage
+        if (self.broken or self.lag_s() > budget_s or manifest.is_adapter or manifest.lineage != b.lineage
                 or manifest.version <= b.version or len(self.futures) != len(manifest.chunks)
                 or [t[:3] for t in manifest.tensors] != [t[:3] for t in b.tensors] or self.at != b.nbytes):
-            for f in self.futures:
-                f.cancel()
+            self.abandon()
             self.base = self.futures = None
             return None
         threading.Thread(target=self._assemble, args=(manifest,), name="delta-assemble", daemon=True).start()
@@ -287,11 +314,21 @@ class Encoder:
         self.done = True
 
 
-def _encode_one(old: np.ndarray, new: np.ndarray, layout) -> tuple:
-    """(codec, bytes, their CRC32, {family: [changed, positions]}, width, seconds) of one chunk, on the pool."""
+    def _encode_one(self, old: np.ndarray, new: np.ndarray, layout, xor_ok: bool) -> tuple:
+        """(codec, bytes, their CRC32, {family: [changed, positions]}, width, seconds) of one chunk, on the
+        pool; a chunk that went through zlib updates the measured xor_rate."""
+        t0 = time.perf_counter()
+        out = _encode_one(old, new, layout, xor_ok)
+        if out[0] == "xor" or (xor_ok and out[0] == "full"):
+            self.xor_rate = 0.5 * self.xor_rate + 0.5 * new.size / max(time.perf_counter() - t0, 1e-6)
+        return out
+
+
+def _encode_one(old: np.ndarray, new: np.ndarray, layout, xor_ok: bool = True) -> tuple:
+    """(codec, bytes, their CRC32, {family: [changed, positions]}, width, seconds) of one chunk."""
     t0 = time.perf_counter()
     width, parts = layout
-    codec, data, where = encode(old, new, width)
+    codec, data, where = encode(old, new, width, xor_ok)
     counts: dict = {}
     count_changed(where, width, parts, counts)
     crc = versions.crc32_bytes(memoryview(data)) if data is not None else 0

@@ -98,7 +98,7 @@ class WeightStore(weights.Transport):
         # DELTAS (deltas.py): each chunk of a push is encoded against the same chunk of the newest full
         # version as it arrives, on this pool (numpy and zlib release the GIL), so that the delta is
         # ready about when the commit is. None: every version travels whole (--no-deltas).
-        self.pool_size = min(4, os.cpu_count() or 1)
+        self.pool_size = min(16, os.cpu_count() or 1)
         self.pool = concurrent.futures.ThreadPoolExecutor(self.pool_size, "delta") if deltas_on else None
         self.bytes = collections.Counter()  # pushed, served_full, served_delta: the metrics' bytes
         os.makedirs(state_dir, exist_ok=True)

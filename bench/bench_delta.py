@@ -131,7 +131,7 @@ def offline_changed(old: list, new: list) -> float:
 def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dict:
     import weights_zmq
     import wire
-    from bench_weight_sync import expect, free_port, reader
+    from bench_weight_sync import expect, free_port, reader, stop
     made = made_versions(size, 1 + warmup + repeats, lr)
     nbytes = sum(a.nbytes for _, a in made[0])
     sides, procs = {}, []
@@ -183,12 +183,7 @@ def bench_sync(size: str, lr: float, repeats: int, warmup: int, tmp: str) -> dic
                     d["weighs"].append(weighs)
                 time.sleep(0.3)
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, 9)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        stop(procs)
     med = {side: {k: statistics.median(d[k]) for k in ("s", "bytes")} for side, d in sides.items()}
     r = {"size": size, "lr": lr, "mb": nbytes / 2**20,
          "bytes_ratio": statistics.median(a / b for a, b in zip(sides["delta"]["bytes"], sides["whole"]["bytes"])),

@@ -132,6 +132,16 @@ def cpu_s(pid) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def stop(procs) -> None:
+    """Kill each process's whole session (they start with start_new_session) and reap it."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, 9)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
 def reader(p, q):
     for line in p.stdout:
         parts = line.split()
@@ -212,12 +222,7 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -
                     cpu[role].append(cpu_s(pid) - cpu0[role])
         client.close()
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, 9)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        stop(procs)
     med = lambda xs: statistics.median(xs)  # noqa: E731
     mib = nbytes / 2 ** 20
     r = dict(mb=mb, transport="dir" if weights_dir else "zmq", ours_s=med(ours), installed_s=med(inst), push_s=med(push), fetch_s=med(fetch), ceiling_s=med(ceil))

@@ -21,6 +21,7 @@ import versions
 import weights_zmq
 import wire
 from conftest import free_port, wait_until
+from random_weights import nudged
 
 CHUNK = 16 << 10  # small chunks: the tiny model travels as a few dozen of them
 
@@ -61,18 +62,6 @@ def fetch(client, version, lineage=""):
                              for i in range(len(m.chunks))])
     m.check_tensors([stream])
     return m.tensor_views(stream)
-
-
-def nudged(tensors, frac: float, seed: int = 0):
-    """The tensors with about `frac` of their positions moved by one ulp (as a small optimizer step moves
-    bf16 weights): what a delta version carries."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for name, a in tensors:
-        bits = np.array(a).view(np.uint16 if a.itemsize == 2 else np.uint32)
-        bits[rng.random(bits.shape) < frac] += 1
-        out.append((name, bits.view(a.dtype)))
-    return out
 
 
 def holds(roles, proc, version) -> bool:

@@ -22,6 +22,7 @@ import versions
 import weights_zmq
 import wire
 from conftest import free_port, wait_until
+from random_weights import nudged
 
 CHUNK = 8 << 10
 
@@ -33,17 +34,6 @@ def model(seed=0):
             ("model.layers.0.self_attn.q_proj.weight", bf(64, 64)), ("model.layers.0.self_attn.q_proj.bias", bf(64)),
             ("model.layers.0.mlp.up_proj.weight", bf(128, 64)), ("model.norm.weight", rng.normal(size=64).astype(np.float32)),
             ("lm_head.weight", bf(200, 64))]
-
-
-def nudge(tensors, frac, seed):
-    """About `frac` of the positions moved by one ulp, the way a small Adam step moves bf16 weights."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for name, a in tensors:
-        bits = np.array(a).view(np.uint16 if a.itemsize == 2 else np.uint32)
-        bits[rng.random(bits.shape) < frac] += 1
-        out.append((name, bits.view(a.dtype)))
-    return out
 
 
 def delta_of(old, new):
@@ -67,7 +57,7 @@ def rebuild(va, vb, dm, chunks):
 
 def test_every_encoding_rebuilds_the_bits_exactly():
     old = model()
-    new = [(n, np.array(a)) for n, a in nudge(old, 0.004, 1)]
+    new = [(n, np.array(a)) for n, a in nudged(old, 0.004, 1)]
     emb = new[0][1].view(np.uint16)
     emb[3, :] ^= 0x8000                                   # sign flips: a huge integer difference
     emb[4, :2] = [0x8000, 0x0000]                         # -0.0 and +0.0 (a float compare calls them equal)
@@ -85,7 +75,7 @@ def test_every_encoding_rebuilds_the_bits_exactly():
 
 
 def test_a_corrupt_or_misapplied_delta_is_caught_by_the_versions_own_crc():
-    va, vb, dm, chunks = delta_of(model(), nudge(model(), 0.01, 2))
+    va, vb, dm, chunks = delta_of(model(), nudged(model(), 0.01, 2))
     i = next(i for i, c in enumerate(dm.chunks) if c[0] == "sparse")
     out = vb.chunk(i).copy()
     bad = chunks[i].copy()
@@ -99,7 +89,7 @@ def test_a_corrupt_or_misapplied_delta_is_caught_by_the_versions_own_crc():
     with pytest.raises(ValueError, match="does not decompress"):
         deltas.decode("xor", np.frombuffer(b"not zlib", np.uint8), va.chunk(i), out, 2)
     # the right delta on the wrong base: the rebuilt chunk is not the version's
-    other = versions.from_arrays(1, "L", nudge(model(), 0.05, 9), chunk_bytes=CHUNK)
+    other = versions.from_arrays(1, "L", nudged(model(), 0.05, 9), chunk_bytes=CHUNK)
     deltas.decode("sparse", chunks[i], other.chunk(i), out, dm.chunks[i][3])
     assert versions.crc32(out) != vb.manifest.chunks[i][1]
     # a delta manifest that does not describe the version is refused where it is received
@@ -149,7 +139,7 @@ def test_the_fetcher_holds_every_version_bit_for_bit_and_falls_back_to_the_whole
     got, buf = w.take(1)
     assert buf.delta is None and (got == pushed(1, tensors)).all()
     for v in (2, 3, 4):                                   # deltas, each from the version before
-        tensors = nudge(tensors, 0.01, v)
+        tensors = nudged(tensors, 0.01, v)
         weights_zmq.push_weights(client, v, "L", tensors, chunk_bytes=CHUNK)
         got, buf = w.take(v)
         assert buf.delta is not None and buf.delta.base == v - 1
@@ -170,7 +160,7 @@ def test_the_fetcher_holds_every_version_bit_for_bit_and_falls_back_to_the_whole
             yield reply
     monkeypatch.setattr(weights_zmq.WeightFetcher, "ask", corrupting)
     full_before = client.call(wire.GetStats()).info["weights"]["bytes_served_full"]
-    tensors = nudge(tensors, 0.01, 5)
+    tensors = nudged(tensors, 0.01, 5)
     weights_zmq.push_weights(client, 5, "L", tensors, chunk_bytes=CHUNK)
     got, buf = w.take(5)
     assert buf.delta is None and (got == pushed(5, tensors)).all()
@@ -186,20 +176,20 @@ def test_restarts_of_the_server_and_of_a_worker_end_with_the_right_bits(roles, t
     w.take(1)
     # The server restarts from its state directory: it serves v1 from disk, and the trainer's next
     # version reaches the worker (which kept v1) as a delta from it.
-    weights_zmq.push_weights(client, 2, "L", tensors := nudge(tensors, 0.01, 2), chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 2, "L", tensors := nudged(tensors, 0.01, 2), chunk_bytes=CHUNK)
     w.take(2)
     wait_until(lambda: client.call(wire.GetStats()).info["persisted_version"] == 2, 30, "v2 on disk")
     roles.kill(proc)
     _, client, _ = start_ps(roles, tmp_path / "ps", addr)
     assert client.call(wire.GetStats()).info["version"] == 2
-    weights_zmq.push_weights(client, 3, "L", tensors := nudge(tensors, 0.01, 3), chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 3, "L", tensors := nudged(tensors, 0.01, 3), chunk_bytes=CHUNK)
     got, buf = w.take(3)
     assert buf.delta is not None and buf.delta.base == 2 and (got == pushed(3, tensors)).all()
     # A worker started afresh holds nothing: the whole version, then deltas again.
     fresh = Fetcher(addr, "b")
     got, buf = fresh.take(3)
     assert buf.delta is None and (got == pushed(3, tensors)).all()
-    weights_zmq.push_weights(client, 4, "L", tensors := nudge(tensors, 0.01, 4), chunk_bytes=CHUNK)
+    weights_zmq.push_weights(client, 4, "L", tensors := nudged(tensors, 0.01, 4), chunk_bytes=CHUNK)
     for f in (w, fresh):
         got, buf = f.take(4)
         assert buf.delta is not None and (got == pushed(4, tensors)).all()
