@@ -82,7 +82,8 @@ def member(args) -> None:
 def run_case(n: int, relay: bool, tensors: list, versions: int, tmp: str) -> tuple[float, float, float]:
     addr = f"tcp://127.0.0.1:{free_port()}"
     procs = [subprocess.Popen([sys.executable, "param_server.py", "--bind", addr, "--state-dir",
-                               os.path.join(tmp, f"ps-{n}-{relay}"), "--keep-versions", "1"],
+                               os.path.join(tmp, f"ps-{n}-{relay}"), "--keep-versions", "1",
+                               "--no-deltas"],  # whole versions: every version here is the same bytes
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)]
     holds: queue.Queue = queue.Queue()
     try:

@@ -103,7 +103,8 @@ def bench_sync(size: str, rank: int, repeats: int, warmup: int, tmp: str) -> dic
     procs = []
     try:
         procs.append(subprocess.Popen([sys.executable, "param_server.py", "--bind", addr, "--state-dir",
-                                       os.path.join(tmp, f"ps-{size}"), "--keep-versions", "1"], cwd=ROOT,
+                                       os.path.join(tmp, f"ps-{size}"), "--keep-versions", "1",
+                                       "--no-deltas"], cwd=ROOT,  # full versions travel whole
                                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
         mq = queue.Queue()
         mem = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--member", addr, size], cwd=ROOT,

@@ -169,6 +169,7 @@ def bench(mb: int, repeats: int, warmup: int, tmp: str, weights_dir: str = "") -
     try:
         ps = subprocess.Popen([sys.executable, "param_server.py", "--bind", addr, "--state-dir",
                                os.path.join(tmp, f"ps-{mb}"), "--keep-versions", "1",
+                               "--no-deltas",  # the whole-version path (every version here is the same bytes)
                                *(["--weights-dir", weights_dir] if weights_dir else [])], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(ps)
