@@ -233,6 +233,8 @@ class Encoder:
         self.done = False
         self.broken = False
         self.deadline = float("inf")  # the param server waits for the delta until then (WeightStore.delta_pending)
+        self.encoded = (0, 0.0)  # chunks encoded so far and their seconds (set by the pool's threads)
+        self.lock = threading.Lock()
 
     def add(self, i: int, data: np.ndarray) -> None:
         """Chunk i of the push arrived: encode it against the same bytes of the base (its chunks may be
@@ -256,9 +258,9 @@ class Encoder:
 
     def lag_s(self) -> float:
         """How long the pool would take to encode what is queued, at the pace of what it has encoded."""
-        done = [f.result()[5] for f in self.futures if f.done() and not f.cancelled() and f.exception() is None]
-        left = len(self.futures) - len(done)
-        return left * sum(done) / len(done) / self.workers if done and left else 0.0
+        done_n, done_s = self.encoded
+        left = len(self.futures or ()) - done_n
+        return left * done_s / done_n / self.workers if done_n and left > 0 else 0.0
 
     def abandon(self) -> None:
         """No delta for this push: what is queued is cancelled (what runs finishes, and is dropped)."""
@@ -313,14 +315,14 @@ class Encoder:
         self.base = self.futures = None  # the base's bytes may go now
         self.done = True
 
-
     def _encode_one(self, old: np.ndarray, new: np.ndarray, layout, xor_ok: bool) -> tuple:
         """(codec, bytes, their CRC32, {family: [changed, positions]}, width, seconds) of one chunk, on the
         pool; a chunk that went through zlib updates the measured xor_rate."""
-        t0 = time.perf_counter()
         out = _encode_one(old, new, layout, xor_ok)
         if out[0] == "xor" or (xor_ok and out[0] == "full"):
-            self.xor_rate = 0.5 * self.xor_rate + 0.5 * new.size / max(time.perf_counter() - t0, 1e-6)
+            self.xor_rate = 0.5 * self.xor_rate + 0.5 * new.size / max(out[5], 1e-6)
+        with self.lock:
+            self.encoded = (self.encoded[0] + 1, self.encoded[1] + out[5])
         return out
 
 
