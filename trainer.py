@@ -104,9 +104,9 @@ def weights_text(m: dict) -> str:
     against the version's, the last sync's seconds."""
     if "weights/pushed_mib" not in m:
         return ""
-    delta = f" delta {m['weights/delta_frac']:.3f}x" if "weights/delta_frac" in m else ""
-    return (f" | weights MiB served {m['weights/served_full_mib']:.0f} whole {m['weights/served_delta_mib']:.1f} "
-            f"delta {m['weights/relayed_mib']:.0f} relayed{delta} sync {m['weights/sync_s']:.2f}s")
+    delta = f"; newest delta {m['weights/delta_frac']:.3f}x of a version" if "weights/delta_frac" in m else ""
+    return (f" | weights served: {m['weights/served_full_mib']:.0f} MiB whole, {m['weights/served_delta_mib']:.1f} "
+            f"as deltas, {m['weights/relayed_mib']:.0f} by relays{delta}; synced in {m['weights/sync_s']:.2f}s")
 
 
 def shaped_rewards(batch, gcfg: grpo.GRPOConfig):
