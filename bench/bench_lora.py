@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-from bench_weight_sync import expect, free_port, reader, say  # noqa: E402  (the same process plumbing)
+from bench_weight_sync import expect, free_port, reader, say, stop  # noqa: E402  (the same process plumbing)
 
 LINEAGE = "bench-lora"
 
@@ -141,12 +141,7 @@ def bench_sync(size: str, rank: int, repeats: int, warmup: int, tmp: str) -> dic
                     got[kind]["sent"].append(sent)
         client.close()
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, 9)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        stop(procs)
     med = {kind: {k: statistics.median(v) for k, v in d.items()} for kind, d in got.items()}
     return {"full_mb": nbytes["full"] / 2**20, "adapter_mb": nbytes["adapter"] / 2**20,
             "bytes_ratio": nbytes["adapter"] / nbytes["full"],
