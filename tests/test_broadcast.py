@@ -40,7 +40,9 @@ def tiny(tmp_path_factory):
 
 def start_ps(roles, tmp_path, *flags):
     addr = f"tcp://127.0.0.1:{free_port()}"
-    proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps"), *flags)
+    # --delta-wait-s: a delta of these tiny versions is waited for, however its encoding and the push race
+    proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(tmp_path / "ps"),
+                       "--delta-wait-s", "30", *flags)
     client = wire.Client("test", addr, timeout_s=10)
     client.call(wire.Ping(), timeout_s=30, what="param server start")
     return proc, client, addr

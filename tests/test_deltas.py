@@ -101,7 +101,9 @@ def test_a_corrupt_or_misapplied_delta_is_caught_by_the_versions_own_crc():
 
 def start_ps(roles, state_dir, addr=None):
     addr = addr or f"tcp://127.0.0.1:{free_port()}"
-    proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(state_dir))
+    # --delta-wait-s: each delta is waited for, however its encoding and the (millisecond) push race
+    proc = roles.start("param_server", "param_server.py", "--bind", addr, "--state-dir", str(state_dir),
+                       "--delta-wait-s", "30")
     client = wire.Client("test", addr, timeout_s=10)
     client.call(wire.Ping(), timeout_s=30, what="param server start")
     return proc, client, addr
