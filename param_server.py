@@ -370,7 +370,7 @@ class ParamServer:
         self.work = WorkQueue(cfg)
         self.server = wire.Server("param_server", cfg.bind)
         self.weight_waiters: list = []   # (peer, msg, deadline)
-        # Where the versions went (weight_stats): each worker's [version it holds, since, last seen] and its
+        # Where the versions went (stats): each worker's [version it holds, since, last seen] and its
         # chunk server's bytes served; when the newest was committed, and how long until every worker held it
         self.holding: dict = {}
         self.relayed: dict = {}
@@ -478,8 +478,9 @@ class ParamServer:
 
     def _weights_ready(self, msg) -> bool:
         """A waiter is answered once min_version exists, or once a new trainer lineage does; one that
-        holds the version a delta of the newest is being encoded from waits for the delta too (until
-        its long poll ends: then it gets the full version)."""
+        holds the version a delta of the newest is being encoded from waits for the delta too (until the
+        delta's deadline, WeightStore.delta_pending, or its own long poll ends: then it gets the version
+        whole)."""
         have = versions.VersionKey(msg.have_version, msg.have_lineage)
         return self.weights.newest >= 0 and (
             self.weights.newest >= msg.min_version or
